@@ -1,0 +1,206 @@
+# FlexDB build.  `make help` lists the targets.
+#
+# MODE=release (default): -O2 -DNDEBUG, what `make`, `make bench` and
+#   `make install` build.
+# MODE=debug: -O1 -g with assertions, what `make test` builds and runs.
+# SANITIZE=address,undefined | thread: adds -fsanitize (implies MODE=debug).
+# Objects go to build/<mode>[-<sanitizers>]/, never beside the sources.
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+LIBDIR  ?= $(PREFIX)/lib
+INCDIR  ?= $(PREFIX)/include
+BINDIR  ?= $(PREFIX)/bin
+
+CC      ?= cc
+MODE    ?= release
+ifneq ($(SANITIZE),)
+MODE    := debug
+endif
+comma   := ,
+BUILD   := build/$(MODE)$(if $(SANITIZE),-$(subst $(comma),-,$(SANITIZE)))
+
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2
+BASEFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -g -fPIC -fvisibility=hidden -Iinclude -pthread
+ifeq ($(MODE),release)
+OPTFLAGS := -O2 -DNDEBUG
+else
+OPTFLAGS := -O1 -fno-omit-frame-pointer
+endif
+ifneq ($(SANITIZE),)
+OPTFLAGS += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all
+SANLDFLAGS := -fsanitize=$(SANITIZE)
+endif
+ALL_CFLAGS := $(BASEFLAGS) $(OPTFLAGS) $(CFLAGS)
+LDLIBS_SYS := -luring -lxxhash -pthread
+# jemalloc interposes malloc in every program linked with the libraries; it is
+# left out of sanitizer builds, whose runtimes interpose malloc themselves.
+ifeq ($(SANITIZE),)
+LDLIBS_SYS += -ljemalloc
+endif
+ALL_LDFLAGS := $(SANLDFLAGS) $(LDFLAGS)
+
+# ---- sources ---------------------------------------------------------------
+FLEXTREE_SRC  := $(wildcard flextree/*.c)
+FLEXSPACE_SRC := $(wildcard flexspace/*.c)
+FLEXDB_SRC    := $(wildcard flexdb/*.c)
+TEST_SRC      := $(wildcard test/test_*.c)
+BENCH_SRC     := $(wildcard bench/*_bench.c)
+CLI_SRC       := $(wildcard cli/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+
+FLEXTREE_OBJ  := $(call obj,$(FLEXTREE_SRC))
+FLEXSPACE_OBJ := $(call obj,$(FLEXSPACE_SRC))
+FLEXDB_OBJ    := $(call obj,$(FLEXDB_SRC))
+
+LIBS_A := $(BUILD)/lib/libflextree.a
+LIBS_SO := $(BUILD)/lib/libflextree.so
+HEADERS := include/flex_common.h include/flex_io.h include/flextree.h
+PCS := flextree
+ifneq ($(FLEXSPACE_SRC),)
+LIBS_A += $(BUILD)/lib/libflexspace.a
+LIBS_SO += $(BUILD)/lib/libflexspace.so
+HEADERS += include/flexspace.h
+PCS += flexspace
+endif
+ifneq ($(FLEXDB_SRC),)
+LIBS_A += $(BUILD)/lib/libflexdb.a
+LIBS_SO += $(BUILD)/lib/libflexdb.so
+HEADERS += include/flexdb.h
+PCS += flexdb
+endif
+# Static link order: upper layers first.
+LINK_A := $(filter %/libflexdb.a,$(LIBS_A)) $(filter %/libflexspace.a,$(LIBS_A)) \
+	  $(BUILD)/lib/libflextree.a
+
+TESTS   := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(BUILD)/test/test_flextree_tiny
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+TOOLS   := $(patsubst cli/%.c,$(BUILD)/bin/%,$(CLI_SRC))
+
+.PHONY: all libs test test-run bench bench-quick stress install uninstall clean help format
+all: libs $(TOOLS) $(BENCHES)
+libs: $(LIBS_A) $(LIBS_SO)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+$(BUILD)/lib/libflextree.a: $(FLEXTREE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/lib/libflexspace.a: $(FLEXSPACE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/lib/libflexdb.a: $(FLEXDB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+SOVER := 0
+$(BUILD)/lib/libflextree.so: $(FLEXTREE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libflextree.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_SYS)
+$(BUILD)/lib/libflexspace.so: $(FLEXSPACE_OBJ) $(BUILD)/lib/libflextree.so
+	$(CC) -shared -Wl,-soname,libflexspace.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $(FLEXSPACE_OBJ) \
+		-L$(BUILD)/lib -lflextree $(LDLIBS_SYS)
+$(BUILD)/lib/libflexdb.so: $(FLEXDB_OBJ) $(BUILD)/lib/libflexspace.so
+	$(CC) -shared -Wl,-soname,libflexdb.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $(FLEXDB_OBJ) \
+		-L$(BUILD)/lib -lflexspace -lflextree $(LDLIBS_SYS)
+
+# ---- tests -------------------------------------------------------------------
+# test_flextree_tiny is the FlexTree suite linked against a build of the tree
+# with tiny node capacities, so that every split/merge/rebase path runs on a
+# few hundred extents.
+TINY_FLAGS := -DFT_LEAF_CAP=6 -DFT_INTERNAL_CAP=5
+$(BUILD)/tiny/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TINY_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/test/test_flextree_tiny: $(BUILD)/tiny/test/test_flextree.o \
+		$(patsubst %.c,$(BUILD)/tiny/%.o,$(FLEXTREE_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS_SYS)
+
+$(BUILD)/test/%: $(BUILD)/test/%.o $(LIBS_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) -lcriterion $(LDLIBS_SYS) -lm
+
+# `make test`: debug build with assertions, every Criterion suite.
+test:
+	@$(MAKE) --no-print-directory MODE=debug test-run
+test-run: $(TESTS)
+	@set -e; for t in $(TESTS); do echo "== $$t"; $$t --jobs 2 $(TESTFLAGS); done
+
+# Long randomized runs (not part of `make test`).
+stress:
+	@$(MAKE) --no-print-directory MODE=debug $(TESTS)
+	FLEX_TEST_SCALE=50 $(BUILD:build/release=build/debug)/test/test_flextree --jobs 2
+	FLEX_TEST_SCALE=50 $(BUILD:build/release=build/debug)/test/test_flextree_tiny --jobs 2
+
+# ---- benchmarks, tools -------------------------------------------------------
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBS_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lm
+$(BUILD)/bin/%: $(BUILD)/cli/%.o $(LIBS_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lm
+
+bench: $(BENCHES)
+	$(BUILD)/bench/flextree_bench
+bench-quick: $(BENCHES)
+	$(BUILD)/bench/flextree_bench --quick
+
+# ---- install -----------------------------------------------------------------
+define PCFILE
+prefix=$(PREFIX)
+libdir=$(LIBDIR)
+includedir=$(INCDIR)
+
+Name: $(1)
+Description: $(2)
+Version: $(shell sed -n 's/^#define FLEX_VERSION_STRING "\(.*\)"/\1/p' include/flex_common.h)
+$(3)
+Libs: -L$${libdir} -l$(1)
+Libs.private: -luring -lxxhash -ljemalloc -pthread
+Cflags: -I$${includedir}
+endef
+export PC_flextree  := $(call PCFILE,flextree,FlexTree shift-aware extent index,)
+export PC_flexspace := $(call PCFILE,flexspace,FlexSpace persistent flexible address space,Requires: flextree)
+export PC_flexdb    := $(call PCFILE,flexdb,FlexDB sorted key-value store,Requires: flexspace)
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR)
+	install -m 644 $(HEADERS) $(DESTDIR)$(INCDIR)/
+	install -m 644 $(LIBS_A) $(DESTDIR)$(LIBDIR)/
+	set -e; for so in $(notdir $(LIBS_SO)); do \
+		install -m 755 $(BUILD)/lib/$$so $(DESTDIR)$(LIBDIR)/$$so.$(SOVER); \
+		ln -sf $$so.$(SOVER) $(DESTDIR)$(LIBDIR)/$$so; done
+	set -e; for pc in $(PCS); do eval "printf '%s\n' \"\$$PC_$$pc\"" \
+		> $(DESTDIR)$(LIBDIR)/pkgconfig/$$pc.pc; done
+	$(if $(TOOLS),install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)/)
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(INCDIR)/,$(notdir $(HEADERS)))
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(notdir $(LIBS_A)))
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(notdir $(LIBS_SO)))
+	rm -f $(addsuffix .$(SOVER),$(addprefix $(DESTDIR)$(LIBDIR)/,$(notdir $(LIBS_SO))))
+	rm -f $(patsubst %,$(DESTDIR)$(LIBDIR)/pkgconfig/%.pc,$(PCS))
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS)))
+
+format:
+	clang-format -i $(wildcard include/*.h */*.c */*.h)
+
+clean:
+	rm -rf build
+
+help:
+	@echo "make              build libraries, tools and benchmarks (build/release)"
+	@echo "make test         build with assertions and run every Criterion suite"
+	@echo "make stress       long randomized runs (FLEX_TEST_SCALE=50)"
+	@echo "make bench        run the benchmark suite (-O2 -DNDEBUG)"
+	@echo "make bench-quick  a short benchmark pass"
+	@echo "make install      PREFIX=$(PREFIX) DESTDIR= : headers, libs, tools, pkg-config"
+	@echo "make clean        remove build/"
+	@echo "SANITIZE=address,undefined or SANITIZE=thread adds sanitizers"
+	@echo "FLEX_TEST_SEED=N  replays a random test with seed N"

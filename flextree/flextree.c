@@ -1,0 +1,978 @@
+/*
+ * flextree.c - FlexTree: the shift-aware extent index (paper section 3).
+ *
+ * A B+-tree over extents whose leaves store partial offsets and whose child
+ * pointers carry shift values; the effective offset of an entry is its
+ * partial offset plus the shifts on its search path.  Inserting or removing
+ * a range therefore changes the entries after it in one leaf, and then, on
+ * each level of the path, only the pivots and shifts to the right of the
+ * path: O(log N) nodes instead of every later extent.
+ *
+ * Modifying operations walk down once, splitting full nodes on the way
+ * (so a split always finds room in its parent), remember the path, and
+ * walk back up to apply the shift and to merge underfull nodes.  Range
+ * queries walk the leaves with the same path stack, which carries each
+ * leaf's base offset (a sibling link could not: bases differ per leaf).
+ *
+ * Persistence (the copy-on-write file, commit and load) lives in
+ * flextree_file.c; here a node only records that it is dirty, and a freed
+ * node hands its committed slot back to be reused after the next commit.
+ * See flextree_int.h for the invariants and docs/FORMAT.md for the file.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flextree_int.h"
+
+/* The path of a descent: node[d] is the internal node at depth d, idx[d]
+ * the child taken and base[d] the node's own base offset. */
+struct ft_path {
+	int depth;
+	struct ft_internal *node[FT_MAX_HEIGHT];
+	int idx[FT_MAX_HEIGHT];
+	int64_t base[FT_MAX_HEIGHT];
+	struct ft_leaf *leaf;
+	int64_t leaf_base;
+};
+
+/* ---- nodes ------------------------------------------------------------ */
+
+struct ft_node *ft_node_new(int leaf)
+{
+	struct ft_node *n = leaf ? malloc(sizeof(struct ft_leaf))
+				 : malloc(sizeof(struct ft_internal));
+	if (!n)
+		return NULL;
+	n->leaf = (uint8_t)(leaf != 0);
+	n->dirty = 1;
+	n->count = 0;
+	n->slot = FT_NOSLOT;
+	n->csum = 0;
+	return n;
+}
+
+void ft_node_free_tree(struct ft_node *n)
+{
+	if (!n)
+		return;
+	if (!n->leaf) {
+		struct ft_internal *in = (struct ft_internal *)n;
+		for (int i = 0; i <= in->h.count; i++)
+			ft_node_free_tree(in->child[i]);
+	}
+	free(n);
+}
+
+/* Marks a node changed since the last commit. */
+static inline void ft_touch(struct flextree *t, struct ft_node *n)
+{
+	if (!n->dirty) {
+		n->dirty = 1;
+		t->dirty_nodes++;
+	}
+}
+
+/* Returns the committed slot of a node leaving the tree; the previous
+ * version still uses it, so it becomes reusable only after the next commit
+ * (flextree_file.c moves pending slots to the free list then). */
+void ft_release_slot(struct flextree *t, struct ft_node *n)
+{
+	if (n->slot == FT_NOSLOT || t->fd < 0)
+		return;
+	if (t->npending == t->pending_cap) {
+		uint32_t cap = t->pending_cap ? t->pending_cap * 2 : 64;
+		uint32_t *p = realloc(t->pending, cap * sizeof(*p));
+		if (!p) {
+			/* Leaking a slot is harmless: open recomputes the
+			 * free slots from the tree it loads. */
+			return;
+		}
+		t->pending = p;
+		t->pending_cap = cap;
+	}
+	t->pending[t->npending++] = n->slot;
+	n->slot = FT_NOSLOT;
+}
+
+static void ft_free_node(struct flextree *t, struct ft_node *n)
+{
+	ft_release_slot(t, n);
+	if (n->dirty && t->dirty_nodes)
+		t->dirty_nodes--;
+	if (n->leaf)
+		t->nleaves--;
+	else
+		t->ninternals--;
+	free(n);
+}
+
+/* Makes sure the spare pools can cover one descent: a new root and a split
+ * on every level. */
+static int ft_reserve(struct flextree *t)
+{
+	while (t->nspare_leaf < 2) {
+		struct ft_node *n = ft_node_new(1);
+		if (!n)
+			return -ENOMEM;
+		t->spare_leaf[t->nspare_leaf++] = n;
+	}
+	int want = (int)t->height + 2;
+	if (want > FT_MAX_HEIGHT + 2)
+		want = FT_MAX_HEIGHT + 2;
+	while (t->nspare_internal < want) {
+		struct ft_node *n = ft_node_new(0);
+		if (!n)
+			return -ENOMEM;
+		t->spare_internal[t->nspare_internal++] = n;
+	}
+	return 0;
+}
+
+static struct ft_node *ft_take(struct flextree *t, int leaf)
+{
+	struct ft_node *n;
+	if (leaf) {
+		assert(t->nspare_leaf > 0);
+		n = t->spare_leaf[--t->nspare_leaf];
+		t->nleaves++;
+	} else {
+		assert(t->nspare_internal > 0);
+		n = t->spare_internal[--t->nspare_internal];
+		t->ninternals++;
+	}
+	n->dirty = 1;
+	n->count = 0;
+	n->slot = FT_NOSLOT;
+	t->dirty_nodes++;
+	return n;
+}
+
+/* ---- searching ---------------------------------------------------------- */
+
+/* Number of pivots <= y: the child to descend into for offset y. */
+static inline int ft_route(const struct ft_internal *in, int64_t y)
+{
+	int lo = 0, hi = in->h.count;
+	while (lo < hi) {
+		int mid = (lo + hi) >> 1;
+		if (in->pivot[mid] <= y)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Number of leaf entries whose partial offset is <= y. */
+static inline int ft_leaf_upper(const struct ft_leaf *l, uint64_t y)
+{
+	int lo = 0, hi = l->h.count;
+	while (lo < hi) {
+		int mid = (lo + hi) >> 1;
+		if (l->loff[mid] <= y)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static inline int ft_full(const struct ft_node *n)
+{
+	return n->leaf ? n->count >= FT_LEAF_CAP - 1 : n->count >= FT_INTERNAL_CAP;
+}
+
+/* Read-only descent to the leaf whose range contains x. */
+static void ft_find(const struct flextree *t, uint64_t x, struct ft_path *p)
+{
+	const struct ft_node *n = t->root;
+	int64_t base = 0;
+	p->depth = 0;
+	while (!n->leaf) {
+		struct ft_internal *in = (struct ft_internal *)n;
+		int i = ft_route(in, (int64_t)x - base);
+		p->node[p->depth] = in;
+		p->idx[p->depth] = i;
+		p->base[p->depth] = base;
+		p->depth++;
+		base += in->shift[i];
+		n = in->child[i];
+	}
+	p->leaf = (struct ft_leaf *)n;
+	p->leaf_base = base;
+}
+
+/* ---- structural changes ------------------------------------------------- */
+
+static void ft_leaf_rebase(struct ft_leaf *l, struct ft_internal *parent, int i)
+{
+	uint64_t m = l->loff[0];
+	if (!m)
+		return;
+	for (int j = 0; j < l->h.count; j++)
+		l->loff[j] -= m;
+	parent->shift[i] += (int64_t)m;
+}
+
+/* Splits the full child i of p into two; the new right node inherits the
+ * left one's shift (plus, for a leaf, its first partial offset, so that its
+ * partial offsets restart at 0). */
+static void ft_split_child(struct flextree *t, struct ft_internal *p, int i)
+{
+	struct ft_node *c = p->child[i];
+	struct ft_node *r = ft_take(t, c->leaf);
+	int64_t pivot, rshift;
+
+	assert(p->h.count < FT_INTERNAL_CAP);
+	if (c->leaf) {
+		struct ft_leaf *l = (struct ft_leaf *)c, *rl = (struct ft_leaf *)r;
+		int m = l->h.count / 2, n = l->h.count - m;
+		memcpy(rl->loff, l->loff + m, n * sizeof(l->loff[0]));
+		memcpy(rl->pt, l->pt + m, n * sizeof(l->pt[0]));
+		memcpy(rl->len, l->len + m, n * sizeof(l->len[0]));
+		rl->h.count = (uint16_t)n;
+		l->h.count = (uint16_t)m;
+		uint64_t first = rl->loff[0];
+		for (int j = 0; j < n; j++)
+			rl->loff[j] -= first;
+		pivot = p->shift[i] + (int64_t)first;
+		rshift = pivot;
+	} else {
+		struct ft_internal *l = (struct ft_internal *)c, *rl = (struct ft_internal *)r;
+		int m = l->h.count / 2, n = l->h.count - m - 1;
+		memcpy(rl->pivot, l->pivot + m + 1, n * sizeof(l->pivot[0]));
+		memcpy(rl->shift, l->shift + m + 1, (n + 1) * sizeof(l->shift[0]));
+		memcpy(rl->child, l->child + m + 1, (n + 1) * sizeof(l->child[0]));
+		rl->h.count = (uint16_t)n;
+		pivot = p->shift[i] + l->pivot[m];
+		rshift = p->shift[i];
+		l->h.count = (uint16_t)m;
+	}
+	int cnt = p->h.count;
+	memmove(p->pivot + i + 1, p->pivot + i, (cnt - i) * sizeof(p->pivot[0]));
+	memmove(p->shift + i + 2, p->shift + i + 1, (cnt - i) * sizeof(p->shift[0]));
+	memmove(p->child + i + 2, p->child + i + 1, (cnt - i) * sizeof(p->child[0]));
+	p->pivot[i] = pivot;
+	p->shift[i + 1] = rshift;
+	p->child[i + 1] = r;
+	p->h.count++;
+	ft_touch(t, c);
+}
+
+/* Puts a new internal root with the old root as its only child. */
+static void ft_grow(struct flextree *t)
+{
+	struct ft_internal *r = (struct ft_internal *)ft_take(t, 0);
+	r->child[0] = t->root;
+	r->shift[0] = 0;
+	t->root = &r->h;
+	t->height++;
+}
+
+/* Descends to the leaf for x, splitting full nodes on the way and marking
+ * the path dirty.  Requires ft_reserve() first. */
+static void ft_find_mut(struct flextree *t, uint64_t x, struct ft_path *p)
+{
+	if (ft_full(t->root))
+		ft_grow(t);
+	struct ft_node *n = t->root;
+	int64_t base = 0;
+	p->depth = 0;
+	while (!n->leaf) {
+		struct ft_internal *in = (struct ft_internal *)n;
+		ft_touch(t, n);
+		int64_t y = (int64_t)x - base;
+		int i = ft_route(in, y);
+		if (ft_full(in->child[i])) {
+			ft_split_child(t, in, i);
+			if (y >= in->pivot[i])
+				i++;
+		}
+		p->node[p->depth] = in;
+		p->idx[p->depth] = i;
+		p->base[p->depth] = base;
+		p->depth++;
+		base += in->shift[i];
+		n = in->child[i];
+	}
+	ft_touch(t, n);
+	p->leaf = (struct ft_leaf *)n;
+	p->leaf_base = base;
+}
+
+/* Adds delta to everything to the right of the path above the leaf: the
+ * pivots after the child taken and the shifts of the children after it. */
+static void ft_shift_path(struct ft_path *p, int64_t delta)
+{
+	for (int d = p->depth - 1; d >= 0; d--) {
+		struct ft_internal *in = p->node[d];
+		int i = p->idx[d], cnt = in->h.count;
+		for (int j = i; j < cnt; j++)
+			in->pivot[j] += delta;
+		for (int j = i + 1; j <= cnt; j++)
+			in->shift[j] += delta;
+	}
+}
+
+static void ft_leaf_insert_at(struct ft_leaf *l, int k, uint64_t loff, uint64_t pt,
+			      uint32_t len)
+{
+	int n = l->h.count - k;
+	assert(l->h.count < FT_LEAF_CAP);
+	memmove(l->loff + k + 1, l->loff + k, n * sizeof(l->loff[0]));
+	memmove(l->pt + k + 1, l->pt + k, n * sizeof(l->pt[0]));
+	memmove(l->len + k + 1, l->len + k, n * sizeof(l->len[0]));
+	l->loff[k] = loff;
+	l->pt[k] = pt;
+	l->len[k] = len;
+	l->h.count++;
+}
+
+/* Splits extent k of a leaf at partial offset y (strictly inside it); the
+ * tail, k + 1, is untagged. */
+static void ft_leaf_split_extent(struct ft_leaf *l, int k, uint64_t y)
+{
+	uint64_t off = y - l->loff[k];
+	uint64_t poff = ft_pt_poff(l->pt[k]);
+	uint64_t tail = poff == FLEXTREE_HOLE ? FLEXTREE_HOLE : poff + off;
+	assert(off > 0 && off < l->len[k]);
+	ft_leaf_insert_at(l, k + 1, y, ft_pt_make(tail, 0), (uint32_t)(l->len[k] - off));
+	l->len[k] = (uint32_t)off;
+}
+
+/* Inserts one extent of at most UINT32_MAX bytes at x <= size. */
+static void ft_insert_one(struct flextree *t, uint64_t x, uint64_t pt, uint32_t len)
+{
+	struct ft_path p;
+	ft_find_mut(t, x, &p);
+	struct ft_leaf *l = p.leaf;
+	uint64_t y = x - (uint64_t)p.leaf_base;
+	int k = ft_leaf_upper(l, y); /* first entry starting after y */
+	int shift_from;
+
+	if (k > 0 && l->loff[k - 1] == y) {
+		/* x is the start of extent k-1: insert before it. */
+		k--;
+	} else if (k > 0 && y < l->loff[k - 1] + l->len[k - 1]) {
+		ft_leaf_split_extent(l, k - 1, y);
+		t->nextents++;
+	}
+	/* The extent now goes at index k, starting at partial offset y. */
+	uint64_t poff = ft_pt_poff(pt);
+	int merged = 0;
+	if (k > 0 && ft_pt_tag(pt) == 0) {
+		uint64_t prev = ft_pt_poff(l->pt[k - 1]);
+		uint64_t sum = (uint64_t)l->len[k - 1] + len;
+		if (prev == FLEXTREE_HOLE && poff == FLEXTREE_HOLE)
+			merged = sum <= UINT32_MAX;
+		else if (prev != FLEXTREE_HOLE && poff == prev + l->len[k - 1])
+			merged = sum <= t->max_extent;
+	}
+	if (merged) {
+		l->len[k - 1] += len;
+		shift_from = k;
+	} else {
+		ft_leaf_insert_at(l, k, y, pt, len);
+		t->nextents++;
+		shift_from = k + 1;
+	}
+	for (int j = shift_from; j < l->h.count; j++)
+		l->loff[j] += len;
+	ft_shift_path(&p, len);
+	/* Partial offsets start near 0 after every split, so only a leaf that
+	 * never split can outgrow 48 bits; rebase it then. */
+	if (l->loff[l->h.count - 1] > FT_PARTIAL_MAX && p.depth > 0)
+		ft_leaf_rebase(l, p.node[p.depth - 1], p.idx[p.depth - 1]);
+	t->size += len;
+}
+
+/* Removes the empty child idx[lv] of node[lv]; a parent left without
+ * children is removed from its own parent in turn.  Returns the depth of
+ * the node that lost a child and kept others, or -1 when the whole tree
+ * emptied. */
+static int ft_remove_empty(struct flextree *t, struct ft_path *p, int lv)
+{
+	for (; lv >= 0; lv--) {
+		struct ft_internal *in = p->node[lv];
+		int i = p->idx[lv], cnt = in->h.count;
+		ft_free_node(t, in->child[i]);
+		if (cnt > 0) {
+			int pv = i > 0 ? i - 1 : 0;
+			memmove(in->pivot + pv, in->pivot + pv + 1, (cnt - pv - 1) * sizeof(in->pivot[0]));
+			memmove(in->shift + i, in->shift + i + 1, (cnt - i) * sizeof(in->shift[0]));
+			memmove(in->child + i, in->child + i + 1, (cnt - i) * sizeof(in->child[0]));
+			in->h.count--;
+			return lv;
+		}
+	}
+	/* Every node on the path emptied: the root goes too. */
+	ft_free_node(t, t->root);
+	t->root = ft_take(t, 1);
+	t->height = 1;
+	return -1;
+}
+
+/* Merges child left+1 of p into child left, converting the right node's
+ * offsets from its base to the left node's base. */
+static void ft_merge_children(struct flextree *t, struct ft_internal *p, int left)
+{
+	struct ft_node *ln = p->child[left], *rn = p->child[left + 1];
+	int64_t delta = p->shift[left + 1] - p->shift[left];
+
+	ft_touch(t, ln);
+	if (ln->leaf) {
+		struct ft_leaf *l = (struct ft_leaf *)ln, *r = (struct ft_leaf *)rn;
+		int base = l->h.count;
+		for (int j = 0; j < r->h.count; j++) {
+			l->loff[base + j] = (uint64_t)((int64_t)r->loff[j] + delta);
+			l->pt[base + j] = r->pt[j];
+			l->len[base + j] = r->len[j];
+		}
+		l->h.count = (uint16_t)(base + r->h.count);
+		if (l->h.count && l->loff[l->h.count - 1] > FT_PARTIAL_MAX)
+			ft_leaf_rebase(l, p, left);
+	} else {
+		struct ft_internal *l = (struct ft_internal *)ln, *r = (struct ft_internal *)rn;
+		int base = l->h.count;
+		l->pivot[base] = p->pivot[left] - p->shift[left];
+		for (int j = 0; j < r->h.count; j++)
+			l->pivot[base + 1 + j] = r->pivot[j] + delta;
+		for (int j = 0; j <= r->h.count; j++) {
+			l->shift[base + 1 + j] = r->shift[j] + delta;
+			l->child[base + 1 + j] = r->child[j];
+		}
+		l->h.count = (uint16_t)(base + 1 + r->h.count);
+		r->h.count = 0; /* its children moved; free only the node */
+	}
+	if (!rn->leaf)
+		((struct ft_internal *)rn)->child[0] = NULL;
+	ft_free_node(t, rn);
+	int cnt = p->h.count;
+	memmove(p->pivot + left, p->pivot + left + 1, (cnt - left - 1) * sizeof(p->pivot[0]));
+	memmove(p->shift + left + 1, p->shift + left + 2, (cnt - left - 1) * sizeof(p->shift[0]));
+	memmove(p->child + left + 1, p->child + left + 2, (cnt - left - 1) * sizeof(p->child[0]));
+	p->h.count--;
+}
+
+static int ft_underfull(const struct ft_node *n)
+{
+	return n->leaf ? n->count <= FT_LEAF_LOW : n->count <= FT_INTERNAL_LOW;
+}
+
+static int ft_mergeable(const struct ft_node *a, const struct ft_node *b)
+{
+	if (a->leaf)
+		return a->count + b->count <= FT_LEAF_MERGE_MAX;
+	return a->count + b->count + 1 <= FT_INTERNAL_MERGE_MAX;
+}
+
+/* Drops root levels that have a single child, pushing the root's shift
+ * into the child (unless that would overflow a leaf's partial offsets). */
+static void ft_shrink(struct flextree *t)
+{
+	while (!t->root->leaf && t->root->count == 0) {
+		struct ft_internal *r = (struct ft_internal *)t->root;
+		struct ft_node *c = r->child[0];
+		int64_t s = r->shift[0];
+		if (c->leaf) {
+			struct ft_leaf *l = (struct ft_leaf *)c;
+			if (l->h.count && (int64_t)l->loff[l->h.count - 1] + s > (int64_t)FT_PARTIAL_MAX)
+				return;
+			for (int j = 0; j < l->h.count; j++)
+				l->loff[j] = (uint64_t)((int64_t)l->loff[j] + s);
+		} else {
+			struct ft_internal *in = (struct ft_internal *)c;
+			for (int j = 0; j < in->h.count; j++)
+				in->pivot[j] += s;
+			for (int j = 0; j <= in->h.count; j++)
+				in->shift[j] += s;
+		}
+		ft_touch(t, c);
+		r->child[0] = NULL;
+		r->h.count = 0;
+		ft_free_node(t, &r->h);
+		t->root = c;
+		t->height--;
+	}
+}
+
+/* After entries were removed from p->leaf: removes it if empty, merges
+ * underfull nodes upward, and lowers the root. */
+static void ft_rebalance(struct flextree *t, struct ft_path *p)
+{
+	int lv = p->depth - 1;
+	if (p->depth > 0 && p->leaf->h.count == 0) {
+		lv = ft_remove_empty(t, p, p->depth - 1);
+		if (lv < 0)
+			return;
+		lv--; /* node[lv+1] lost a child: check it against its siblings */
+	}
+	for (; lv >= 0; lv--) {
+		struct ft_internal *in = p->node[lv];
+		int i = p->idx[lv];
+		if (!ft_underfull(in->child[i]) || in->h.count == 0)
+			break;
+		int left = i > 0 ? i - 1 : 0;
+		if (!ft_mergeable(in->child[left], in->child[left + 1]))
+			break;
+		ft_merge_children(t, in, left);
+	}
+	ft_shrink(t);
+}
+
+/* Removes up to d bytes starting at x (x < size) from the leaf holding x.
+ * Returns the number of bytes removed (> 0). */
+static uint64_t ft_collapse_leaf(struct flextree *t, uint64_t x, uint64_t d)
+{
+	struct ft_path p;
+	ft_find_mut(t, x, &p);
+	struct ft_leaf *l = p.leaf;
+	uint64_t y = x - (uint64_t)p.leaf_base;
+	int j = ft_leaf_upper(l, y) - 1;
+
+	assert(j >= 0 && y < l->loff[j] + l->len[j]);
+	if (l->loff[j] < y) {
+		ft_leaf_split_extent(l, j, y);
+		t->nextents++;
+		j++;
+	}
+	uint64_t r = 0;
+	int e = j;
+	while (e < l->h.count && r < d) {
+		if (r + l->len[e] <= d) {
+			r += l->len[e++];
+		} else {
+			uint32_t cut = (uint32_t)(d - r);
+			uint64_t poff = ft_pt_poff(l->pt[e]);
+			l->loff[e] += cut;
+			l->len[e] -= cut;
+			l->pt[e] = ft_pt_make(poff == FLEXTREE_HOLE ? poff : poff + cut, 0);
+			r = d;
+		}
+	}
+	int n = l->h.count - e;
+	memmove(l->loff + j, l->loff + e, n * sizeof(l->loff[0]));
+	memmove(l->pt + j, l->pt + e, n * sizeof(l->pt[0]));
+	memmove(l->len + j, l->len + e, n * sizeof(l->len[0]));
+	l->h.count = (uint16_t)(j + n);
+	t->nextents -= (uint64_t)(e - j);
+	for (int q = j; q < l->h.count; q++)
+		l->loff[q] -= r;
+	ft_shift_path(&p, -(int64_t)r);
+	t->size -= r;
+	ft_rebalance(t, &p);
+	return r;
+}
+
+/* ---- public API --------------------------------------------------------- */
+
+static int ft_writable(const struct flextree *t)
+{
+	if (!t)
+		return -EINVAL;
+	if (t->read_only)
+		return FLEX_EREADONLY;
+	if (t->failed)
+		return FLEX_EFAILED;
+	return 0;
+}
+
+static int ft_insert_tagged(struct flextree *t, uint64_t loff, uint64_t poff, uint32_t len,
+			    uint16_t tag)
+{
+	int rc = ft_writable(t);
+	if (rc)
+		return rc;
+	if (poff > FLEXTREE_HOLE ||
+	    (poff != FLEXTREE_HOLE && poff + len > FLEXTREE_HOLE))
+		return -EINVAL;
+	if (loff > FLEXTREE_MAX_SIZE || len > FLEXTREE_MAX_SIZE - loff)
+		return FLEX_ETOOBIG;
+	if (len == 0)
+		return 0;
+	while (t->size < loff) {
+		uint64_t gap = loff - t->size;
+		uint32_t h = gap > UINT32_MAX ? UINT32_MAX : (uint32_t)gap;
+		if ((rc = ft_reserve(t)) != 0)
+			return rc;
+		ft_insert_one(t, t->size, ft_pt_make(FLEXTREE_HOLE, 0), h);
+	}
+	if ((rc = ft_reserve(t)) != 0)
+		return rc;
+	ft_insert_one(t, loff, ft_pt_make(poff, tag), len);
+	return 0;
+}
+
+int flextree_insert(struct flextree *t, uint64_t loff, uint64_t poff, uint32_t len)
+{
+	return ft_insert_tagged(t, loff, poff, len, 0);
+}
+
+static int ft_check_range(const struct flextree *t, uint64_t loff, uint64_t len)
+{
+	if (loff > t->size || len > t->size - loff)
+		return -ERANGE;
+	return 0;
+}
+
+int flextree_collapse(struct flextree *t, uint64_t loff, uint64_t len)
+{
+	int rc = ft_writable(t);
+	if (rc)
+		return rc;
+	if ((rc = ft_check_range(t, loff, len)) != 0)
+		return rc;
+	while (len > 0) {
+		if ((rc = ft_reserve(t)) != 0)
+			return rc;
+		len -= ft_collapse_leaf(t, loff, len);
+	}
+	return 0;
+}
+
+int flextree_remap(struct flextree *t, uint64_t loff, uint64_t len, uint64_t poff)
+{
+	int rc = ft_writable(t);
+	if (rc)
+		return rc;
+	if ((rc = ft_check_range(t, loff, len)) != 0)
+		return rc;
+	if (len > UINT32_MAX || poff > FLEXTREE_HOLE ||
+	    (poff != FLEXTREE_HOLE && poff + len > FLEXTREE_HOLE))
+		return -EINVAL;
+	if (len == 0)
+		return 0;
+	uint16_t tag = 0;
+	uint64_t start = 0;
+	if ((rc = flextree_tag_get(t, loff, &tag, &start)) != 0)
+		return rc;
+	if (start != loff)
+		tag = 0;
+	if ((rc = flextree_collapse(t, loff, len)) != 0)
+		return rc;
+	return ft_insert_tagged(t, loff, poff, (uint32_t)len, tag);
+}
+
+int flextree_lookup(const struct flextree *t, uint64_t loff, uint64_t *poff, uint64_t *run)
+{
+	if (!t)
+		return -EINVAL;
+	if (loff >= t->size)
+		return -ERANGE;
+	struct ft_path p;
+	ft_find(t, loff, &p);
+	const struct ft_leaf *l = p.leaf;
+	uint64_t y = loff - (uint64_t)p.leaf_base;
+	int j = ft_leaf_upper(l, y) - 1;
+	assert(j >= 0 && y - l->loff[j] < l->len[j]);
+	uint64_t off = y - l->loff[j];
+	uint64_t ph = ft_pt_poff(l->pt[j]);
+	if (poff)
+		*poff = ph == FLEXTREE_HOLE ? FLEXTREE_HOLE : ph + off;
+	if (run)
+		*run = l->len[j] - off;
+	return 0;
+}
+
+/* Leaf-level cursor for scans: a path plus an entry index. */
+struct ft_cursor {
+	struct ft_path p;
+	int k;
+};
+
+static void ft_cursor_seek(const struct flextree *t, uint64_t x, struct ft_cursor *c)
+{
+	ft_find(t, x, &c->p);
+	int k = ft_leaf_upper(c->p.leaf, x - (uint64_t)c->p.leaf_base) - 1;
+	c->k = k < 0 ? 0 : k;
+}
+
+/* Moves to the next extent; returns 0 at the end of the tree. */
+static int ft_cursor_next(struct ft_cursor *c)
+{
+	if (++c->k < c->p.leaf->h.count)
+		return 1;
+	int d = c->p.depth - 1;
+	while (d >= 0 && c->p.idx[d] >= c->p.node[d]->h.count)
+		d--;
+	if (d < 0)
+		return 0;
+	c->p.idx[d]++;
+	int64_t base = c->p.base[d] + c->p.node[d]->shift[c->p.idx[d]];
+	struct ft_node *n = c->p.node[d]->child[c->p.idx[d]];
+	for (d++; !n->leaf; d++) {
+		struct ft_internal *in = (struct ft_internal *)n;
+		c->p.node[d] = in;
+		c->p.idx[d] = 0;
+		c->p.base[d] = base;
+		base += in->shift[0];
+		n = in->child[0];
+	}
+	c->p.leaf = (struct ft_leaf *)n;
+	c->p.leaf_base = base;
+	c->k = 0;
+	return c->p.leaf->h.count > 0 ? 1 : ft_cursor_next(c);
+}
+
+static inline void ft_cursor_get(const struct ft_cursor *c, struct flextree_extent *e)
+{
+	const struct ft_leaf *l = c->p.leaf;
+	e->loff = (uint64_t)c->p.leaf_base + l->loff[c->k];
+	e->poff = ft_pt_poff(l->pt[c->k]);
+	e->len = l->len[c->k];
+	e->tag = ft_pt_tag(l->pt[c->k]);
+}
+
+ssize_t flextree_query(const struct flextree *t, uint64_t loff, uint64_t len,
+		       struct flextree_mapping *out, size_t cap)
+{
+	if (!t || (cap && !out))
+		return -EINVAL;
+	if (loff > t->size || len > UINT64_MAX - loff)
+		return -ERANGE;
+	uint64_t end = loff + len > t->size ? t->size : loff + len;
+	if (loff == end)
+		return 0;
+	struct ft_cursor c;
+	struct flextree_extent e;
+	size_t n = 0;
+	ft_cursor_seek(t, loff, &c);
+	do {
+		ft_cursor_get(&c, &e);
+		uint64_t s = e.loff > loff ? e.loff : loff;
+		uint64_t f = e.loff + e.len < end ? e.loff + e.len : end;
+		if (n < cap) {
+			out[n].loff = s;
+			out[n].len = f - s;
+			out[n].poff = e.poff == FLEXTREE_HOLE ? FLEXTREE_HOLE : e.poff + (s - e.loff);
+		}
+		n++;
+		if (f >= end)
+			break;
+	} while (ft_cursor_next(&c));
+	return (ssize_t)n;
+}
+
+int flextree_scan(const struct flextree *t, uint64_t loff, uint64_t len,
+		  int (*fn)(void *arg, const struct flextree_extent *e), void *arg)
+{
+	if (!t || !fn)
+		return -EINVAL;
+	if (loff > t->size || len > UINT64_MAX - loff)
+		return -ERANGE;
+	uint64_t end = loff + len > t->size ? t->size : loff + len;
+	if (loff == end)
+		return 0;
+	struct ft_cursor c;
+	struct flextree_extent e;
+	ft_cursor_seek(t, loff, &c);
+	do {
+		ft_cursor_get(&c, &e);
+		int rc = fn(arg, &e);
+		if (rc)
+			return rc;
+		if (e.loff + e.len >= end)
+			break;
+	} while (ft_cursor_next(&c));
+	return 0;
+}
+
+int flextree_tag_set(struct flextree *t, uint64_t loff, uint16_t tag)
+{
+	int rc = ft_writable(t);
+	if (rc)
+		return rc;
+	if (loff >= t->size)
+		return -ERANGE;
+	if ((rc = ft_reserve(t)) != 0)
+		return rc;
+	struct ft_path p;
+	ft_find_mut(t, loff, &p);
+	struct ft_leaf *l = p.leaf;
+	uint64_t y = loff - (uint64_t)p.leaf_base;
+	int j = ft_leaf_upper(l, y) - 1;
+	if (l->loff[j] < y) {
+		ft_leaf_split_extent(l, j, y);
+		t->nextents++;
+		j++;
+	}
+	l->pt[j] = ft_pt_make(ft_pt_poff(l->pt[j]), tag);
+	return 0;
+}
+
+int flextree_tag_get(const struct flextree *t, uint64_t loff, uint16_t *tag,
+		     uint64_t *extent_loff)
+{
+	if (!t)
+		return -EINVAL;
+	if (loff >= t->size)
+		return -ERANGE;
+	struct ft_path p;
+	ft_find(t, loff, &p);
+	const struct ft_leaf *l = p.leaf;
+	int j = ft_leaf_upper(l, loff - (uint64_t)p.leaf_base) - 1;
+	if (tag)
+		*tag = ft_pt_tag(l->pt[j]);
+	if (extent_loff)
+		*extent_loff = (uint64_t)p.leaf_base + l->loff[j];
+	return 0;
+}
+
+uint64_t flextree_size(const struct flextree *t)
+{
+	return t ? t->size : 0;
+}
+
+int flextree_stats(const struct flextree *t, struct flextree_stats *st)
+{
+	if (!t || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	st->size = t->size;
+	st->extents = t->nextents;
+	st->leaves = t->nleaves;
+	st->internals = t->ninternals;
+	st->height = t->height;
+	st->version = t->version;
+	st->file_bytes = t->fd >= 0 ? (uint64_t)t->nslots * 4096 : 0;
+	st->dirty_nodes = t->dirty_nodes;
+	st->commits = t->commits;
+	st->bytes_written = t->bytes_written;
+	return 0;
+}
+
+int flextree_open(const char *path, const struct flextree_options *opt, struct flextree **out)
+{
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	struct flextree *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->fd = -1;
+	t->height = 1;
+	t->max_extent = opt && opt->max_extent ? opt->max_extent : UINT32_MAX;
+	t->io = opt && opt->io ? opt->io : flex_io_posix();
+	int rc;
+	if (path) {
+		rc = ft_file_open(t, path, opt);
+	} else {
+		t->root = ft_node_new(1);
+		t->nleaves = 1;
+		rc = t->root ? 0 : -ENOMEM;
+	}
+	if (rc) {
+		flextree_close(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+int flextree_commit(struct flextree *t)
+{
+	if (!t)
+		return -EINVAL;
+	if (t->fd < 0)
+		return 0;
+	if (t->read_only)
+		return FLEX_EREADONLY;
+	if (t->failed)
+		return FLEX_EFAILED;
+	return ft_file_commit(t);
+}
+
+int flextree_close(struct flextree *t)
+{
+	if (!t)
+		return 0;
+	int rc = 0;
+	if (t->fd >= 0 && t->root && !t->read_only && !t->failed)
+		rc = ft_file_commit(t);
+	if (t->fd >= 0)
+		ft_file_close(t);
+	ft_node_free_tree(t->root);
+	for (int i = 0; i < t->nspare_leaf; i++)
+		free(t->spare_leaf[i]);
+	for (int i = 0; i < t->nspare_internal; i++)
+		free(t->spare_internal[i]);
+	free(t->free_slots);
+	free(t->pending);
+	free(t);
+	return rc;
+}
+
+/* ---- deep check ------------------------------------------------------- */
+
+struct ft_check {
+	uint64_t pos; /* next expected effective offset */
+	uint64_t extents, leaves, internals;
+	int leaf_depth;
+};
+
+static int ft_check_node(const struct flextree *t, const struct ft_node *n, int64_t base,
+			 int depth, struct ft_check *ck)
+{
+	if (n->leaf) {
+		const struct ft_leaf *l = (const struct ft_leaf *)n;
+		if (ck->leaf_depth < 0)
+			ck->leaf_depth = depth;
+		if (ck->leaf_depth != depth || l->h.count > FT_LEAF_CAP)
+			return FLEX_ECORRUPT;
+		if (l->h.count == 0 && n != t->root)
+			return FLEX_ECORRUPT;
+		for (int j = 0; j < l->h.count; j++) {
+			uint64_t poff = ft_pt_poff(l->pt[j]);
+			if (l->len[j] == 0 || l->loff[j] > FT_PARTIAL_MAX)
+				return FLEX_ECORRUPT;
+			if ((uint64_t)(base + (int64_t)l->loff[j]) != ck->pos)
+				return FLEX_ECORRUPT;
+			if (poff != FLEXTREE_HOLE && poff + l->len[j] > FLEXTREE_HOLE)
+				return FLEX_ECORRUPT;
+			ck->pos += l->len[j];
+		}
+		ck->extents += l->h.count;
+		ck->leaves++;
+		return 0;
+	}
+	const struct ft_internal *in = (const struct ft_internal *)n;
+	if (in->h.count > FT_INTERNAL_CAP || depth >= FT_MAX_HEIGHT)
+		return FLEX_ECORRUPT;
+	ck->internals++;
+	for (int i = 0; i <= in->h.count; i++) {
+		if (!in->child[i])
+			return FLEX_ECORRUPT;
+		if (i > 0 && (uint64_t)(base + in->pivot[i - 1]) != ck->pos)
+			return FLEX_ECORRUPT;
+		uint64_t before = ck->pos;
+		int rc = ft_check_node(t, in->child[i], base + in->shift[i], depth + 1, ck);
+		if (rc)
+			return rc;
+		if (ck->pos == before)
+			return FLEX_ECORRUPT; /* an empty subtree */
+		if (!in->child[i]->dirty && n->dirty == 0 && t->fd >= 0 &&
+		    in->child[i]->slot == FT_NOSLOT)
+			return FLEX_ECORRUPT;
+		if (in->child[i]->dirty && !n->dirty)
+			return FLEX_ECORRUPT; /* a dirty node under a clean one */
+	}
+	return 0;
+}
+
+int flextree_check(const struct flextree *t)
+{
+	if (!t || !t->root)
+		return -EINVAL;
+	struct ft_check ck = {.leaf_depth = -1};
+	int rc = ft_check_node(t, t->root, 0, 0, &ck);
+	if (rc)
+		return rc;
+	if (ck.pos != t->size || ck.extents != t->nextents || ck.leaves != t->nleaves ||
+	    ck.internals != t->ninternals || (uint32_t)ck.leaf_depth + 1 != t->height)
+		return FLEX_ECORRUPT;
+	if (t->fd >= 0)
+		return ft_file_check(t);
+	return 0;
+}

@@ -1,0 +1,592 @@
+/*
+ * flextree_file.c - the copy-on-write tree file (paper section 4.2).
+ *
+ * The file is an array of 4 KiB slots.  Slots 0 and 1 hold two copies of
+ * the header; every other slot holds one node.  A commit writes each node
+ * changed since the previous commit to a slot that the committed version
+ * does not use, syncs, and then writes the header copy that does not hold
+ * the current version, with version + 1, and syncs again.  Slots released
+ * since the previous commit (nodes freed by merges, and the old copies of
+ * rewritten nodes) are reused only after that second sync, so a crash at
+ * any point leaves the previous version intact and findable.
+ *
+ * Each child pointer carries the checksum of the child's image and the
+ * header carries the root's, so a stale copy of a node (an old version of
+ * the same slot) is detected just like a flipped bit.  Open picks the valid
+ * header with the highest version, reads the tree it names completely into
+ * memory, verifies every checksum and then the in-memory invariants.  The
+ * paper maps the file instead; reading it whole keeps the tree's nodes in
+ * one representation, needs no SIGBUS handling on a full disk, and costs a
+ * few milliseconds per million extents at open.  docs/FORMAT.md documents
+ * the layout byte by byte.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "flextree_int.h"
+
+#define FT_SLOT 4096u
+#define FT_FORMAT 1u
+#define FT_MAGIC "FLEXTREE"
+#define FT_LEAF_MAGIC 0x314c5446u     /* "FTL1" */
+#define FT_INTERNAL_MAGIC 0x31495446u /* "FTI1" */
+#define FT_NODE_HDR 32u
+#define FT_LEAF_ENTRY 20u
+#define FT_PIVOT 8u
+#define FT_CHILD_ENTRY 20u
+/* Nodes written per batched write during a commit (1 MiB). */
+#define FT_BATCH 256
+
+_Static_assert(FT_NODE_HDR + FT_LEAF_CAP * FT_LEAF_ENTRY <= FT_SLOT, "leaf fits a slot");
+_Static_assert(FT_NODE_HDR + FT_INTERNAL_CAP * FT_PIVOT +
+			       (FT_INTERNAL_CAP + 1) * FT_CHILD_ENTRY <= FT_SLOT,
+	       "internal node fits a slot");
+
+/* ---- little-endian encoding --------------------------------------------- */
+
+static inline void put_u16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline void put_u32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t get_u16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+static inline uint32_t get_u32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t get_u64(const uint8_t *p)
+{
+	return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+/* Checksum of a slot image with its checksum field (at csum_at) zeroed. */
+static uint64_t ft_slot_csum(uint8_t *buf, unsigned csum_at)
+{
+	uint8_t saved[8];
+	memcpy(saved, buf + csum_at, 8);
+	memset(buf + csum_at, 0, 8);
+	uint64_t h = XXH3_64bits(buf, FT_SLOT);
+	memcpy(buf + csum_at, saved, 8);
+	return h;
+}
+
+/* ---- header ------------------------------------------------------------- */
+
+struct ft_header {
+	uint64_t version;
+	uint32_t root_slot;
+	uint32_t height;
+	uint64_t root_csum;
+	uint64_t size;
+	uint64_t extents;
+	uint32_t nslots;
+	uint64_t leaves;
+	uint64_t internals;
+};
+
+enum {
+	H_MAGIC = 0,
+	H_FORMAT = 8,
+	H_SLOT = 12,
+	H_VERSION = 16,
+	H_ROOT = 24,
+	H_HEIGHT = 28,
+	H_ROOT_CSUM = 32,
+	H_SIZE = 40,
+	H_EXTENTS = 48,
+	H_NSLOTS = 56,
+	H_LEAVES = 64,
+	H_INTERNALS = 72,
+	H_CSUM = FT_SLOT - 8,
+};
+
+static void ft_header_encode(const struct ft_header *h, uint8_t *buf)
+{
+	memset(buf, 0, FT_SLOT);
+	memcpy(buf + H_MAGIC, FT_MAGIC, 8);
+	put_u32(buf + H_FORMAT, FT_FORMAT);
+	put_u32(buf + H_SLOT, FT_SLOT);
+	put_u64(buf + H_VERSION, h->version);
+	put_u32(buf + H_ROOT, h->root_slot);
+	put_u32(buf + H_HEIGHT, h->height);
+	put_u64(buf + H_ROOT_CSUM, h->root_csum);
+	put_u64(buf + H_SIZE, h->size);
+	put_u64(buf + H_EXTENTS, h->extents);
+	put_u32(buf + H_NSLOTS, h->nslots);
+	put_u64(buf + H_LEAVES, h->leaves);
+	put_u64(buf + H_INTERNALS, h->internals);
+	put_u64(buf + H_CSUM, ft_slot_csum(buf, H_CSUM));
+}
+
+/* Returns 0 for a valid header, FLEX_EVERSION for a sound header of
+ * another format version, FLEX_ECORRUPT otherwise. */
+static int ft_header_decode(uint8_t *buf, struct ft_header *h)
+{
+	if (memcmp(buf + H_MAGIC, FT_MAGIC, 8) != 0)
+		return FLEX_ECORRUPT;
+	if (get_u64(buf + H_CSUM) != ft_slot_csum(buf, H_CSUM))
+		return FLEX_ECORRUPT;
+	if (get_u32(buf + H_FORMAT) != FT_FORMAT || get_u32(buf + H_SLOT) != FT_SLOT)
+		return FLEX_EVERSION;
+	h->version = get_u64(buf + H_VERSION);
+	h->root_slot = get_u32(buf + H_ROOT);
+	h->height = get_u32(buf + H_HEIGHT);
+	h->root_csum = get_u64(buf + H_ROOT_CSUM);
+	h->size = get_u64(buf + H_SIZE);
+	h->extents = get_u64(buf + H_EXTENTS);
+	h->nslots = get_u32(buf + H_NSLOTS);
+	h->leaves = get_u64(buf + H_LEAVES);
+	h->internals = get_u64(buf + H_INTERNALS);
+	if (h->height == 0 || h->height > FT_MAX_HEIGHT || h->root_slot < 2 ||
+	    h->size > FLEXTREE_MAX_SIZE)
+		return FLEX_ECORRUPT;
+	return 0;
+}
+
+/* ---- nodes -------------------------------------------------------------- */
+
+enum {
+	N_MAGIC = 0,
+	N_COUNT = 4,
+	N_LEVEL = 6,
+	N_SLOT = 8,
+	N_VERSION = 16,
+	N_CSUM = 24,
+};
+
+/* Encodes node n (whose dirty children already have their new slots) as
+ * it will be stored in `slot`, and returns its checksum. */
+static uint64_t ft_node_encode(const struct ft_node *n, unsigned level, uint32_t slot,
+			       uint64_t version, uint8_t *buf)
+{
+	memset(buf, 0, FT_SLOT);
+	put_u32(buf + N_MAGIC, n->leaf ? FT_LEAF_MAGIC : FT_INTERNAL_MAGIC);
+	put_u16(buf + N_COUNT, n->count);
+	buf[N_LEVEL] = (uint8_t)level;
+	put_u32(buf + N_SLOT, slot);
+	put_u64(buf + N_VERSION, version);
+	uint8_t *p = buf + FT_NODE_HDR;
+	if (n->leaf) {
+		const struct ft_leaf *l = (const struct ft_leaf *)n;
+		for (int j = 0; j < l->h.count; j++, p += FT_LEAF_ENTRY) {
+			put_u64(p, l->loff[j]);
+			put_u64(p + 8, l->pt[j]);
+			put_u32(p + 16, l->len[j]);
+		}
+	} else {
+		const struct ft_internal *in = (const struct ft_internal *)n;
+		for (int j = 0; j < in->h.count; j++, p += FT_PIVOT)
+			put_u64(p, (uint64_t)in->pivot[j]);
+		for (int j = 0; j <= in->h.count; j++, p += FT_CHILD_ENTRY) {
+			put_u64(p, (uint64_t)in->shift[j]);
+			put_u32(p + 8, in->child[j]->slot);
+			put_u64(p + 12, in->child[j]->csum);
+		}
+	}
+	uint64_t h = ft_slot_csum(buf, N_CSUM);
+	put_u64(buf + N_CSUM, h);
+	return h;
+}
+
+/* ---- slot allocation ---------------------------------------------------- */
+
+static int ft_push(uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t v)
+{
+	if (*n == *cap) {
+		uint32_t c = *cap ? *cap * 2 : 64;
+		uint32_t *p = realloc(*arr, (size_t)c * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		*arr = p;
+		*cap = c;
+	}
+	(*arr)[(*n)++] = v;
+	return 0;
+}
+
+static int ft_cmp_desc(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The free list is kept sorted high to low, so popping returns the lowest
+ * free slot and the file stays compact. */
+static uint32_t ft_alloc_slot(struct flextree *t)
+{
+	if (t->nfree)
+		return t->free_slots[--t->nfree];
+	return t->nslots++;
+}
+
+/* ---- commit ------------------------------------------------------------- */
+
+struct ft_writer {
+	struct flextree *t;
+	uint8_t *buf; /* FT_BATCH slots */
+	struct flex_iovec iov[FT_BATCH];
+	int n;
+	uint64_t version;
+};
+
+static int ft_writer_flush(struct ft_writer *w)
+{
+	if (!w->n)
+		return 0;
+	int rc = w->t->io->write_batch(w->t->io, w->t->fd, w->iov, w->n);
+	if (rc)
+		return rc;
+	w->t->bytes_written += (uint64_t)w->n * FT_SLOT;
+	w->n = 0;
+	return 0;
+}
+
+/* Writes the dirty nodes below and including n, children first, each to a
+ * fresh slot; the old slot is released for reuse after this commit. */
+static int ft_commit_node(struct ft_writer *w, struct ft_node *n, unsigned level)
+{
+	struct flextree *t = w->t;
+	if (!n->dirty)
+		return 0;
+	if (!n->leaf) {
+		struct ft_internal *in = (struct ft_internal *)n;
+		for (int i = 0; i <= in->h.count; i++) {
+			int rc = ft_commit_node(w, in->child[i], level - 1);
+			if (rc)
+				return rc;
+		}
+	}
+	if (w->n == FT_BATCH) {
+		int rc = ft_writer_flush(w);
+		if (rc)
+			return rc;
+	}
+	uint32_t slot = ft_alloc_slot(t);
+	uint8_t *buf = w->buf + (size_t)w->n * FT_SLOT;
+	uint64_t csum = ft_node_encode(n, level, slot, w->version, buf);
+	w->iov[w->n++] = (struct flex_iovec){.buf = buf, .len = FT_SLOT, .off = (uint64_t)slot * FT_SLOT};
+	ft_release_slot(t, n);
+	n->slot = slot;
+	n->csum = csum;
+	n->dirty = 0;
+	if (t->dirty_nodes)
+		t->dirty_nodes--;
+	return 0;
+}
+
+static int ft_write_header(struct flextree *t, uint64_t version)
+{
+	uint8_t *buf = malloc(FT_SLOT);
+	if (!buf)
+		return -ENOMEM;
+	struct ft_header h = {
+		.version = version,
+		.root_slot = t->root->slot,
+		.height = t->height,
+		.root_csum = t->root->csum,
+		.size = t->size,
+		.extents = t->nextents,
+		.nslots = t->nslots,
+		.leaves = t->nleaves,
+		.internals = t->ninternals,
+	};
+	ft_header_encode(&h, buf);
+	int rc = flex_io_write_full(t->io, t->fd, buf, FT_SLOT, (version & 1) * FT_SLOT);
+	free(buf);
+	if (!rc)
+		t->bytes_written += FT_SLOT;
+	return rc;
+}
+
+/* After a durable commit: slots released since the previous one become
+ * free; free slots at the end of the file are cut off. */
+static void ft_recycle(struct flextree *t)
+{
+	for (uint32_t i = 0; i < t->npending; i++)
+		if (ft_push(&t->free_slots, &t->nfree, &t->free_cap, t->pending[i]))
+			break; /* leaked until the next open; harmless */
+	t->npending = 0;
+	if (t->nfree > 1)
+		qsort(t->free_slots, t->nfree, sizeof(uint32_t), ft_cmp_desc);
+	uint32_t top = 0;
+	while (top < t->nfree && t->free_slots[top] == t->nslots - 1 - top)
+		top++;
+	if (top && t->io->ftruncate(t->io, t->fd, (uint64_t)(t->nslots - top) * FT_SLOT) == 0) {
+		t->nslots -= top;
+		memmove(t->free_slots, t->free_slots + top, (t->nfree - top) * sizeof(uint32_t));
+		t->nfree -= top;
+	}
+}
+
+int ft_file_commit(struct flextree *t)
+{
+	if (!t->root->dirty)
+		return 0;
+	struct ft_writer w = {.t = t, .version = t->version + 1};
+	w.buf = malloc((size_t)FT_BATCH * FT_SLOT);
+	if (!w.buf)
+		return -ENOMEM;
+	int rc = ft_commit_node(&w, t->root, t->height - 1);
+	if (!rc)
+		rc = ft_writer_flush(&w);
+	free(w.buf);
+	if (!rc)
+		rc = t->io->fdatasync(t->io, t->fd);
+	if (!rc)
+		rc = ft_write_header(t, t->version + 1);
+	if (!rc)
+		rc = t->io->fdatasync(t->io, t->fd);
+	if (rc) {
+		/* Nodes may now claim slots whose images never reached the
+		 * disk: this handle can no longer commit correctly. */
+		t->failed = rc;
+		return rc;
+	}
+	t->version++;
+	t->commits++;
+	ft_recycle(t);
+	return 0;
+}
+
+/* ---- open --------------------------------------------------------------- */
+
+struct ft_loader {
+	struct flextree *t;
+	uint8_t *buf;
+	uint8_t *used; /* bitmap of referenced slots */
+	uint64_t version;
+};
+
+static int ft_load_node(struct ft_loader *ld, uint32_t slot, uint64_t csum, unsigned level,
+			struct ft_node **out)
+{
+	struct flextree *t = ld->t;
+	*out = NULL;
+	if (slot < 2 || slot >= t->nslots || (ld->used[slot / 8] & (1u << (slot % 8))))
+		return FLEX_ECORRUPT;
+	ld->used[slot / 8] |= (uint8_t)(1u << (slot % 8));
+	uint8_t *buf = ld->buf + (size_t)level * FT_SLOT;
+	int rc = flex_io_read_full(t->io, t->fd, buf, FT_SLOT, (uint64_t)slot * FT_SLOT);
+	if (rc)
+		return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+	if (get_u64(buf + N_CSUM) != csum || ft_slot_csum(buf, N_CSUM) != csum)
+		return FLEX_ECORRUPT;
+	uint32_t magic = get_u32(buf + N_MAGIC);
+	unsigned count = get_u16(buf + N_COUNT);
+	if (buf[N_LEVEL] != level || get_u32(buf + N_SLOT) != slot ||
+	    get_u64(buf + N_VERSION) > ld->version)
+		return FLEX_ECORRUPT;
+	const uint8_t *p = buf + FT_NODE_HDR;
+	if (level == 0) {
+		if (magic != FT_LEAF_MAGIC || count > FT_LEAF_CAP)
+			return FLEX_ECORRUPT;
+		struct ft_leaf *l = (struct ft_leaf *)ft_node_new(1);
+		if (!l)
+			return -ENOMEM;
+		t->nleaves++;
+		*out = &l->h;
+		l->h.count = (uint16_t)count;
+		for (unsigned j = 0; j < count; j++, p += FT_LEAF_ENTRY) {
+			l->loff[j] = get_u64(p);
+			l->pt[j] = get_u64(p + 8);
+			l->len[j] = get_u32(p + 16);
+		}
+		t->nextents += count;
+	} else {
+		if (magic != FT_INTERNAL_MAGIC || count > FT_INTERNAL_CAP)
+			return FLEX_ECORRUPT;
+		struct ft_internal *in = (struct ft_internal *)ft_node_new(0);
+		if (!in)
+			return -ENOMEM;
+		t->ninternals++;
+		*out = &in->h;
+		/* Children are filled in as they load; the NULL ones left by
+		 * a failure are skipped when the partial tree is freed. */
+		in->h.count = (uint16_t)count;
+		for (unsigned j = 0; j < count; j++, p += FT_PIVOT)
+			in->pivot[j] = (int64_t)get_u64(p);
+		for (unsigned j = 0; j <= count; j++)
+			in->child[j] = NULL;
+		/* This level's buffer is reused only by deeper levels, so the
+		 * child table stays readable while the children load. */
+		for (unsigned j = 0; j <= count; j++, p += FT_CHILD_ENTRY) {
+			in->shift[j] = (int64_t)get_u64(p);
+			rc = ft_load_node(ld, get_u32(p + 8), get_u64(p + 12), level - 1,
+					  &in->child[j]);
+			if (rc)
+				return rc;
+		}
+	}
+	(*out)->dirty = 0;
+	(*out)->slot = slot;
+	(*out)->csum = csum;
+	return 0;
+}
+
+/* Creating a file is durable only once its directory entry is. */
+static int ft_sync_parent(const struct flex_io *io, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+	if (!dir)
+		return -ENOMEM;
+	int fd = io->open(io, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	free(dir);
+	if (fd < 0)
+		return fd;
+	int rc = io->fsync(io, fd);
+	io->close(io, fd);
+	return rc;
+}
+
+static int ft_file_create(struct flextree *t, const char *path)
+{
+	t->root = ft_node_new(1);
+	if (!t->root)
+		return -ENOMEM;
+	t->nleaves = 1;
+	t->nslots = 2;
+	t->dirty_nodes = 1;
+	int rc = ft_file_commit(t);
+	if (!rc)
+		rc = t->io->fsync(t->io, t->fd);
+	if (!rc)
+		rc = ft_sync_parent(t->io, path);
+	return rc;
+}
+
+int ft_file_open(struct flextree *t, const char *path, const struct flextree_options *opt)
+{
+	t->read_only = opt && opt->read_only;
+	int flags = (t->read_only ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC;
+	int fd = t->io->open(t->io, path, flags, 0644);
+	if (fd < 0)
+		return fd;
+	t->fd = fd;
+	if (flock(fd, (t->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
+		return errno == EWOULDBLOCK ? FLEX_EBUSY : -errno;
+	uint64_t fsize;
+	int rc = t->io->fsize(t->io, fd, &fsize);
+	if (rc)
+		return rc;
+	if (fsize == 0) {
+		if (t->read_only)
+			return FLEX_ECORRUPT;
+		return ft_file_create(t, path);
+	}
+	if (fsize < 3 * FT_SLOT || fsize / FT_SLOT > UINT32_MAX)
+		return FLEX_ECORRUPT;
+	t->nslots = (uint32_t)((fsize + FT_SLOT - 1) / FT_SLOT);
+
+	uint8_t *buf = malloc((size_t)(FT_MAX_HEIGHT + 1) * FT_SLOT);
+	if (!buf)
+		return -ENOMEM;
+	struct ft_header h[2];
+	int st[2];
+	for (int i = 0; i < 2; i++) {
+		rc = flex_io_read_full(t->io, fd, buf, FT_SLOT, (uint64_t)i * FT_SLOT);
+		if (rc) {
+			free(buf);
+			return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+		}
+		st[i] = ft_header_decode(buf, &h[i]);
+	}
+	int pick = -1;
+	for (int i = 0; i < 2; i++)
+		if (st[i] == 0 && (pick < 0 || h[i].version > h[pick].version))
+			pick = i;
+	if (pick < 0) {
+		free(buf);
+		return st[0] == FLEX_EVERSION || st[1] == FLEX_EVERSION ? FLEX_EVERSION
+								       : FLEX_ECORRUPT;
+	}
+	struct ft_loader ld = {.t = t, .buf = buf, .version = h[pick].version};
+	ld.used = calloc((t->nslots + 7) / 8, 1);
+	if (!ld.used) {
+		free(buf);
+		return -ENOMEM;
+	}
+	t->version = h[pick].version;
+	t->height = h[pick].height;
+	rc = ft_load_node(&ld, h[pick].root_slot, h[pick].root_csum, h[pick].height - 1, &t->root);
+	if (!rc) {
+		t->size = h[pick].size;
+		if (t->nextents != h[pick].extents || t->nleaves != h[pick].leaves ||
+		    t->ninternals != h[pick].internals || flextree_check(t) != 0)
+			rc = FLEX_ECORRUPT;
+	}
+	for (uint32_t s = t->nslots; rc == 0 && s-- > 2;)
+		if (!(ld.used[s / 8] & (1u << (s % 8))))
+			rc = ft_push(&t->free_slots, &t->nfree, &t->free_cap, s);
+	free(ld.used);
+	free(buf);
+	return rc;
+}
+
+void ft_file_close(struct flextree *t)
+{
+	t->io->close(t->io, t->fd);
+	t->fd = -1;
+}
+
+/* ---- check -------------------------------------------------------------- */
+
+static int ft_mark(const struct ft_node *n, uint8_t *used, uint32_t nslots)
+{
+	if (n->slot != FT_NOSLOT) {
+		if (n->slot < 2 || n->slot >= nslots || (used[n->slot / 8] & (1u << (n->slot % 8))))
+			return FLEX_ECORRUPT;
+		used[n->slot / 8] |= (uint8_t)(1u << (n->slot % 8));
+	} else if (!n->dirty) {
+		return FLEX_ECORRUPT;
+	}
+	if (!n->leaf) {
+		const struct ft_internal *in = (const struct ft_internal *)n;
+		for (int i = 0; i <= in->h.count; i++) {
+			int rc = ft_mark(in->child[i], used, nslots);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+/* Slot accounting: every slot of a live node, pending or free slot is
+ * distinct and inside the file. */
+int ft_file_check(const struct flextree *t)
+{
+	uint8_t *used = calloc((t->nslots + 7) / 8 + 1, 1);
+	if (!used)
+		return -ENOMEM;
+	int rc = ft_mark(t->root, used, t->nslots);
+	const uint32_t *lists[2] = {t->free_slots, t->pending};
+	uint32_t counts[2] = {t->nfree, t->npending};
+	for (int k = 0; k < 2 && !rc; k++)
+		for (uint32_t i = 0; i < counts[k] && !rc; i++) {
+			uint32_t s = lists[k][i];
+			if (s < 2 || s >= t->nslots || (used[s / 8] & (1u << (s % 8))))
+				rc = FLEX_ECORRUPT;
+			else
+				used[s / 8] |= (uint8_t)(1u << (s % 8));
+		}
+	free(used);
+	return rc;
+}

@@ -1,0 +1,135 @@
+/*
+ * flextree_int.h - FlexTree's private structures, shared by the in-memory
+ * operations (flextree.c) and the persistent file code (flextree_file.c).
+ *
+ * Invariants (checked by flextree_check):
+ *  - Every node has a base: the sum of the shifts on the pointers from the
+ *    root down to it (the root's base is 0).  The effective offset of a leaf
+ *    entry is base + loff[j]; of an internal pivot, base + pivot[j].
+ *  - Extents are contiguous in logical space: within a leaf
+ *    loff[j+1] == loff[j] + len[j], and the first extent of child i+1
+ *    starts exactly at its parent's pivot i.  Unmapped ranges are explicit
+ *    hole extents (poff FLEXTREE_HOLE).  len[j] > 0.
+ *  - Leaf partial offsets lie in [0, FT_PARTIAL_MAX] (they are 48-bit on
+ *    disk); a leaf that would exceed it is rebased: its smallest partial
+ *    offset is moved into the parent's shift for it.
+ *  - All leaves are at the same depth.  Only the root may be an empty leaf;
+ *    an internal node has count pivots and count + 1 children.
+ *  - Leaves hold at most FT_LEAF_CAP entries and are split on the way down
+ *    once they hold FT_LEAF_CAP - 1 (an insert can add two entries: the
+ *    tail of a split extent and the new one); internal nodes are split
+ *    when full, so a split below always finds room in its parent.
+ */
+#ifndef FLEXTREE_INT_H
+#define FLEXTREE_INT_H
+
+#include <stdint.h>
+
+#include "flextree.h"
+
+/* Node capacities.  128 entries keep a node within one 4 KiB file slot
+ * (checked by static asserts in flextree_file.c) and make the O(fanout)
+ * shift updates on the path cheaper than the cache misses of a taller
+ * tree.  The test suite also builds the tree with tiny capacities so that
+ * every split/merge path runs on a few hundred extents; the on-disk format
+ * stores counts, so either build reads the other's files. */
+#ifndef FT_LEAF_CAP
+#define FT_LEAF_CAP 128
+#endif
+#ifndef FT_INTERNAL_CAP
+#define FT_INTERNAL_CAP 128 /* pivots; children = pivots + 1 */
+#endif
+#if FT_LEAF_CAP < 4 || FT_INTERNAL_CAP < 3
+#error "FlexTree node capacities too small"
+#endif
+
+/* A leaf is underfull at a third of its capacity; it is merged with a
+ * sibling when both fit in one node with two entries to spare (so the
+ * merged node is not split again by the next insert). */
+#define FT_LEAF_LOW (FT_LEAF_CAP / 3)
+#define FT_LEAF_MERGE_MAX (FT_LEAF_CAP - 2)
+#define FT_INTERNAL_LOW (FT_INTERNAL_CAP / 3)
+#define FT_INTERNAL_MERGE_MAX (FT_INTERNAL_CAP - 1)
+
+#define FT_PARTIAL_MAX (((uint64_t)1 << 48) - 1)
+#define FT_POFF_MASK (((uint64_t)1 << 48) - 1)
+#define FT_MAX_HEIGHT 40
+#define FT_NOSLOT UINT32_MAX
+
+struct ft_node {
+	uint8_t leaf;
+	uint8_t dirty;	/* changed since the last commit */
+	uint16_t count; /* leaf: extents; internal: pivots */
+	uint32_t slot;	/* file slot of the committed image, or FT_NOSLOT */
+	uint64_t csum;	/* checksum of that image (valid when slot is set) */
+};
+
+/* Entries are kept as parallel arrays so that the binary search touches only
+ * the partial offsets.  pt[j] packs the 48-bit physical address with the
+ * extent's 16-bit tag in the top bits. */
+struct ft_leaf {
+	struct ft_node h;
+	uint64_t loff[FT_LEAF_CAP];
+	uint64_t pt[FT_LEAF_CAP];
+	uint32_t len[FT_LEAF_CAP];
+};
+
+struct ft_internal {
+	struct ft_node h;
+	int64_t pivot[FT_INTERNAL_CAP];
+	int64_t shift[FT_INTERNAL_CAP + 1];
+	struct ft_node *child[FT_INTERNAL_CAP + 1];
+};
+
+struct flextree {
+	struct ft_node *root;
+	uint32_t height;
+	uint64_t size;
+	uint64_t nextents;
+	uint64_t nleaves;
+	uint64_t ninternals;
+	uint32_t max_extent;
+
+	/* Nodes allocated before an operation starts, so that a split on the
+	 * way down never fails half-way through. */
+	struct ft_node *spare_leaf[2];
+	struct ft_node *spare_internal[FT_MAX_HEIGHT + 2];
+	int nspare_leaf;
+	int nspare_internal;
+
+	/* Persistent trees only (fd < 0 for a volatile tree). */
+	const struct flex_io *io;
+	int fd;
+	int read_only;
+	int failed;		/* status of the write or sync that failed */
+	uint64_t version;	/* last committed version */
+	uint32_t nslots;	/* slots in the file, headers included */
+	uint32_t *free_slots;	/* reusable now */
+	uint32_t nfree, free_cap;
+	uint32_t *pending;	/* released since the last commit: reusable after
+				 * the next commit is durable */
+	uint32_t npending, pending_cap;
+	uint64_t dirty_nodes;
+	uint64_t commits;
+	uint64_t bytes_written;
+};
+
+static inline uint64_t ft_pt_poff(uint64_t pt) { return pt & FT_POFF_MASK; }
+static inline uint16_t ft_pt_tag(uint64_t pt) { return (uint16_t)(pt >> 48); }
+static inline uint64_t ft_pt_make(uint64_t poff, uint16_t tag)
+{
+	return (poff & FT_POFF_MASK) | ((uint64_t)tag << 48);
+}
+
+/* flextree.c */
+struct ft_node *ft_node_new(int leaf);
+void ft_node_free_tree(struct ft_node *n);
+void ft_release_slot(struct flextree *t, struct ft_node *n);
+
+/* flextree_file.c */
+int ft_file_open(struct flextree *t, const char *path, const struct flextree_options *opt);
+int ft_file_commit(struct flextree *t);
+void ft_file_close(struct flextree *t);
+int ft_file_check(const struct flextree *t);
+
+#endif /* FLEXTREE_INT_H */

@@ -1,0 +1,67 @@
+/*
+ * flex_common.h - what the three FlexDB layers share: status codes, one
+ * strerror, version macros and the export macro.
+ *
+ * Status convention (all of flextree_*, flexspace_*, flexdb_*):
+ *   0           success
+ *   > 0         a documented non-error status (e.g. FLEXDB_NOTFOUND)
+ *   -errno      an operating-system error, passed through unchanged
+ *               (-EIO, -ENOSPC, -ENOMEM, -EINVAL for bad arguments, ...)
+ *   FLEX_E*     library errors, in the reserved range [-10099, -10000]
+ * Functions returning ssize_t use the same negative codes.  There is no
+ * global "last error" and no allocated error string.
+ */
+#ifndef FLEX_COMMON_H
+#define FLEX_COMMON_H
+
+#define FLEX_VERSION_MAJOR 0
+#define FLEX_VERSION_MINOR 1
+#define FLEX_VERSION_PATCH 0
+#define FLEX_VERSION_STRING "0.1.0"
+/* Comparable integer: 10000 * major + 100 * minor + patch. */
+#define FLEX_VERSION_NUMBER \
+	(FLEX_VERSION_MAJOR * 10000 + FLEX_VERSION_MINOR * 100 + FLEX_VERSION_PATCH)
+
+#if defined(__GNUC__)
+#define FLEX_EXPORT __attribute__((visibility("default")))
+#else
+#define FLEX_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum flex_status {
+	FLEX_OK = 0,
+	/* A checksum, magic number, length or invariant read from a file is
+	 * wrong: the data is damaged and was not returned. */
+	FLEX_ECORRUPT = -10000,
+	/* The file or store is held by another handle or process. */
+	FLEX_EBUSY = -10001,
+	/* An earlier write or sync failed; the handle refuses further writes
+	 * (it can still be read and must still be closed). */
+	FLEX_EFAILED = -10002,
+	/* The file was written by an incompatible format version. */
+	FLEX_EVERSION = -10003,
+	/* A key, value, extent or offset exceeds a documented limit. */
+	FLEX_ETOOBIG = -10004,
+	/* An options field is out of its documented range. */
+	FLEX_EOPTION = -10005,
+	/* The handle was opened read-only. */
+	FLEX_EREADONLY = -10006,
+	FLEX_ERANGE_LAST = -10099
+};
+
+/* Human-readable text for any status this library returns (library codes
+ * and -errno alike).  Never NULL; the string is static. Thread-safe. */
+FLEX_EXPORT const char *flex_strerror(int status);
+
+/* Runtime version: returns FLEX_VERSION_STRING of the library actually
+ * linked; stores the components when the pointers are non-NULL. */
+FLEX_EXPORT const char *flex_version(int *major, int *minor, int *patch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLEX_COMMON_H */
