@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One-step set-up for a fresh Debian 12 machine: installs the build
+# dependencies (needs root or sudo), builds everything, and runs the demo.
+#   ./setup.sh               install packages, build, demo
+#   ./setup.sh --no-install  build and demo only
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if [ "${1:-}" != "--no-install" ]; then
+	SUDO=
+	[ "$(id -u)" -eq 0 ] || SUDO=sudo
+	$SUDO apt-get update
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+		build-essential pkg-config liburing-dev libjemalloc-dev libxxhash-dev libcriterion-dev
+fi
+
+make -j"$(nproc)"
+echo
+echo "== demo: a FlexTree file built, edited and inspected"
+tree_file="${FLEX_DEMO_DIR:-/tmp}/flextree-demo.ft"
+rm -f "$tree_file"
+build/release/bin/flextree-inspect --demo "$tree_file"
