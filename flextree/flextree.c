@@ -367,7 +367,8 @@ static void ft_insert_one(struct flextree *t, uint64_t x, uint64_t pt, uint32_t 
 		uint64_t sum = (uint64_t)l->len[k - 1] + len;
 		if (prev == FLEXTREE_HOLE && poff == FLEXTREE_HOLE)
 			merged = sum <= UINT32_MAX;
-		else if (prev != FLEXTREE_HOLE && poff == prev + l->len[k - 1])
+		else if (prev != FLEXTREE_HOLE && poff == prev + l->len[k - 1] &&
+			 (!t->merge_boundary || poff % t->merge_boundary != 0))
 			merged = sum <= t->max_extent;
 	}
 	if (merged) {
@@ -854,6 +855,7 @@ int flextree_open(const char *path, const struct flextree_options *opt, struct f
 	t->fd = -1;
 	t->height = 1;
 	t->max_extent = opt && opt->max_extent ? opt->max_extent : UINT32_MAX;
+	t->merge_boundary = opt ? opt->merge_boundary : 0;
 	t->io = opt && opt->io ? opt->io : flex_io_posix();
 	int rc;
 	if (path) {

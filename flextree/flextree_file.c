@@ -590,3 +590,13 @@ int ft_file_check(const struct flextree *t)
 	free(used);
 	return rc;
 }
+
+/* Closing without the closing commit: marking the handle read-only is
+ * exactly what makes flextree_close skip it. */
+void flextree_discard(struct flextree *t)
+{
+	if (!t)
+		return;
+	t->read_only = 1;
+	flextree_close(t);
+}

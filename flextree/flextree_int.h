@@ -89,6 +89,7 @@ struct flextree {
 	uint64_t nleaves;
 	uint64_t ninternals;
 	uint32_t max_extent;
+	uint64_t merge_boundary;
 
 	/* Nodes allocated before an operation starts, so that a split on the
 	 * way down never fails half-way through. */

@@ -50,6 +50,10 @@ struct flextree_options {
 	 * UINT32_MAX.  FlexSpace passes its maximum extent size here so that
 	 * garbage collection can always make progress. Range: 0 .. UINT32_MAX. */
 	uint32_t max_extent;
+	/* Nonzero: extents are never merged across a multiple of this many
+	 * physical bytes (FlexSpace passes its segment size: an extent must
+	 * stay within one segment).  0: no such limit. */
+	uint64_t merge_boundary;
 	/* Persistent trees: nonzero opens read-only (no commit, no writes; no
 	 * exclusive lock).  Ignored for volatile trees. */
 	int read_only;
@@ -98,6 +102,12 @@ FLEX_EXPORT int flextree_open(const char *path, const struct flextree_options *o
  * everything.  Returns the commit's status; the handle is freed even when
  * the commit failed.  NULL is a no-op returning 0. */
 FLEX_EXPORT int flextree_close(struct flextree *t);
+
+/* Frees the handle without committing: a persistent tree's file keeps its
+ * last committed version, as after a crash.  For callers whose own
+ * metadata says the uncommitted changes must not become durable (FlexSpace
+ * after a failed write).  NULL is a no-op. */
+FLEX_EXPORT void flextree_discard(struct flextree *t);
 
 /* Insert-range: maps [loff, loff+len) to [poff, poff+len) and shifts every
  * byte at or after loff up by len; an extent containing loff is split.  If

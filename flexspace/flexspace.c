@@ -1,0 +1,581 @@
+/*
+ * flexspace.c - FlexSpace's API: open and recovery, the byte operations,
+ * sync and close (paper section 4).
+ *
+ * Every change is made in three steps under the exclusive lock: data is
+ * appended to the segment buffer (fs_seg.c), the extent tree is updated,
+ * and a logical record of the tree change is buffered (fs_log.c).  A
+ * write over existing bytes is a collapse of the old range plus an insert
+ * of the new bytes at the same offset, as in the paper.  Durability comes
+ * only from flexspace_sync (and close), which orders data before the log
+ * records that refer to it; see docs/FORMAT.md for the protocol.
+ *
+ * Open replays the log on the last committed tree, recomputes the live
+ * bytes of every segment from the tree, and commits, so that a recovered
+ * space starts clean.  A failed write or sync leaves the handle failed:
+ * reads go on, changes return FLEX_EFAILED, and close discards the
+ * unsynced state instead of committing it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "flexspace_int.h"
+
+int fs_fail(struct flexspace *fs, int rc)
+{
+	if (!fs->failed && rc)
+		fs->failed = rc;
+	return rc;
+}
+
+static int fs_path(char *out, const char *dir, const char *name)
+{
+	int n = snprintf(out, PATH_MAX, "%s/%s", dir, name);
+	return n < 0 || n >= PATH_MAX ? -ENAMETOOLONG : 0;
+}
+
+static int fs_options(const struct flexspace_options *opt, struct flexspace *fs, int *create)
+{
+	struct flexspace_options o = {0};
+	if (opt)
+		o = *opt;
+	else
+		o.create = 1;
+	fs->io = o.io ? o.io : flex_io_posix();
+	fs->seg_size = o.segment_size ? o.segment_size : FS_DEFAULT_SEGMENT;
+	if (fs->seg_size < (64u << 10) || fs->seg_size > (256u << 20) ||
+	    (fs->seg_size & (fs->seg_size - 1)))
+		return FLEX_EOPTION;
+	fs->log_limit = o.log_limit ? o.log_limit : FS_DEFAULT_LOG_LIMIT;
+	if (fs->log_limit < (64u << 10) || fs->log_limit > ((uint64_t)1 << 30))
+		return FLEX_EOPTION;
+	fs->gc_ratio = o.gc_ratio != 0.0 ? o.gc_ratio : FS_DEFAULT_GC_RATIO;
+	if (!(fs->gc_ratio >= 1.1 && fs->gc_ratio <= 100.0))
+		return FLEX_EOPTION;
+	fs->max_data = o.max_data_size ? o.max_data_size : FLEXSPACE_MAX_SIZE;
+	if (fs->max_data > FLEXSPACE_MAX_SIZE)
+		return FLEX_EOPTION;
+	*create = o.create;
+	return 0;
+}
+
+/* The sequence is: lock, log header (for the segment size), tree, log
+ * validation, data file, replay, live-byte counts, clean commit. */
+static int fs_open(struct flexspace *fs, const char *dir, int create)
+{
+	char path[PATH_MAX];
+	int rc;
+	if (create && mkdir(dir, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	fs->dir_fd = fs->io->open(fs->io, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	if (fs->dir_fd < 0)
+		return fs->dir_fd;
+
+	if ((rc = fs_path(path, dir, "LOCK")) != 0)
+		return rc;
+	fs->lock_fd = fs->io->open(fs->io, path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+	if (fs->lock_fd < 0)
+		return fs->lock_fd;
+	if (flock(fs->lock_fd, LOCK_EX | LOCK_NB) != 0)
+		return errno == EWOULDBLOCK ? FLEX_EBUSY : -errno;
+
+	/* The segment size of an existing space is the one in its log. */
+	if ((rc = fs_path(path, dir, "LOG")) != 0)
+		return rc;
+	uint32_t seg_size = fs->seg_size;
+	int fresh = 0;
+	if ((rc = fs_log_open(fs, path, create, &seg_size, &fresh)) != 0)
+		return rc;
+	if (seg_size < (64u << 10) || seg_size > (256u << 20) || (seg_size & (seg_size - 1)))
+		return FLEX_ECORRUPT;
+	fs->seg_size = seg_size;
+	fs->max_extent = seg_size / 32;
+
+	if ((rc = fs_path(path, dir, "TREE")) != 0)
+		return rc;
+	if (!create && access(path, F_OK) != 0)
+		return -errno;
+	struct flextree_options topt = {
+		.io = fs->io, .max_extent = fs->max_extent, .merge_boundary = fs->seg_size};
+	if ((rc = flextree_open(path, &topt, &fs->tree)) != 0)
+		return rc;
+	if ((rc = fs_log_attach(fs, fresh, create)) != 0)
+		return rc;
+
+	if ((rc = fs_path(path, dir, "DATA")) != 0)
+		return rc;
+	fs->data_fd = fs->io->open(fs->io, path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+	if (fs->data_fd < 0)
+		return fs->data_fd;
+	uint64_t data_bytes;
+	if ((rc = fs->io->fsize(fs->io, fs->data_fd, &data_bytes)) != 0)
+		return rc;
+	if ((rc = fs_seg_init(fs, data_bytes)) != 0)
+		return rc;
+	if (fresh && (rc = fs->io->fsync(fs->io, fs->dir_fd)) != 0)
+		return rc;
+
+	uint64_t records;
+	if ((rc = fs_log_replay(fs, &records)) != 0)
+		return rc;
+	fs->st.recovered_records = records;
+	if ((rc = fs_rebuild_valid(fs)) != 0)
+		return rc;
+	fs->logbuf = malloc(FS_LOGBUF_RECORDS * sizeof(*fs->logbuf));
+	if (!fs->logbuf)
+		return -ENOMEM;
+	return fs_commit(fs);
+}
+
+/* The tree is discarded, not closed: a healthy handle has committed it
+ * already (fs_commit), and a failed one must not commit what it holds. */
+static void fs_free(struct flexspace *fs)
+{
+	flextree_discard(fs->tree);
+	const int fds[] = {fs->data_fd, fs->log_fd, fs->lock_fd, fs->dir_fd};
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			fs->io->close(fs->io, fds[i]);
+	pthread_rwlock_destroy(&fs->lock);
+	free(fs->valid);
+	free(fs->state);
+	free(fs->buf);
+	free(fs->logbuf);
+	free(fs);
+}
+
+int flexspace_open(const char *dir, const struct flexspace_options *opt, struct flexspace **out)
+{
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!dir || !*dir)
+		return -EINVAL;
+	struct flexspace *fs = calloc(1, sizeof(*fs));
+	if (!fs)
+		return -ENOMEM;
+	fs->dir_fd = fs->lock_fd = fs->data_fd = fs->log_fd = -1;
+	if (pthread_rwlock_init(&fs->lock, NULL) != 0) {
+		free(fs);
+		return -ENOMEM;
+	}
+	int create;
+	int rc = fs_options(opt, fs, &create);
+	if (!rc)
+		rc = fs_open(fs, dir, create);
+	if (rc) {
+		fs_free(fs);
+		return rc;
+	}
+	*out = fs;
+	return 0;
+}
+
+int flexspace_close(struct flexspace *fs)
+{
+	if (!fs)
+		return 0;
+	pthread_rwlock_wrlock(&fs->lock);
+	int rc = fs->failed ? FLEX_EFAILED : fs_commit(fs);
+	pthread_rwlock_unlock(&fs->lock);
+	fs_free(fs);
+	return rc;
+}
+
+/* ---- changes ------------------------------------------------------------ */
+
+static int fs_begin_write(struct flexspace *fs)
+{
+	pthread_rwlock_wrlock(&fs->lock);
+	if (fs->failed) {
+		pthread_rwlock_unlock(&fs->lock);
+		return FLEX_EFAILED;
+	}
+	return 0;
+}
+
+/* Ends a change: collects garbage if due, then unlocks. */
+static int fs_end_write(struct flexspace *fs, int rc)
+{
+	if (!rc) {
+		int grc = fs_maybe_gc(fs);
+		if (grc)
+			rc = fs_fail(fs, grc);
+	}
+	pthread_rwlock_unlock(&fs->lock);
+	return rc;
+}
+
+/* Live data is capped at 30/32 of max_data so that GC can progress. */
+static int fs_room_for(const struct flexspace *fs, uint64_t len)
+{
+	if (fs->max_data >= FLEXSPACE_MAX_SIZE)
+		return 0;
+	return fs->live + len > fs->max_data / 32 * 30 ? -ENOSPC : 0;
+}
+
+/* Releases the live bytes of [off, off+len) before the tree forgets it. */
+static int fs_drop_range(struct flexspace *fs, uint64_t off, uint64_t len)
+{
+	struct flextree_mapping m[64];
+	while (len) {
+		ssize_t n = flextree_query(fs->tree, off, len, m, 64);
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			return FLEX_ECORRUPT;
+		if (n > 64)
+			n = 64;
+		for (ssize_t i = 0; i < n; i++) {
+			fs_seg_drop(fs, m[i].poff, m[i].len);
+			off += m[i].len;
+			len -= m[i].len;
+		}
+	}
+	return 0;
+}
+
+/* Applies a tree change and buffers its log record; a failure here means
+ * the tree and the log may disagree, so the handle fails. */
+static int fs_change(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, uint64_t arg)
+{
+	struct fs_rec r = {.op = op, .loff = loff, .len = len, .arg = arg};
+	int rc = fs_apply(fs->tree, &r);
+	if (!rc)
+		rc = fs_log_add(fs, op, loff, len, arg);
+	return rc ? fs_fail(fs, rc) : 0;
+}
+
+static int fs_remove(struct flexspace *fs, uint64_t off, uint64_t len)
+{
+	if (!len)
+		return 0;
+	int rc = fs_drop_range(fs, off, len);
+	if (rc)
+		return fs_fail(fs, rc);
+	return fs_change(fs, FS_OP_COLLAPSE, off, len, 0);
+}
+
+/* Appends the bytes and inserts them at off, one extent per piece (pieces
+ * that land contiguously are merged by the tree up to max_extent). */
+static int fs_insert_data(struct flexspace *fs, const uint8_t *buf, uint64_t off, uint64_t len)
+{
+	uint64_t done = 0;
+	while (done < len) {
+		uint64_t want = len - done < fs->max_extent ? len - done : fs->max_extent;
+		uint64_t poff;
+		uint32_t got;
+		int rc = fs_append(fs, buf + done, (uint32_t)want, &poff, &got);
+		if (rc)
+			return fs_fail(fs, rc);
+		if ((rc = fs_change(fs, FS_OP_INSERT, off + done, got, poff)) != 0)
+			return rc;
+		done += got;
+	}
+	return 0;
+}
+
+static ssize_t fs_put(struct flexspace *fs, const void *buf, uint64_t off, size_t len, int insert)
+{
+	if (!fs || (!buf && len))
+		return -EINVAL;
+	if (off > FLEXSPACE_MAX_SIZE || len > FLEXSPACE_MAX_SIZE - off)
+		return FLEX_ETOOBIG;
+	if (len == 0)
+		return 0;
+	int rc = fs_begin_write(fs);
+	if (rc)
+		return rc;
+	uint64_t size = flextree_size(fs->tree);
+	if (insert && size + len > FLEXSPACE_MAX_SIZE)
+		rc = FLEX_ETOOBIG;
+	else
+		rc = fs_room_for(fs, len);
+	if (!rc && !insert && off < size)
+		rc = fs_remove(fs, off, len < size - off ? len : size - off);
+	if (!rc)
+		rc = fs_insert_data(fs, buf, off, len);
+	rc = fs_end_write(fs, rc);
+	return rc ? rc : (ssize_t)len;
+}
+
+ssize_t flexspace_write(struct flexspace *fs, const void *buf, uint64_t off, size_t len)
+{
+	return fs_put(fs, buf, off, len, 0);
+}
+
+ssize_t flexspace_insert(struct flexspace *fs, const void *buf, uint64_t off, size_t len)
+{
+	return fs_put(fs, buf, off, len, 1);
+}
+
+int flexspace_collapse(struct flexspace *fs, uint64_t off, uint64_t len)
+{
+	if (!fs)
+		return -EINVAL;
+	int rc = fs_begin_write(fs);
+	if (rc)
+		return rc;
+	uint64_t size = flextree_size(fs->tree);
+	if (off > size || len > size - off)
+		rc = -ERANGE;
+	else
+		rc = fs_remove(fs, off, len);
+	return fs_end_write(fs, rc);
+}
+
+int flexspace_truncate(struct flexspace *fs, uint64_t size)
+{
+	if (!fs)
+		return -EINVAL;
+	if (size > FLEXSPACE_MAX_SIZE)
+		return FLEX_ETOOBIG;
+	int rc = fs_begin_write(fs);
+	if (rc)
+		return rc;
+	uint64_t cur = flextree_size(fs->tree);
+	if (size < cur)
+		rc = fs_remove(fs, size, cur - size);
+	else if (size > cur)
+		rc = fs_change(fs, FS_OP_INSERT, cur, size - cur, FLEXTREE_HOLE);
+	return fs_end_write(fs, rc);
+}
+
+int flexspace_sync(struct flexspace *fs)
+{
+	if (!fs)
+		return -EINVAL;
+	int rc = fs_begin_write(fs);
+	if (rc)
+		return rc;
+	rc = fs_log_flush(fs, 1);
+	if (!rc)
+		fs->st.syncs++;
+	pthread_rwlock_unlock(&fs->lock);
+	return rc;
+}
+
+int flexspace_tag_set(struct flexspace *fs, uint64_t off, uint16_t tag)
+{
+	if (!fs)
+		return -EINVAL;
+	int rc = fs_begin_write(fs);
+	if (rc)
+		return rc;
+	if (off >= flextree_size(fs->tree))
+		rc = -ERANGE;
+	else
+		rc = fs_change(fs, FS_OP_TAG, off, 0, tag);
+	pthread_rwlock_unlock(&fs->lock);
+	return rc;
+}
+
+/* Rewrites one run of mapped bytes [off, off+len) as fresh extents and
+ * puts back the tags that started inside it. */
+struct fs_tags {
+	uint64_t *loff;
+	uint16_t *tag;
+	size_t n, cap;
+	uint64_t from;
+	int err;
+};
+
+static int fs_collect_tag(void *arg, const struct flextree_extent *e)
+{
+	struct fs_tags *tg = arg;
+	if (!e->tag || e->loff < tg->from)
+		return 0;
+	if (tg->n == tg->cap) {
+		size_t cap = tg->cap ? tg->cap * 2 : 16;
+		uint64_t *l = realloc(tg->loff, cap * sizeof(*l));
+		if (!l)
+			return tg->err = -ENOMEM;
+		tg->loff = l;
+		uint16_t *t = realloc(tg->tag, cap * sizeof(*t));
+		if (!t)
+			return tg->err = -ENOMEM;
+		tg->tag = t;
+		tg->cap = cap;
+	}
+	tg->loff[tg->n] = e->loff;
+	tg->tag[tg->n++] = e->tag;
+	return 0;
+}
+
+static int fs_rewrite(struct flexspace *fs, uint64_t off, uint64_t len, uint8_t *tmp)
+{
+	struct fs_tags tg = {.from = off};
+	int rc = fs_read_mapped(fs, tmp, off, len);
+	if (!rc)
+		rc = flextree_scan(fs->tree, off, len, fs_collect_tag, &tg);
+	if (!rc)
+		rc = tg.err;
+	if (!rc)
+		rc = fs_remove(fs, off, len);
+	if (!rc)
+		rc = fs_insert_data(fs, tmp, off, len);
+	for (size_t i = 0; i < tg.n && !rc; i++)
+		rc = fs_change(fs, FS_OP_TAG, tg.loff[i], 0, tg.tag[i]);
+	free(tg.loff);
+	free(tg.tag);
+	return rc;
+}
+
+#define FS_DEFRAG_CHUNK (1u << 20)
+
+int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t len)
+{
+	if (!fs)
+		return -EINVAL;
+	int rc = fs_begin_write(fs);
+	if (rc)
+		return rc;
+	uint64_t size = flextree_size(fs->tree);
+	if (off > size || len > size - off) {
+		pthread_rwlock_unlock(&fs->lock);
+		return -ERANGE;
+	}
+	uint8_t *tmp = malloc(FS_DEFRAG_CHUNK);
+	if (!tmp) {
+		pthread_rwlock_unlock(&fs->lock);
+		return -ENOMEM;
+	}
+	/* Walk the range; rewrite each run of mapped bytes (holes stay holes)
+	 * in pieces of at most FS_DEFRAG_CHUNK. */
+	uint64_t end = off + len;
+	while (off < end && !rc) {
+		uint64_t poff, run;
+		if ((rc = flextree_lookup(fs->tree, off, &poff, &run)) != 0)
+			break;
+		if (poff == FLEXTREE_HOLE) {
+			off += run < end - off ? run : end - off;
+			continue;
+		}
+		uint64_t span = 0;
+		struct flextree_mapping m[32];
+		ssize_t n = flextree_query(fs->tree, off, end - off, m, 32);
+		for (ssize_t i = 0; i < n && i < 32 && m[i].poff != FLEXTREE_HOLE; i++)
+			span += m[i].len;
+		if (span > FS_DEFRAG_CHUNK)
+			span = FS_DEFRAG_CHUNK;
+		rc = fs_rewrite(fs, off, span, tmp);
+		off += span;
+	}
+	free(tmp);
+	return fs_end_write(fs, rc);
+}
+
+/* ---- reads -------------------------------------------------------------- */
+
+ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len)
+{
+	if (!fs || (!buf && len))
+		return -EINVAL;
+	pthread_rwlock_rdlock(&fs->lock);
+	uint64_t size = flextree_size(fs->tree);
+	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
+	int rc = n ? fs_read_mapped(fs, buf, off, n) : 0;
+	pthread_rwlock_unlock(&fs->lock);
+	return rc ? rc : (ssize_t)n;
+}
+
+ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf, size_t maxlen,
+			      uint64_t *extent_off, uint64_t *extent_len)
+{
+	if (!fs || (!buf && maxlen))
+		return -EINVAL;
+	pthread_rwlock_rdlock(&fs->lock);
+	uint64_t size = flextree_size(fs->tree), start = 0, run = 0;
+	int rc = off < size ? flextree_tag_get(fs->tree, off, NULL, &start) : -ERANGE;
+	if (!rc)
+		rc = flextree_lookup(fs->tree, start, NULL, &run);
+	uint64_t n = maxlen < size - start ? maxlen : size - start;
+	if (!rc && n)
+		rc = fs_read_mapped(fs, buf, start, n);
+	pthread_rwlock_unlock(&fs->lock);
+	if (rc)
+		return rc;
+	if (extent_off)
+		*extent_off = start;
+	if (extent_len)
+		*extent_len = run;
+	return (ssize_t)n;
+}
+
+int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag, uint64_t *extent_off)
+{
+	if (!fs)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&fs->lock);
+	int rc = flextree_tag_get(fs->tree, off, tag, extent_off);
+	pthread_rwlock_unlock(&fs->lock);
+	return rc;
+}
+
+int flexspace_extents(struct flexspace *fs, uint64_t off, uint64_t len,
+		      int (*fn)(void *arg, const struct flextree_extent *e), void *arg)
+{
+	if (!fs || !fn)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&fs->lock);
+	int rc = flextree_scan(fs->tree, off, len, fn, arg);
+	pthread_rwlock_unlock(&fs->lock);
+	return rc;
+}
+
+uint64_t flexspace_size(struct flexspace *fs)
+{
+	if (!fs)
+		return 0;
+	pthread_rwlock_rdlock(&fs->lock);
+	uint64_t size = flextree_size(fs->tree);
+	pthread_rwlock_unlock(&fs->lock);
+	return size;
+}
+
+int flexspace_check(struct flexspace *fs)
+{
+	if (!fs)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&fs->lock);
+	int rc = flextree_check(fs->tree);
+	if (!rc)
+		rc = fs_check_segments(fs);
+	if (!rc && (fs->fill > fs->seg_size || fs->flushed > fs->fill))
+		rc = FLEX_ECORRUPT;
+	pthread_rwlock_unlock(&fs->lock);
+	return rc;
+}
+
+int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
+{
+	if (!fs || !st)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&fs->lock);
+	*st = fs->st;
+	struct flextree_stats ts;
+	flextree_stats(fs->tree, &ts);
+	st->size = ts.size;
+	st->extents = ts.extents;
+	if (fs->io->fsize(fs->io, fs->data_fd, &st->data_file_bytes) != 0)
+		st->data_file_bytes = (uint64_t)fs->nsegs * fs->seg_size;
+	st->live_bytes = fs->live;
+	st->segment_size = fs->seg_size;
+	st->segments_pending = fs->npending;
+	st->segments_used = 0;
+	st->segments_free = 0;
+	for (uint32_t s = 0; s < fs->nsegs; s++) {
+		st->segments_used += fs->state[s] == SEG_USED || fs->state[s] == SEG_OPEN;
+		st->segments_free += fs->state[s] == SEG_FREE;
+	}
+	st->log_bytes = fs->log_size;
+	pthread_rwlock_unlock(&fs->lock);
+	return 0;
+}

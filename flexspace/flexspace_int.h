@@ -1,0 +1,121 @@
+/*
+ * flexspace_int.h - FlexSpace's private state, shared by flexspace.c (the
+ * API and the open/recovery sequence), fs_seg.c (segments, the segment
+ * buffer, garbage collection) and fs_log.c (the logical log).
+ *
+ * Locking: every public function takes fs->lock, shared for reads and
+ * exclusive for anything that changes the space; nothing below the API
+ * locks again.  Statistics are updated under the exclusive lock.
+ *
+ * Segment life cycle:
+ *   FREE --alloc--> OPEN --full or close--> USED --live bytes reach 0-->
+ *   PENDING --next durable log write or tree commit--> FREE
+ * A segment whose last extent was removed may still be referenced by the
+ * durable metadata (the committed tree plus the synced log) until the
+ * removal itself is durable, so it is not overwritten before that.
+ */
+#ifndef FLEXSPACE_INT_H
+#define FLEXSPACE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "flexspace.h"
+#include "flextree.h"
+
+#define FS_DEFAULT_SEGMENT (4u << 20)
+#define FS_DEFAULT_LOG_LIMIT ((uint64_t)8 << 20)
+#define FS_DEFAULT_GC_RATIO 1.5
+/* GC is not worth a tree scan for less garbage than this many segments. */
+#define FS_GC_MIN_SEGMENTS 4
+/* Victims relocated per GC run at most (the paper's batch of 64). */
+#define FS_GC_BATCH 64
+/* In-memory log records before they are written (unsynced) to LOG. */
+#define FS_LOGBUF_RECORDS 8192
+
+enum fs_seg_state { SEG_FREE = 0, SEG_OPEN, SEG_USED, SEG_PENDING };
+
+/* Logical log operations (fixed on disk). */
+enum fs_op { FS_OP_INSERT = 1, FS_OP_COLLAPSE = 2, FS_OP_REMAP = 3, FS_OP_TAG = 4 };
+
+struct fs_rec {
+	uint8_t op;
+	uint64_t loff;
+	uint64_t len;
+	uint64_t arg; /* physical offset, or the tag for FS_OP_TAG */
+};
+
+struct flexspace {
+	pthread_rwlock_t lock;
+	const struct flex_io *io;
+	int dir_fd;
+	int lock_fd;
+	int data_fd;
+	int log_fd;
+	struct flextree *tree;
+	int failed; /* status of the failed write or sync; 0 if none */
+
+	/* Geometry and policy. */
+	uint32_t seg_size;
+	uint32_t max_extent;
+	uint64_t log_limit;
+	double gc_ratio;
+	uint64_t max_data;
+
+	/* Segments: live bytes and state of each. */
+	uint32_t nsegs; /* segments in DATA (the array may be longer) */
+	uint32_t seg_cap;
+	uint32_t *valid;
+	uint8_t *state;
+	uint64_t live;
+	uint32_t npending;
+	uint32_t free_hint; /* no FREE segment below this index */
+
+	/* The open segment and its buffer: bytes [0, fill) hold its data,
+	 * [0, flushed) of them are already written to DATA. */
+	uint32_t open_seg; /* UINT32_MAX when none */
+	uint8_t *buf;
+	uint32_t fill;
+	uint32_t flushed;
+	int data_unsynced; /* DATA written since its last fdatasync */
+	int in_gc;
+
+	/* Logical log. */
+	struct fs_rec *logbuf;
+	uint32_t nlog;
+	uint64_t log_base; /* tree version the log applies to */
+	uint64_t log_seq;  /* next batch sequence number */
+	uint64_t log_size; /* bytes of LOG in use */
+	int log_unsynced;  /* LOG written since its last fdatasync */
+
+	struct flexspace_stats st;
+};
+
+/* fs_seg.c */
+int fs_seg_init(struct flexspace *fs, uint64_t data_bytes);
+int fs_append(struct flexspace *fs, const void *data, uint32_t len, uint64_t *poff,
+	      uint32_t *got);
+int fs_flush_buffer(struct flexspace *fs);
+int fs_sync_data(struct flexspace *fs);
+void fs_seg_drop(struct flexspace *fs, uint64_t poff, uint64_t len);
+void fs_seg_release_pending(struct flexspace *fs);
+int fs_rebuild_valid(struct flexspace *fs);
+int fs_maybe_gc(struct flexspace *fs);
+int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len);
+int fs_check_segments(struct flexspace *fs);
+
+/* fs_log.c */
+int fs_log_add(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, uint64_t arg);
+int fs_log_flush(struct flexspace *fs, int durable);
+int fs_log_open(struct flexspace *fs, const char *path, int create, uint32_t *seg_size,
+		int *fresh);
+int fs_log_attach(struct flexspace *fs, int fresh, int create);
+int fs_log_replay(struct flexspace *fs, uint64_t *records);
+int fs_log_reset(struct flexspace *fs);
+int fs_apply(struct flextree *t, const struct fs_rec *r);
+int fs_commit(struct flexspace *fs);
+
+/* flexspace.c */
+int fs_fail(struct flexspace *fs, int rc);
+
+#endif /* FLEXSPACE_INT_H */

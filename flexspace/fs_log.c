@@ -1,0 +1,368 @@
+/*
+ * fs_log.c - FlexSpace's logical log (paper section 4.2, "Logical
+ * Logging" and "Write Ordering").
+ *
+ * Every change to the extent tree is also recorded as a 24-byte record
+ * (insert, collapse, remap, tag) in an in-memory buffer.  Records reach
+ * LOG in checksummed batches; a batch is written only after the data it
+ * refers to has been written and fdatasync'ed, and flexspace_sync
+ * fdatasyncs LOG after writing it.  The tree file itself is committed only
+ * when the log has grown past log_limit (or at close), after which the log
+ * is reset to apply to the new tree version.
+ *
+ * LOG starts with two 4 KiB header slots; the header naming base version
+ * v lives in slot v & 1, so resetting the log never overwrites the header
+ * that recovery may still need.  Each batch carries the base version and a
+ * sequence number, so batches left over from before a reset, and a batch
+ * torn by a crash, end the replay.  See docs/FORMAT.md.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "flexspace_int.h"
+
+#define LOG_MAGIC "FLEXLOG1"
+#define LOG_FORMAT 1u
+#define LOG_HDR_SLOT 4096u
+#define LOG_START (2 * LOG_HDR_SLOT)
+#define LOG_HDR_BYTES 32u
+#define BATCH_MAGIC 0x31424c46u /* "FLB1" */
+#define BATCH_HDR 32u
+#define REC_BYTES 24u
+#define OP_SHIFT 56
+#define LOFF_MASK (((uint64_t)1 << OP_SHIFT) - 1)
+
+static inline void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+static inline uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* ---- applying a record to the tree (live and at replay) ------------------ */
+
+int fs_apply(struct flextree *t, const struct fs_rec *r)
+{
+	switch (r->op) {
+	case FS_OP_INSERT:
+		if (r->arg == FLEXTREE_HOLE) {
+			/* Holes may exceed one extent's 32-bit length. */
+			uint64_t rem = r->len;
+			while (rem) {
+				uint32_t c = rem > UINT32_MAX ? UINT32_MAX : (uint32_t)rem;
+				int rc = flextree_insert(t, r->loff, FLEXTREE_HOLE, c);
+				if (rc)
+					return rc;
+				rem -= c;
+			}
+			return 0;
+		}
+		if (r->len > UINT32_MAX)
+			return -EINVAL;
+		return flextree_insert(t, r->loff, r->arg, (uint32_t)r->len);
+	case FS_OP_COLLAPSE:
+		return flextree_collapse(t, r->loff, r->len);
+	case FS_OP_REMAP:
+		return flextree_remap(t, r->loff, r->len, r->arg);
+	case FS_OP_TAG:
+		if (r->arg > UINT16_MAX)
+			return -EINVAL;
+		return flextree_tag_set(t, r->loff, (uint16_t)r->arg);
+	default:
+		return -EINVAL;
+	}
+}
+
+/* ---- header ------------------------------------------------------------- */
+
+static void log_header_encode(uint8_t *b, uint64_t base, uint32_t seg_size)
+{
+	memset(b, 0, LOG_HDR_SLOT);
+	memcpy(b, LOG_MAGIC, 8);
+	put32(b + 8, LOG_FORMAT);
+	put32(b + 12, seg_size);
+	put64(b + 16, base);
+	put64(b + 24, XXH3_64bits(b, 24));
+}
+
+/* 0: valid; FLEX_EVERSION: sound but another format; FLEX_ECORRUPT. */
+static int log_header_decode(const uint8_t *b, uint64_t *base, uint32_t *seg_size)
+{
+	if (memcmp(b, LOG_MAGIC, 8) != 0 || get64(b + 24) != XXH3_64bits(b, 24))
+		return FLEX_ECORRUPT;
+	if (get32(b + 8) != LOG_FORMAT)
+		return FLEX_EVERSION;
+	*seg_size = get32(b + 12);
+	*base = get64(b + 16);
+	return 0;
+}
+
+static int log_write_header(struct flexspace *fs, uint64_t base)
+{
+	uint8_t *b = malloc(LOG_HDR_SLOT);
+	if (!b)
+		return -ENOMEM;
+	log_header_encode(b, base, fs->seg_size);
+	int rc = flex_io_write_full(fs->io, fs->log_fd, b, LOG_HDR_SLOT, (base & 1) * LOG_HDR_SLOT);
+	free(b);
+	if (!rc) {
+		fs->st.log_bytes_written += LOG_HDR_SLOT;
+		rc = fs->io->fdatasync(fs->io, fs->log_fd);
+	}
+	return rc;
+}
+
+/* Opens LOG.  An empty (new) LOG sets *fresh; otherwise the newest valid
+ * header gives the segment size and the tree version the log applies to. */
+int fs_log_open(struct flexspace *fs, const char *path, int create, uint32_t *seg_size,
+		int *fresh)
+{
+	int fd = fs->io->open(fs->io, path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+	if (fd < 0)
+		return fd;
+	fs->log_fd = fd;
+	uint64_t size;
+	int rc = fs->io->fsize(fs->io, fd, &size);
+	if (rc)
+		return rc;
+	fs->log_size = LOG_START;
+	fs->log_seq = 1;
+	*fresh = size == 0;
+	if (*fresh)
+		return 0;
+	if (size < LOG_START)
+		return FLEX_ECORRUPT;
+	uint8_t *b = malloc(LOG_HDR_SLOT);
+	if (!b)
+		return -ENOMEM;
+	int pick = -1, st[2];
+	uint64_t base[2];
+	uint32_t ss[2];
+	for (int i = 0; i < 2; i++) {
+		rc = flex_io_read_full(fs->io, fd, b, LOG_HDR_SLOT, (uint64_t)i * LOG_HDR_SLOT);
+		if (rc) {
+			free(b);
+			return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+		}
+		st[i] = log_header_decode(b, &base[i], &ss[i]);
+		if (st[i] == 0 && (pick < 0 || base[i] > base[pick]))
+			pick = i;
+	}
+	free(b);
+	if (pick < 0)
+		return st[0] == FLEX_EVERSION || st[1] == FLEX_EVERSION ? FLEX_EVERSION
+								       : FLEX_ECORRUPT;
+	*seg_size = ss[pick];
+	fs->log_base = base[pick];
+	return 0;
+}
+
+/* Checks the log against the opened tree, or initialises a fresh one. */
+int fs_log_attach(struct flexspace *fs, int fresh, int create)
+{
+	struct flextree_stats ts;
+	flextree_stats(fs->tree, &ts);
+	if (fresh) {
+		/* A new space, or one whose creation was cut short before its
+		 * log had a header: only an empty first tree version fits. */
+		if (!create || ts.version != 1 || ts.size != 0)
+			return FLEX_ECORRUPT;
+		int rc = log_write_header(fs, ts.version);
+		if (rc)
+			return rc;
+		fs->log_base = ts.version;
+		return 0;
+	}
+	/* The log names a tree version the tree file does not have: the tree
+	 * lost a commit that the log relied on. */
+	if (fs->log_base > ts.version)
+		return FLEX_ECORRUPT;
+	return 0;
+}
+
+/* ---- batches ------------------------------------------------------------ */
+
+int fs_log_add(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, uint64_t arg)
+{
+	if (fs->nlog == FS_LOGBUF_RECORDS) {
+		int rc = fs_log_flush(fs, 0);
+		if (rc)
+			return rc;
+	}
+	fs->logbuf[fs->nlog++] = (struct fs_rec){.op = op, .loff = loff, .len = len, .arg = arg};
+	return 0;
+}
+
+/* Writes the buffered records as one batch (after the data they refer to
+ * is durable); with durable, also fdatasyncs LOG, after which segments
+ * emptied so far may be reused, and commits the tree once the log is
+ * large. */
+int fs_log_flush(struct flexspace *fs, int durable)
+{
+	int rc;
+	if (fs->nlog || durable) {
+		if ((rc = fs_flush_buffer(fs)) != 0 || (rc = fs_sync_data(fs)) != 0)
+			return fs_fail(fs, rc);
+	}
+	if (fs->nlog) {
+		size_t bytes = BATCH_HDR + (size_t)fs->nlog * REC_BYTES;
+		uint8_t *b = malloc(bytes);
+		if (!b)
+			return -ENOMEM;
+		put32(b, BATCH_MAGIC);
+		put32(b + 4, fs->nlog);
+		put64(b + 8, fs->log_seq);
+		put64(b + 16, fs->log_base);
+		put64(b + 24, 0);
+		uint8_t *p = b + BATCH_HDR;
+		for (uint32_t i = 0; i < fs->nlog; i++, p += REC_BYTES) {
+			const struct fs_rec *r = &fs->logbuf[i];
+			put64(p, (uint64_t)r->op << OP_SHIFT | (r->loff & LOFF_MASK));
+			put64(p + 8, r->len);
+			put64(p + 16, r->arg);
+		}
+		put64(b + 24, XXH3_64bits(b, bytes));
+		rc = flex_io_write_full(fs->io, fs->log_fd, b, bytes, fs->log_size);
+		free(b);
+		if (rc)
+			return fs_fail(fs, rc);
+		fs->log_size += bytes;
+		fs->log_seq++;
+		fs->nlog = 0;
+		fs->log_unsynced = 1;
+		fs->st.log_bytes_written += bytes;
+	}
+	if (!durable)
+		return 0;
+	if (fs->log_unsynced) {
+		if ((rc = fs->io->fdatasync(fs->io, fs->log_fd)) != 0)
+			return fs_fail(fs, rc);
+		fs->log_unsynced = 0;
+	}
+	fs_seg_release_pending(fs);
+	if (fs->log_size > fs->log_limit)
+		return fs_commit(fs);
+	return 0;
+}
+
+/* Resets the log to apply to the tree's current (just committed) version.
+ * Buffered records are dropped: the committed tree already contains them. */
+int fs_log_reset(struct flexspace *fs)
+{
+	struct flextree_stats ts;
+	flextree_stats(fs->tree, &ts);
+	int rc = log_write_header(fs, ts.version);
+	if (rc)
+		return rc;
+	/* Old batches carry the old base version and could not be replayed
+	 * anyway; cutting them off just returns the space. */
+	if ((rc = fs->io->ftruncate(fs->io, fs->log_fd, LOG_START)) != 0)
+		return rc;
+	fs->log_base = ts.version;
+	fs->log_size = LOG_START;
+	fs->log_seq = 1;
+	fs->nlog = 0;
+	fs->log_unsynced = 0;
+	return 0;
+}
+
+/* Data, then the tree (its own two syncs), then the log's new header. */
+int fs_commit(struct flexspace *fs)
+{
+	int rc;
+	if ((rc = fs_flush_buffer(fs)) != 0 || (rc = fs_sync_data(fs)) != 0)
+		return fs_fail(fs, rc);
+	struct flextree_stats before, after;
+	flextree_stats(fs->tree, &before);
+	if ((rc = flextree_commit(fs->tree)) != 0)
+		return fs_fail(fs, rc);
+	flextree_stats(fs->tree, &after);
+	fs->st.tree_bytes_written += after.bytes_written - before.bytes_written;
+	if (after.version != fs->log_base || fs->log_size > LOG_START || fs->nlog) {
+		if ((rc = fs_log_reset(fs)) != 0)
+			return fs_fail(fs, rc);
+	}
+	fs->st.tree_commits++;
+	fs_seg_release_pending(fs);
+	return 0;
+}
+
+/* Replays the batches that apply to the tree's version, in order, up to
+ * the first batch that is torn, stale or out of sequence. */
+int fs_log_replay(struct flexspace *fs, uint64_t *records)
+{
+	struct flextree_stats ts;
+	flextree_stats(fs->tree, &ts);
+	*records = 0;
+	if (fs->log_base != ts.version)
+		return 0; /* the tree was committed after this log was written */
+	uint64_t size;
+	int rc = fs->io->fsize(fs->io, fs->log_fd, &size);
+	if (rc)
+		return rc;
+	uint64_t off = LOG_START;
+	uint8_t hdr[BATCH_HDR];
+	uint8_t *b = NULL;
+	while (off + BATCH_HDR <= size) {
+		if ((rc = flex_io_read_full(fs->io, fs->log_fd, hdr, BATCH_HDR, off)) != 0)
+			break;
+		uint32_t n = get32(hdr + 4);
+		if (get32(hdr) != BATCH_MAGIC || get64(hdr + 8) != fs->log_seq ||
+		    get64(hdr + 16) != fs->log_base || n == 0 ||
+		    (uint64_t)n * REC_BYTES > size - off - BATCH_HDR)
+			break;
+		size_t bytes = BATCH_HDR + (size_t)n * REC_BYTES;
+		uint8_t *nb = realloc(b, bytes);
+		if (!nb) {
+			free(b);
+			return -ENOMEM;
+		}
+		b = nb;
+		if ((rc = flex_io_read_full(fs->io, fs->log_fd, b, bytes, off)) != 0)
+			break;
+		uint64_t csum = get64(b + 24);
+		put64(b + 24, 0);
+		if (XXH3_64bits(b, bytes) != csum)
+			break;
+		const uint8_t *p = b + BATCH_HDR;
+		for (uint32_t i = 0; i < n; i++, p += REC_BYTES) {
+			uint64_t w0 = get64(p);
+			struct fs_rec r = {.op = (uint8_t)(w0 >> OP_SHIFT),
+					   .loff = w0 & LOFF_MASK,
+					   .len = get64(p + 8),
+					   .arg = get64(p + 16)};
+			if (fs_apply(fs->tree, &r) != 0) {
+				/* A checksummed record that does not fit the
+				 * tree: the files disagree. */
+				free(b);
+				return FLEX_ECORRUPT;
+			}
+		}
+		*records += n;
+		off += bytes;
+		fs->log_seq++;
+	}
+	free(b);
+	if (rc && rc != -ENODATA)
+		return rc;
+	fs->log_size = off;
+	return 0;
+}

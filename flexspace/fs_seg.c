@@ -1,0 +1,476 @@
+/*
+ * fs_seg.c - FlexSpace's data file: segments, the segment buffer, reads
+ * and garbage collection (paper section 4.1).
+ *
+ * The data file is a sequence of fixed-size segments written like a log:
+ * new bytes are appended to the one open segment, buffered in memory, and
+ * written out when the segment fills or a sync asks for it (only the part
+ * not yet written; appending continues into the same segment afterwards).
+ * An in-memory array counts each segment's live bytes.  When the file
+ * holds more than gc_ratio bytes per live byte, garbage collection picks
+ * the least-live segments, copies their extents to the open segment and
+ * re-points the tree at the copies (logged as remap records); the emptied
+ * segments are reused once that log is durable.  Extents are at most a
+ * 32nd of a segment and live data is capped at 30/32 of max_data_size, so
+ * the least-live segment always frees room for at least one extent.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flexspace_int.h"
+
+static int fs_grow_segments(struct flexspace *fs, uint32_t want)
+{
+	if (want <= fs->seg_cap)
+		return 0;
+	uint32_t cap = fs->seg_cap ? fs->seg_cap : 64;
+	while (cap < want)
+		cap *= 2;
+	uint32_t *v = realloc(fs->valid, (size_t)cap * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	fs->valid = v;
+	uint8_t *s = realloc(fs->state, cap);
+	if (!s)
+		return -ENOMEM;
+	fs->state = s;
+	memset(fs->valid + fs->seg_cap, 0, (size_t)(cap - fs->seg_cap) * sizeof(*v));
+	memset(fs->state + fs->seg_cap, SEG_FREE, cap - fs->seg_cap);
+	fs->seg_cap = cap;
+	return 0;
+}
+
+int fs_seg_init(struct flexspace *fs, uint64_t data_bytes)
+{
+	uint64_t n = (data_bytes + fs->seg_size - 1) / fs->seg_size;
+	if (n > UINT32_MAX / 2)
+		return FLEX_ECORRUPT;
+	fs->nsegs = (uint32_t)n;
+	fs->open_seg = UINT32_MAX;
+	fs->buf = malloc(fs->seg_size);
+	if (!fs->buf)
+		return -ENOMEM;
+	return fs_grow_segments(fs, fs->nsegs + 1);
+}
+
+struct fs_valid_scan {
+	struct flexspace *fs;
+	int bad;
+};
+
+static int fs_count_extent(void *arg, const struct flextree_extent *e)
+{
+	struct fs_valid_scan *vs = arg;
+	struct flexspace *fs = vs->fs;
+	if (e->poff == FLEXTREE_HOLE)
+		return 0;
+	uint64_t seg = e->poff / fs->seg_size;
+	/* An extent never crosses a segment and lies inside the file. */
+	if (seg >= fs->nsegs || (e->poff + e->len - 1) / fs->seg_size != seg) {
+		vs->bad = 1;
+		return 1;
+	}
+	fs->valid[seg] += e->len;
+	fs->live += e->len;
+	return 0;
+}
+
+/* Recomputes live bytes per segment from the tree (at open). */
+int fs_rebuild_valid(struct flexspace *fs)
+{
+	struct fs_valid_scan vs = {.fs = fs};
+	memset(fs->valid, 0, (size_t)fs->seg_cap * sizeof(uint32_t));
+	fs->live = 0;
+	int rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_count_extent, &vs);
+	if (vs.bad)
+		return FLEX_ECORRUPT;
+	if (rc)
+		return rc;
+	fs->npending = 0;
+	fs->free_hint = 0;
+	for (uint32_t s = 0; s < fs->nsegs; s++)
+		fs->state[s] = fs->valid[s] ? SEG_USED : SEG_FREE;
+	return 0;
+}
+
+/* ---- the segment buffer -------------------------------------------------- */
+
+/* Writes the buffered bytes of the open segment not yet in DATA. */
+int fs_flush_buffer(struct flexspace *fs)
+{
+	if (fs->open_seg == UINT32_MAX || fs->flushed == fs->fill)
+		return 0;
+	/* Batched through the seam (io_uring when available) in 1 MiB
+	 * pieces so a large flush is one submission. */
+	struct flex_iovec v[8];
+	int n = 0;
+	uint64_t base = (uint64_t)fs->open_seg * fs->seg_size;
+	uint32_t pos = fs->flushed;
+	int rc = 0;
+	while (pos < fs->fill && !rc) {
+		uint32_t c = fs->fill - pos > (1u << 20) ? (1u << 20) : fs->fill - pos;
+		v[n++] = (struct flex_iovec){.buf = fs->buf + pos, .len = c, .off = base + pos};
+		pos += c;
+		if (n == 8 || pos == fs->fill) {
+			rc = fs->io->write_batch(fs->io, fs->data_fd, v, n);
+			n = 0;
+		}
+	}
+	if (rc)
+		return rc;
+	fs->st.data_bytes_written += fs->fill - fs->flushed;
+	fs->flushed = fs->fill;
+	fs->data_unsynced = 1;
+	return 0;
+}
+
+int fs_sync_data(struct flexspace *fs)
+{
+	if (!fs->data_unsynced)
+		return 0;
+	int rc = fs->io->fdatasync(fs->io, fs->data_fd);
+	if (!rc)
+		fs->data_unsynced = 0;
+	return rc;
+}
+
+static void fs_close_segment(struct flexspace *fs)
+{
+	uint32_t s = fs->open_seg;
+	if (s == UINT32_MAX)
+		return;
+	if (fs->valid[s]) {
+		fs->state[s] = SEG_USED;
+	} else {
+		fs->state[s] = SEG_PENDING;
+		fs->npending++;
+	}
+	fs->open_seg = UINT32_MAX;
+}
+
+/* Picks the segment to append to next: the lowest free one, else a new
+ * one at the end of the file (within max_data), else, if emptied segments
+ * wait for a durable log, makes the log durable and takes one of those. */
+static int fs_open_segment(struct flexspace *fs)
+{
+	int rc;
+	if ((rc = fs_flush_buffer(fs)) != 0)
+		return rc;
+	fs_close_segment(fs);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		for (uint32_t s = fs->free_hint; s < fs->nsegs; s++) {
+			if (fs->state[s] == SEG_FREE) {
+				fs->free_hint = s + 1;
+				fs->open_seg = s;
+				goto opened;
+			}
+		}
+		fs->free_hint = fs->nsegs;
+		if ((uint64_t)(fs->nsegs + 1) * fs->seg_size <= fs->max_data) {
+			if ((rc = fs_grow_segments(fs, fs->nsegs + 2)) != 0)
+				return rc;
+			fs->open_seg = fs->nsegs++;
+			goto opened;
+		}
+		if (!fs->npending || attempt)
+			return -ENOSPC;
+		if ((rc = fs_log_flush(fs, 1)) != 0)
+			return rc;
+	}
+	return -ENOSPC;
+opened:
+	fs->state[fs->open_seg] = SEG_OPEN;
+	fs->fill = fs->flushed = 0;
+	return 0;
+}
+
+/* Appends up to len bytes to the open segment, opening one if needed; the
+ * piece never crosses a segment.  Reports where it went and how much. */
+int fs_append(struct flexspace *fs, const void *data, uint32_t len, uint64_t *poff,
+	      uint32_t *got)
+{
+	if (fs->open_seg == UINT32_MAX || fs->fill == fs->seg_size) {
+		int rc = fs_open_segment(fs);
+		if (rc)
+			return rc;
+	}
+	uint32_t room = fs->seg_size - fs->fill;
+	uint32_t c = len < room ? len : room;
+	memcpy(fs->buf + fs->fill, data, c);
+	*poff = (uint64_t)fs->open_seg * fs->seg_size + fs->fill;
+	*got = c;
+	fs->fill += c;
+	fs->valid[fs->open_seg] += c;
+	fs->live += c;
+	return 0;
+}
+
+/* Accounts for [poff, poff+len) no longer being referenced. */
+void fs_seg_drop(struct flexspace *fs, uint64_t poff, uint64_t len)
+{
+	if (poff == FLEXTREE_HOLE || !len)
+		return;
+	uint32_t s = (uint32_t)(poff / fs->seg_size);
+	fs->valid[s] -= (uint32_t)len;
+	fs->live -= len;
+	if (fs->valid[s] == 0 && fs->state[s] == SEG_USED) {
+		fs->state[s] = SEG_PENDING;
+		fs->npending++;
+	}
+}
+
+void fs_seg_release_pending(struct flexspace *fs)
+{
+	if (!fs->npending)
+		return;
+	for (uint32_t s = 0; s < fs->nsegs; s++) {
+		if (fs->state[s] == SEG_PENDING) {
+			fs->state[s] = SEG_FREE;
+			if (s < fs->free_hint)
+				fs->free_hint = s;
+		}
+	}
+	fs->npending = 0;
+}
+
+/* ---- reads -------------------------------------------------------------- */
+
+#define FS_READ_BATCH 64
+
+/* Reads [off, off+len) (inside the space) into buf: holes as zeros, the
+ * open segment from its buffer, everything else in batches through the
+ * seam's read_batch (io_uring: many extents, one submission). */
+int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len)
+{
+	struct flextree_mapping m[FS_READ_BATCH];
+	struct flex_iovec v[FS_READ_BATCH];
+	while (len) {
+		ssize_t n = flextree_query(fs->tree, off, len, m, FS_READ_BATCH);
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			return FLEX_ECORRUPT;
+		if (n > FS_READ_BATCH)
+			n = FS_READ_BATCH;
+		int nv = 0;
+		uint64_t done = 0;
+		uint64_t open_base = (uint64_t)fs->open_seg * fs->seg_size;
+		for (ssize_t i = 0; i < n; i++) {
+			uint8_t *dst = buf + done;
+			if (m[i].poff == FLEXTREE_HOLE) {
+				memset(dst, 0, m[i].len);
+			} else if (fs->open_seg != UINT32_MAX && m[i].poff >= open_base &&
+				   m[i].poff < open_base + fs->seg_size) {
+				uint64_t at = m[i].poff - open_base;
+				if (at + m[i].len > fs->fill)
+					return FLEX_ECORRUPT;
+				memcpy(dst, fs->buf + at, m[i].len);
+			} else {
+				v[nv++] = (struct flex_iovec){.buf = dst, .len = m[i].len,
+							      .off = m[i].poff};
+			}
+			done += m[i].len;
+		}
+		if (nv) {
+			int rc = fs->io->read_batch(fs->io, fs->data_fd, v, nv);
+			if (rc)
+				return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+		}
+		buf += done;
+		off += done;
+		len -= done;
+	}
+	return 0;
+}
+
+/* ---- garbage collection -------------------------------------------------- */
+
+struct fs_victim_scan {
+	struct flexspace *fs;
+	const uint8_t *victim; /* per segment */
+	struct flextree_extent *ext;
+	size_t n, cap;
+	int err;
+};
+
+static int fs_collect_victim_extent(void *arg, const struct flextree_extent *e)
+{
+	struct fs_victim_scan *vs = arg;
+	if (e->poff == FLEXTREE_HOLE || !vs->victim[e->poff / vs->fs->seg_size])
+		return 0;
+	if (vs->n == vs->cap) {
+		size_t cap = vs->cap ? vs->cap * 2 : 256;
+		struct flextree_extent *p = realloc(vs->ext, cap * sizeof(*p));
+		if (!p) {
+			vs->err = -ENOMEM;
+			return 1;
+		}
+		vs->ext = p;
+		vs->cap = cap;
+	}
+	vs->ext[vs->n++] = *e;
+	return 0;
+}
+
+static int fs_cmp_seg_live(const void *a, const void *b, void *arg)
+{
+	const uint32_t *valid = arg;
+	uint32_t x = valid[*(const uint32_t *)a], y = valid[*(const uint32_t *)b];
+	return x < y ? -1 : x > y;
+}
+
+/* Moves one extent (already read into data) to the open segment, in as
+ * many pieces as segment boundaries require. */
+static int fs_relocate(struct flexspace *fs, const struct flextree_extent *e, const uint8_t *data)
+{
+	uint32_t done = 0;
+	while (done < e->len) {
+		uint64_t poff;
+		uint32_t got;
+		int rc = fs_append(fs, data + done, e->len - done, &poff, &got);
+		if (rc)
+			return rc;
+		if ((rc = flextree_remap(fs->tree, e->loff + done, got, poff)) != 0 ||
+		    (rc = fs_log_add(fs, FS_OP_REMAP, e->loff + done, got, poff)) != 0)
+			return rc;
+		fs_seg_drop(fs, e->poff + done, got);
+		done += got;
+	}
+	fs->st.gc_bytes_moved += e->len;
+	return 0;
+}
+
+/* One collection run: relocates the live extents of up to FS_GC_BATCH
+ * least-live segments, then makes the log durable so they can be reused. */
+static int fs_gc_run(struct flexspace *fs)
+{
+	uint32_t *cand = malloc((size_t)fs->nsegs * sizeof(*cand));
+	uint8_t *victim = calloc(fs->nsegs, 1);
+	struct fs_victim_scan vs = {.fs = fs, .victim = victim};
+	uint8_t *data = NULL;
+	int rc = 0;
+	if (!cand || !victim) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	uint32_t nc = 0;
+	for (uint32_t s = 0; s < fs->nsegs; s++)
+		if (fs->state[s] == SEG_USED && fs->valid[s] <= fs->seg_size / 32 * 30)
+			cand[nc++] = s;
+	qsort_r(cand, nc, sizeof(*cand), fs_cmp_seg_live, fs->valid);
+	/* Enough victims to bring the file back under the ratio, each
+	 * freeing at least a 32nd of a segment. */
+	uint64_t used = (uint64_t)(fs->nsegs - fs->npending) * fs->seg_size;
+	uint64_t target = (uint64_t)((double)fs->live * fs->gc_ratio * 0.8);
+	uint64_t reclaim = 0, need = used > target ? used - target : fs->seg_size;
+	uint32_t nv = 0;
+	for (uint32_t i = 0; i < nc && nv < FS_GC_BATCH && reclaim < need; i++) {
+		victim[cand[i]] = 1;
+		reclaim += fs->seg_size - fs->valid[cand[i]];
+		nv++;
+	}
+	if (!nv)
+		goto out;
+	rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_collect_victim_extent, &vs);
+	if (vs.err)
+		rc = vs.err;
+	if (rc)
+		goto out;
+	data = malloc((size_t)fs->max_extent * FS_READ_BATCH);
+	if (!data) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	fs->in_gc = 1;
+	for (size_t i = 0; i < vs.n && !rc; i += FS_READ_BATCH) {
+		size_t k = vs.n - i < FS_READ_BATCH ? vs.n - i : FS_READ_BATCH;
+		struct flex_iovec v[FS_READ_BATCH];
+		for (size_t j = 0; j < k; j++)
+			v[j] = (struct flex_iovec){.buf = data + j * fs->max_extent,
+						   .len = vs.ext[i + j].len,
+						   .off = vs.ext[i + j].poff};
+		rc = fs->io->read_batch(fs->io, fs->data_fd, v, (int)k);
+		if (rc == -ENODATA)
+			rc = FLEX_ECORRUPT;
+		for (size_t j = 0; j < k && !rc; j++)
+			rc = fs_relocate(fs, &vs.ext[i + j], data + j * fs->max_extent);
+	}
+	fs->in_gc = 0;
+	if (!rc) {
+		fs->st.gc_runs++;
+		rc = fs_log_flush(fs, 1);
+	}
+out:
+	free(cand);
+	free(victim);
+	free(vs.ext);
+	free(data);
+	return rc;
+}
+
+/* Runs a collection when the data file holds too much garbage. */
+int fs_maybe_gc(struct flexspace *fs)
+{
+	if (fs->in_gc)
+		return 0;
+	uint64_t used = (uint64_t)(fs->nsegs - fs->npending) * fs->seg_size;
+	uint64_t garbage = used > fs->live ? used - fs->live : 0;
+	if (garbage < (uint64_t)FS_GC_MIN_SEGMENTS * fs->seg_size)
+		return 0;
+	if ((double)used <= (double)fs->live * fs->gc_ratio)
+		return 0;
+	return fs_gc_run(fs);
+}
+
+/* ---- check -------------------------------------------------------------- */
+
+struct fs_check_scan {
+	struct flexspace *fs;
+	uint32_t *valid;
+	int bad;
+};
+
+static int fs_check_extent(void *arg, const struct flextree_extent *e)
+{
+	struct fs_check_scan *cs = arg;
+	struct flexspace *fs = cs->fs;
+	if (e->poff == FLEXTREE_HOLE)
+		return 0;
+	uint64_t s = e->poff / fs->seg_size;
+	if (s >= fs->nsegs || (e->poff + e->len - 1) / fs->seg_size != s ||
+	    e->len > fs->max_extent || fs->state[s] == SEG_FREE) {
+		cs->bad = 1;
+		return 1;
+	}
+	if (s == fs->open_seg && e->poff % fs->seg_size + e->len > fs->fill) {
+		cs->bad = 1;
+		return 1;
+	}
+	cs->valid[s] += e->len;
+	return 0;
+}
+
+/* Live-byte counts and segment states agree with the tree's extents. */
+int fs_check_segments(struct flexspace *fs)
+{
+	struct fs_check_scan cs = {.fs = fs};
+	cs.valid = calloc(fs->nsegs + 1, sizeof(uint32_t));
+	if (!cs.valid)
+		return -ENOMEM;
+	int rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_check_extent, &cs);
+	uint64_t live = 0;
+	uint32_t pending = 0;
+	for (uint32_t s = 0; !rc && !cs.bad && s < fs->nsegs; s++) {
+		live += cs.valid[s];
+		pending += fs->state[s] == SEG_PENDING;
+		if (cs.valid[s] != fs->valid[s] ||
+		    (fs->state[s] == SEG_USED && !fs->valid[s]) ||
+		    (fs->state[s] == SEG_OPEN && s != fs->open_seg))
+			cs.bad = 1;
+	}
+	if (!rc && !cs.bad && (live != fs->live || pending != fs->npending))
+		cs.bad = 1;
+	free(cs.valid);
+	return rc ? rc : cs.bad ? FLEX_ECORRUPT : 0;
+}

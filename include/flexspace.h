@@ -1,0 +1,175 @@
+/*
+ * flexspace.h - FlexSpace, a persistent flexible address space (paper
+ * section 4): a file substitute with byte-granular insert and collapse.
+ *
+ * A space lives in a directory of four files: DATA (a log-structured data
+ * file of fixed-size segments), TREE (the FlexTree of its extents, a
+ * copy-on-write file), LOG (a logical log of the metadata changes since the
+ * tree's last commit) and LOCK.  Writes are buffered in one in-memory
+ * segment; flexspace_sync() makes everything before it durable.  Recovery
+ * replays the valid prefix of the log on the last committed tree.  The
+ * formats and the crash protocol are in docs/FORMAT.md.
+ *
+ * Offsets and sizes are bytes; the logical size may reach
+ * FLEXSPACE_MAX_SIZE.  Any length may be written or inserted in one call;
+ * it is stored as extents of at most segment_size / 32 bytes.
+ *
+ * Thread-safety: one handle may be used by many threads at once; reads run
+ * in parallel, changes are serialised (a reader-writer lock).
+ * Statuses follow flex_common.h.  After an I/O error while writing or
+ * syncing, every later change returns FLEX_EFAILED; reads still work and
+ * what was synced is intact on disk.
+ */
+#ifndef FLEXSPACE_H
+#define FLEXSPACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "flex_common.h"
+#include "flex_io.h"
+#include "flextree.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLEXSPACE_MAX_SIZE ((uint64_t)1 << 48)
+
+struct flexspace;
+
+struct flexspace_options {
+	/* File operations; NULL means flex_io_posix(). Not owned. */
+	const struct flex_io *io;
+	/* Segment size of the data file in bytes: a power of two from 64 KiB
+	 * to 256 MiB.  0 means 4 MiB.  Fixed when the space is created; later
+	 * opens read it from the files and ignore this field.  The maximum
+	 * extent is a 32nd of it, which guarantees that garbage collection
+	 * always frees room for at least one extent. */
+	uint32_t segment_size;
+	/* Logical-log bytes after which the tree is committed and the log
+	 * reset.  0 means 8 MiB.  Range: 64 KiB .. 1 GiB.  Larger means fewer
+	 * tree commits and slower recovery. */
+	uint64_t log_limit;
+	/* Garbage collection starts when the data file holds more than this
+	 * many bytes for each byte of live data (space amplification), counted
+	 * over whole segments.  0 means 1.5.  Range: 1.1 .. 100. */
+	double gc_ratio;
+	/* Largest data file in bytes; writes that would need more fail with
+	 * -ENOSPC.  Live data is capped at 30/32 of it so that collection can
+	 * always make progress.  0 means no limit (2^48 bytes). */
+	uint64_t max_data_size;
+	/* Nonzero creates the directory and files when absent (the default
+	 * when opt is NULL).  Zero makes opening a missing space fail with
+	 * -ENOENT. */
+	int create;
+};
+
+struct flexspace_stats {
+	uint64_t size;		     /* logical size */
+	uint64_t extents;	     /* extents in the tree, holes included */
+	uint64_t data_file_bytes;    /* size of DATA */
+	uint64_t live_bytes;	     /* bytes of DATA referenced by extents */
+	uint64_t segment_size;
+	uint64_t segments_used;	     /* holding live data, or open for appends */
+	uint64_t segments_free;	     /* reusable now */
+	uint64_t segments_pending;   /* emptied; reusable after the next sync */
+	uint64_t data_bytes_written; /* to DATA by this handle */
+	uint64_t log_bytes_written;  /* to LOG by this handle */
+	uint64_t tree_bytes_written; /* to TREE by this handle */
+	uint64_t tree_commits;
+	uint64_t gc_runs;
+	uint64_t gc_bytes_moved;
+	uint64_t log_bytes;	     /* current LOG size */
+	uint64_t syncs;
+	uint64_t recovered_records;  /* log records replayed at open */
+};
+
+/* Opens or creates the space in directory dir (created when missing
+ * unless opt->create == 0 with a non-NULL opt).  Returns 0 and *out, or
+ * FLEX_EBUSY (another handle or process holds it), FLEX_ECORRUPT,
+ * FLEX_EVERSION, FLEX_EOPTION, -ENOTDIR, -errno.  On failure *out is NULL.
+ * Replays the log if the last session did not close cleanly. */
+FLEX_EXPORT int flexspace_open(const char *dir, const struct flexspace_options *opt,
+			       struct flexspace **out);
+
+/* Syncs, commits the tree, resets the log and frees the handle (even on
+ * error, whose status it returns).  NULL is a no-op returning 0. */
+FLEX_EXPORT int flexspace_close(struct flexspace *fs);
+
+/* Reads up to len bytes at off.  Returns the bytes read: fewer at the end
+ * of the space, 0 at or past it.  Holes read as zeros.  Errors: -EINVAL
+ * (NULL buf with len > 0), FLEX_ECORRUPT, -errno. */
+FLEX_EXPORT ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len);
+
+/* Overwrites and/or extends: bytes [off, off+len) get buf.  Past the end,
+ * [size, off) becomes a hole (reads as zeros).  Returns len, or -EINVAL,
+ * FLEX_ETOOBIG (off+len beyond FLEXSPACE_MAX_SIZE), -ENOSPC, FLEX_EFAILED,
+ * -errno.  Not durable until flexspace_sync. */
+FLEX_EXPORT ssize_t flexspace_write(struct flexspace *fs, const void *buf, uint64_t off,
+				    size_t len);
+
+/* Inserts len bytes at off; what was at and after off moves up by len.
+ * off > size inserts after a hole.  Returns len or an error as
+ * flexspace_write. */
+FLEX_EXPORT ssize_t flexspace_insert(struct flexspace *fs, const void *buf, uint64_t off,
+				     size_t len);
+
+/* Removes [off, off+len); what followed moves down.  Returns 0, -ERANGE
+ * (past the end), FLEX_EFAILED, -errno. */
+FLEX_EXPORT int flexspace_collapse(struct flexspace *fs, uint64_t off, uint64_t len);
+
+/* Shrinks (dropping the tail) or grows (with a hole) to size. */
+FLEX_EXPORT int flexspace_truncate(struct flexspace *fs, uint64_t size);
+
+/* Logical size; 0 for NULL. */
+FLEX_EXPORT uint64_t flexspace_size(struct flexspace *fs);
+
+/* Durability barrier: when it returns 0, every write, insert, collapse,
+ * truncate and tag change that returned before the call survives a crash
+ * or power loss.  Writes the buffered segment, fdatasyncs DATA, appends
+ * the buffered log records to LOG and fdatasyncs it (committing the tree
+ * too once the log passes log_limit).  Returns 0, FLEX_EFAILED, -errno. */
+FLEX_EXPORT int flexspace_sync(struct flexspace *fs);
+
+/* Paper section 5.4: reads from the start of the extent containing off
+ * (up to maxlen bytes, continuing into later extents if maxlen asks for
+ * more) and reports that extent's logical start and length.  Returns the
+ * bytes read, or -ERANGE when off >= size, -EINVAL, -errno. */
+FLEX_EXPORT ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf,
+					  size_t maxlen, uint64_t *extent_off,
+					  uint64_t *extent_len);
+
+/* Tags mark extents for the layer above (see flextree.h for how splits
+ * treat them).  flexspace_tag_set makes an extent start at off and tags
+ * it; the change is logged like any other.  flexspace_tag_get reports the
+ * tag of the extent containing off and that extent's start.  Rewriting a
+ * range (write, defrag) drops the tags inside it except where defrag
+ * preserves them at the same offsets. */
+FLEX_EXPORT int flexspace_tag_set(struct flexspace *fs, uint64_t off, uint16_t tag);
+FLEX_EXPORT int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag,
+				  uint64_t *extent_off);
+
+/* Calls fn for every extent intersecting [off, off+len) in logical order
+ * (under the read lock: fn must not call back into the space) until fn
+ * returns nonzero; returns 0, fn's value or -ERANGE. */
+FLEX_EXPORT int flexspace_extents(struct flexspace *fs, uint64_t off, uint64_t len,
+				  int (*fn)(void *arg, const struct flextree_extent *e),
+				  void *arg);
+
+/* Rewrites [off, off+len) contiguously into fresh segments (tags at the
+ * same offsets are kept).  Returns 0, -ERANGE, FLEX_EFAILED, -errno. */
+FLEX_EXPORT int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t len);
+
+/* Deep check: the tree's check, per-segment live-byte counts against the
+ * extents, no extent in a free segment, and buffered state.  0 when
+ * sound, FLEX_ECORRUPT otherwise. */
+FLEX_EXPORT int flexspace_check(struct flexspace *fs);
+
+FLEX_EXPORT int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLEXSPACE_H */
