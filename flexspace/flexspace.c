@@ -128,9 +128,6 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 	fs->st.recovered_records = records;
 	if ((rc = fs_rebuild_valid(fs)) != 0)
 		return rc;
-	fs->logbuf = malloc(FS_LOGBUF_RECORDS * sizeof(*fs->logbuf));
-	if (!fs->logbuf)
-		return -ENOMEM;
 	return fs_commit(fs);
 }
 
@@ -201,9 +198,12 @@ static int fs_begin_write(struct flexspace *fs)
 	return 0;
 }
 
-/* Ends a change: collects garbage if due, then unlocks. */
+/* Ends a change: writes the log buffer if it is full (only here, between
+ * changes), collects garbage if due, then unlocks. */
 static int fs_end_write(struct flexspace *fs, int rc)
 {
+	if (!rc && fs->nlog >= FS_LOGBUF_RECORDS)
+		rc = fs_log_flush(fs, 0);
 	if (!rc) {
 		int grc = fs_maybe_gc(fs);
 		if (grc)
@@ -213,13 +213,6 @@ static int fs_end_write(struct flexspace *fs, int rc)
 	return rc;
 }
 
-/* Live data is capped at 30/32 of max_data so that GC can progress. */
-static int fs_room_for(const struct flexspace *fs, uint64_t len)
-{
-	if (fs->max_data >= FLEXSPACE_MAX_SIZE)
-		return 0;
-	return fs->live + len > fs->max_data / 32 * 30 ? -ENOSPC : 0;
-}
 
 /* Releases the live bytes of [off, off+len) before the tree forgets it. */
 static int fs_drop_range(struct flexspace *fs, uint64_t off, uint64_t len)
@@ -297,7 +290,7 @@ static ssize_t fs_put(struct flexspace *fs, const void *buf, uint64_t off, size_
 	if (insert && size + len > FLEXSPACE_MAX_SIZE)
 		rc = FLEX_ETOOBIG;
 	else
-		rc = fs_room_for(fs, len);
+		rc = fs_reserve_space(fs, len);
 	if (!rc && !insert && off < size)
 		rc = fs_remove(fs, off, len < size - off ? len : size - off);
 	if (!rc)
@@ -412,7 +405,9 @@ static int fs_collect_tag(void *arg, const struct flextree_extent *e)
 static int fs_rewrite(struct flexspace *fs, uint64_t off, uint64_t len, uint8_t *tmp)
 {
 	struct fs_tags tg = {.from = off};
-	int rc = fs_read_mapped(fs, tmp, off, len);
+	int rc = fs_reserve_space(fs, len);
+	if (!rc)
+		rc = fs_read_mapped(fs, tmp, off, len);
 	if (!rc)
 		rc = flextree_scan(fs->tree, off, len, fs_collect_tag, &tg);
 	if (!rc)

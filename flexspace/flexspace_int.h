@@ -30,7 +30,9 @@
 #define FS_GC_MIN_SEGMENTS 4
 /* Victims relocated per GC run at most (the paper's batch of 64). */
 #define FS_GC_BATCH 64
-/* In-memory log records before they are written (unsynced) to LOG. */
+/* Buffered log records after which a change, once complete, writes them
+ * (unsynced) to LOG.  Records are written only between changes, so a
+ * batch never ends in the middle of one: recovery sees whole changes. */
 #define FS_LOGBUF_RECORDS 8192
 
 enum fs_seg_state { SEG_FREE = 0, SEG_OPEN, SEG_USED, SEG_PENDING };
@@ -69,6 +71,7 @@ struct flexspace {
 	uint8_t *state;
 	uint64_t live;
 	uint32_t npending;
+	uint32_t nfree; /* segments in state SEG_FREE */
 	uint32_t free_hint; /* no FREE segment below this index */
 
 	/* The open segment and its buffer: bytes [0, fill) hold its data,
@@ -83,6 +86,7 @@ struct flexspace {
 	/* Logical log. */
 	struct fs_rec *logbuf;
 	uint32_t nlog;
+	uint32_t logcap;
 	uint64_t log_base; /* tree version the log applies to */
 	uint64_t log_seq;  /* next batch sequence number */
 	uint64_t log_size; /* bytes of LOG in use */
@@ -101,6 +105,8 @@ void fs_seg_drop(struct flexspace *fs, uint64_t poff, uint64_t len);
 void fs_seg_release_pending(struct flexspace *fs);
 int fs_rebuild_valid(struct flexspace *fs);
 int fs_maybe_gc(struct flexspace *fs);
+int fs_reserve_space(struct flexspace *fs, uint64_t len);
+void fs_trim_data(struct flexspace *fs);
 int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len);
 int fs_check_segments(struct flexspace *fs);
 

@@ -202,10 +202,13 @@ int fs_log_attach(struct flexspace *fs, int fresh, int create)
 
 int fs_log_add(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, uint64_t arg)
 {
-	if (fs->nlog == FS_LOGBUF_RECORDS) {
-		int rc = fs_log_flush(fs, 0);
-		if (rc)
-			return rc;
+	if (fs->nlog == fs->logcap) {
+		uint32_t cap = fs->logcap ? fs->logcap * 2 : FS_LOGBUF_RECORDS;
+		struct fs_rec *p = realloc(fs->logbuf, (size_t)cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		fs->logbuf = p;
+		fs->logcap = cap;
 	}
 	fs->logbuf[fs->nlog++] = (struct fs_rec){.op = op, .loff = loff, .len = len, .arg = arg};
 	return 0;
@@ -302,6 +305,7 @@ int fs_commit(struct flexspace *fs)
 	}
 	fs->st.tree_commits++;
 	fs_seg_release_pending(fs);
+	fs_trim_data(fs);
 	return 0;
 }
 

@@ -88,9 +88,12 @@ int fs_rebuild_valid(struct flexspace *fs)
 	if (rc)
 		return rc;
 	fs->npending = 0;
+	fs->nfree = 0;
 	fs->free_hint = 0;
-	for (uint32_t s = 0; s < fs->nsegs; s++)
+	for (uint32_t s = 0; s < fs->nsegs; s++) {
 		fs->state[s] = fs->valid[s] ? SEG_USED : SEG_FREE;
+		fs->nfree += !fs->valid[s];
+	}
 	return 0;
 }
 
@@ -150,35 +153,30 @@ static void fs_close_segment(struct flexspace *fs)
 }
 
 /* Picks the segment to append to next: the lowest free one, else a new
- * one at the end of the file (within max_data), else, if emptied segments
- * wait for a durable log, makes the log durable and takes one of those. */
+ * one at the end of the file (within max_data).  Running out here means
+ * fs_reserve_space was not called first. */
 static int fs_open_segment(struct flexspace *fs)
 {
 	int rc;
 	if ((rc = fs_flush_buffer(fs)) != 0)
 		return rc;
 	fs_close_segment(fs);
-	for (int attempt = 0; attempt < 2; attempt++) {
+	if (fs->nfree) {
 		for (uint32_t s = fs->free_hint; s < fs->nsegs; s++) {
 			if (fs->state[s] == SEG_FREE) {
 				fs->free_hint = s + 1;
 				fs->open_seg = s;
+				fs->nfree--;
 				goto opened;
 			}
 		}
-		fs->free_hint = fs->nsegs;
-		if ((uint64_t)(fs->nsegs + 1) * fs->seg_size <= fs->max_data) {
-			if ((rc = fs_grow_segments(fs, fs->nsegs + 2)) != 0)
-				return rc;
-			fs->open_seg = fs->nsegs++;
-			goto opened;
-		}
-		if (!fs->npending || attempt)
-			return -ENOSPC;
-		if ((rc = fs_log_flush(fs, 1)) != 0)
-			return rc;
 	}
-	return -ENOSPC;
+	fs->free_hint = fs->nsegs;
+	if ((uint64_t)(fs->nsegs + 1) * fs->seg_size > fs->max_data)
+		return -ENOSPC;
+	if ((rc = fs_grow_segments(fs, fs->nsegs + 2)) != 0)
+		return rc;
+	fs->open_seg = fs->nsegs++;
 opened:
 	fs->state[fs->open_seg] = SEG_OPEN;
 	fs->fill = fs->flushed = 0;
@@ -227,11 +225,70 @@ void fs_seg_release_pending(struct flexspace *fs)
 	for (uint32_t s = 0; s < fs->nsegs; s++) {
 		if (fs->state[s] == SEG_PENDING) {
 			fs->state[s] = SEG_FREE;
+			fs->nfree++;
 			if (s < fs->free_hint)
 				fs->free_hint = s;
 		}
 	}
 	fs->npending = 0;
+}
+
+/* Cuts free segments off the end of DATA (after a tree commit: nothing
+ * durable refers to them). */
+void fs_trim_data(struct flexspace *fs)
+{
+	uint32_t n = fs->nsegs;
+	while (n > 0 && fs->state[n - 1] == SEG_FREE)
+		n--;
+	if (n == fs->nsegs)
+		return;
+	if (fs->io->ftruncate(fs->io, fs->data_fd, (uint64_t)n * fs->seg_size) != 0)
+		return; /* keeping the space is harmless */
+	fs->nfree -= fs->nsegs - n;
+	fs->nsegs = n;
+	if (fs->free_hint > n)
+		fs->free_hint = n;
+}
+
+/* Bytes that can be appended without collecting garbage: the rest of the
+ * open segment, free segments, and growth within max_data. */
+static uint64_t fs_space_avail(const struct flexspace *fs)
+{
+	uint64_t avail = (uint64_t)fs->nfree * fs->seg_size;
+	if (fs->open_seg != UINT32_MAX)
+		avail += fs->seg_size - fs->fill;
+	uint64_t file = (uint64_t)fs->nsegs * fs->seg_size;
+	if (fs->max_data > file)
+		avail += (fs->max_data - file) / fs->seg_size * fs->seg_size;
+	return avail;
+}
+
+static int fs_gc_run(struct flexspace *fs);
+
+/* Makes room for a change that appends len bytes before it starts, so that
+ * the change never has to make the log durable half-way through: first
+ * emptied segments are released by a durable log write, then garbage is
+ * collected.  Live data is capped at 30/32 of max_data so that collection
+ * can always free room (the paper's forward-progress rule). */
+int fs_reserve_space(struct flexspace *fs, uint64_t len)
+{
+	if (fs->max_data >= FLEXSPACE_MAX_SIZE)
+		return 0;
+	if (fs->live + len > fs->max_data / 32 * 30)
+		return -ENOSPC;
+	uint64_t need = len + fs->seg_size;
+	for (int round = 0; fs_space_avail(fs) < need; round++) {
+		int rc;
+		if (fs->npending)
+			rc = fs_log_flush(fs, 1);
+		else if (round < 8)
+			rc = fs_gc_run(fs);
+		else
+			return -ENOSPC;
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 /* ---- reads -------------------------------------------------------------- */
@@ -364,10 +421,17 @@ static int fs_gc_run(struct flexspace *fs)
 	uint64_t used = (uint64_t)(fs->nsegs - fs->npending) * fs->seg_size;
 	uint64_t target = (uint64_t)((double)fs->live * fs->gc_ratio * 0.8);
 	uint64_t reclaim = 0, need = used > target ? used - target : fs->seg_size;
+	/* The copies must fit in the space available now: the victims are
+	 * reusable only after this run's log is durable. */
+	uint64_t avail = fs_space_avail(fs), moved = 0;
+	avail = avail > fs->seg_size ? avail - fs->seg_size : 0;
 	uint32_t nv = 0;
 	for (uint32_t i = 0; i < nc && nv < FS_GC_BATCH && reclaim < need; i++) {
+		if (moved + fs->valid[cand[i]] > avail)
+			break;
 		victim[cand[i]] = 1;
 		reclaim += fs->seg_size - fs->valid[cand[i]];
+		moved += fs->valid[cand[i]];
 		nv++;
 	}
 	if (!nv)
