@@ -367,7 +367,8 @@ static void ft_insert_one(struct flextree *t, uint64_t x, uint64_t pt, uint32_t 
 		uint64_t sum = (uint64_t)l->len[k - 1] + len;
 		if (prev == FLEXTREE_HOLE && poff == FLEXTREE_HOLE)
 			merged = sum <= UINT32_MAX;
-		else if (prev != FLEXTREE_HOLE && poff == prev + l->len[k - 1] &&
+		else if (prev != FLEXTREE_HOLE && poff != FLEXTREE_HOLE &&
+			 poff == prev + l->len[k - 1] &&
 			 (!t->merge_boundary || poff % t->merge_boundary != 0))
 			merged = sum <= t->max_extent;
 	}

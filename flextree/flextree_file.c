@@ -476,12 +476,20 @@ static int ft_file_create(struct flextree *t, const char *path)
 int ft_file_open(struct flextree *t, const char *path, const struct flextree_options *opt)
 {
 	t->read_only = opt && opt->read_only;
+	t->lock_fd = -1;
 	int flags = (t->read_only ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC;
 	int fd = t->io->open(t->io, path, flags, 0644);
 	if (fd < 0)
 		return fd;
 	t->fd = fd;
-	if (flock(fd, (t->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
+	/* The lock lives on its own descriptor: after a SIGKILL the kernel
+	 * drops io_uring's references to the I/O descriptor asynchronously,
+	 * which would keep a lock on it held for a few milliseconds after
+	 * the process is gone. */
+	t->lock_fd = t->io->open(t->io, path, O_RDONLY | O_CLOEXEC, 0);
+	if (t->lock_fd < 0)
+		return t->lock_fd;
+	if (flock(t->lock_fd, (t->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
 		return errno == EWOULDBLOCK ? FLEX_EBUSY : -errno;
 	uint64_t fsize;
 	int rc = t->io->fsize(t->io, fd, &fsize);
@@ -545,6 +553,9 @@ void ft_file_close(struct flextree *t)
 {
 	t->io->close(t->io, t->fd);
 	t->fd = -1;
+	if (t->lock_fd >= 0)
+		t->io->close(t->io, t->lock_fd);
+	t->lock_fd = -1;
 }
 
 /* ---- check -------------------------------------------------------------- */

@@ -101,6 +101,7 @@ struct flextree {
 	/* Persistent trees only (fd < 0 for a volatile tree). */
 	const struct flex_io *io;
 	int fd;
+	int lock_fd;		/* separate descriptor holding the flock */
 	int read_only;
 	int failed;		/* status of the write or sync that failed */
 	uint64_t version;	/* last committed version */
