@@ -28,10 +28,44 @@ int main(void)
 	return flextree_close(t);
 }
 C
+cat > "$tmp/prog-flexspace.c" <<'C'
+#include <flexspace.h>
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv)
+{
+	struct flexspace *fs;
+	char buf[16] = {0};
+	if (argc < 2 || flexspace_open(argv[1], NULL, &fs))
+		return 1;
+	if (flexspace_write(fs, "world", 0, 5) != 5 || flexspace_insert(fs, "hello ", 0, 6) != 6 ||
+	    flexspace_read(fs, buf, 0, sizeof(buf)) != 11 || strcmp(buf, "hello world"))
+		return 1;
+	printf("installed flexspace works: %s\n", buf);
+	return flexspace_close(fs);
+}
+C
+cat > "$tmp/prog-flexdb.c" <<'C'
+#include <flexdb.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+	struct flexdb *db;
+	char v[8] = {0};
+	size_t n;
+	if (argc < 2 || flexdb_open(argv[1], NULL, &db))
+		return 1;
+	if (flexdb_put(db, "k", 1, "value", 5) || flexdb_get(db, "k", 1, v, sizeof(v), &n) || n != 5)
+		return 1;
+	printf("installed flexdb works: k=%s\n", v);
+	return flexdb_close(db);
+}
+C
+cp "$tmp/prog.c" "$tmp/prog-flextree.c"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
-for lib in flextree; do
-	cc "$tmp/prog.c" -o "$tmp/prog-$lib" $(pkg-config --cflags --libs $lib)
-	LD_LIBRARY_PATH="$prefix/lib" "$tmp/prog-$lib"
+for lib in flextree flexspace flexdb; do
+	cc "$tmp/prog-$lib.c" -o "$tmp/prog-$lib" $(pkg-config --cflags --libs $lib)
+	LD_LIBRARY_PATH="$prefix/lib" "$tmp/prog-$lib" "$tmp/store-$lib"
 done
 # Only the library's own namespaces are exported from the shared objects.
 bad=$(nm -D --defined-only "$prefix"/lib/lib*.so | awk 'NF==3 && $2 ~ /[TDBR]/ {print $3}' |
@@ -39,4 +73,4 @@ bad=$(nm -D --defined-only "$prefix"/lib/lib*.so | awk 'NF==3 && $2 ~ /[TDBR]/ {
 if [ -n "$bad" ]; then
 	echo "unexpected exported symbols:"; echo "$bad"; exit 1
 fi
-echo "install test: 1 passed, 0 failed"
+echo "install test: 3 passed, 0 failed"

@@ -1,0 +1,473 @@
+/*
+ * fdb_index.c - FlexDB's sparse index (paper section 5.1).
+ *
+ * A B+-tree over intervals, searched by key: internal nodes hold copied
+ * pivot keys, leaves hold the intervals in key order.  Like FlexTree, the
+ * intervals' offsets in the FlexSpace are stored as partial offsets in the
+ * leaves plus a shift on every child pointer, and the effective offset is
+ * their sum along the path; so when a put or delete changes an interval's
+ * size, the later intervals move with O(fanout x height) updates instead of
+ * one per interval.  Unlike FlexTree's, the pivots here are keys and are
+ * never shifted.
+ *
+ * Invariants (fdb_index_check): pivot k of an internal node is <= every
+ * interval key in child k and > every key in child k - 1; interval keys
+ * increase strictly; no node but the root is empty.  Underfull nodes are
+ * not merged (only empty ones are removed): intervals are themselves
+ * merged by the store, and the index is small (one entry per ~16 pairs).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fdb_int.h"
+
+#define FI_CAP 64
+
+struct fi_node {
+	int leaf;
+	int n;
+	union {
+		struct {
+			struct fdb_ival *iv[FI_CAP];
+			uint64_t off[FI_CAP];
+		} l;
+		struct {
+			struct fi_node *child[FI_CAP];
+			int64_t shift[FI_CAP];
+			uint8_t *pk[FI_CAP]; /* pk[0] unused */
+			uint32_t pklen[FI_CAP];
+		} i;
+	};
+};
+
+struct fdb_index {
+	struct fi_node *root;
+	int height;
+	uint64_t count;
+};
+
+static struct fi_node *fi_new(int leaf)
+{
+	struct fi_node *n = calloc(1, sizeof(*n));
+	if (n)
+		n->leaf = leaf;
+	return n;
+}
+
+struct fdb_index *fdb_index_new(void)
+{
+	struct fdb_index *x = calloc(1, sizeof(*x));
+	if (!x)
+		return NULL;
+	x->root = fi_new(1);
+	if (!x->root) {
+		free(x);
+		return NULL;
+	}
+	x->height = 1;
+	return x;
+}
+
+static void fi_ival_free(struct fdb_ival *iv)
+{
+	free(iv->key);
+	free(iv);
+}
+
+static void fi_free(struct fi_node *n)
+{
+	if (n->leaf) {
+		for (int j = 0; j < n->n; j++)
+			fi_ival_free(n->l.iv[j]);
+	} else {
+		for (int k = 0; k < n->n; k++) {
+			fi_free(n->i.child[k]);
+			free(n->i.pk[k]);
+		}
+	}
+	free(n);
+}
+
+void fdb_index_free(struct fdb_index *x)
+{
+	if (!x)
+		return;
+	fi_free(x->root);
+	free(x);
+}
+
+uint64_t fdb_index_count(const struct fdb_index *x)
+{
+	return x->count;
+}
+
+/* Last child whose pivot is <= key (child 0 has no pivot). */
+static int fi_route(const struct fi_node *n, const void *key, uint32_t klen)
+{
+	int lo = 1, hi = n->n;
+	while (lo < hi) {
+		int mid = (lo + hi) >> 1;
+		if (fdb_keycmp(n->i.pk[mid], n->i.pklen[mid], key, klen) <= 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo - 1;
+}
+
+static void fi_descend_edge(struct fdb_ipath *p, struct fi_node *n, int64_t base, int d, int last)
+{
+	while (!n->leaf) {
+		int k = last ? n->n - 1 : 0;
+		p->node[d] = n;
+		p->idx[d] = k;
+		p->base[d] = base;
+		d++;
+		base += n->i.shift[k];
+		n = n->i.child[k];
+	}
+	p->depth = d;
+	p->leaf = n;
+	p->leaf_base = base;
+	p->j = last ? n->n - 1 : 0;
+}
+
+static struct fdb_ival *fi_cur(const struct fdb_ipath *p)
+{
+	const struct fi_node *l = p->leaf;
+	return p->j >= 0 && p->j < l->n ? l->l.iv[p->j] : NULL;
+}
+
+struct fdb_ival *fdb_index_find(const struct fdb_index *x, const void *key, uint32_t klen,
+				struct fdb_ipath *p)
+{
+	struct fi_node *n = x->root;
+	int64_t base = 0;
+	int d = 0;
+	while (!n->leaf) {
+		int k = fi_route(n, key, klen);
+		p->node[d] = n;
+		p->idx[d] = k;
+		p->base[d] = base;
+		d++;
+		base += n->i.shift[k];
+		n = n->i.child[k];
+	}
+	p->depth = d;
+	p->leaf = n;
+	p->leaf_base = base;
+	int lo = 0, hi = n->n;
+	while (lo < hi) {
+		int mid = (lo + hi) >> 1;
+		const struct fdb_ival *iv = n->l.iv[mid];
+		if (fdb_keycmp(iv->key, iv->klen, key, klen) <= 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo > 0) {
+		p->j = lo - 1;
+		return fi_cur(p);
+	}
+	/* Every interval here is above key (this leaf's first interval was
+	 * removed after its pivot was set): the one for key is the last of
+	 * the leaves before. */
+	p->j = 0;
+	struct fdb_ipath q = *p;
+	struct fdb_ival *prev = fdb_index_prev(&q);
+	if (prev) {
+		*p = q;
+		return prev;
+	}
+	return fi_cur(p);
+}
+
+struct fdb_ival *fdb_index_first(const struct fdb_index *x, struct fdb_ipath *p)
+{
+	fi_descend_edge(p, x->root, 0, 0, 0);
+	return fi_cur(p);
+}
+
+struct fdb_ival *fdb_index_last(const struct fdb_index *x, struct fdb_ipath *p)
+{
+	fi_descend_edge(p, x->root, 0, 0, 1);
+	return fi_cur(p);
+}
+
+struct fdb_ival *fdb_index_next(struct fdb_ipath *p)
+{
+	struct fi_node *l = p->leaf;
+	if (p->j + 1 < l->n) {
+		p->j++;
+		return l->l.iv[p->j];
+	}
+	int d = p->depth - 1;
+	while (d >= 0 && p->idx[d] + 1 >= ((struct fi_node *)p->node[d])->n)
+		d--;
+	if (d < 0)
+		return NULL;
+	struct fi_node *n = p->node[d];
+	int k = ++p->idx[d];
+	fi_descend_edge(p, n->i.child[k], p->base[d] + n->i.shift[k], d + 1, 0);
+	return fi_cur(p);
+}
+
+struct fdb_ival *fdb_index_prev(struct fdb_ipath *p)
+{
+	if (p->j > 0) {
+		p->j--;
+		return ((struct fi_node *)p->leaf)->l.iv[p->j];
+	}
+	int d = p->depth - 1;
+	while (d >= 0 && p->idx[d] == 0)
+		d--;
+	if (d < 0)
+		return NULL;
+	struct fi_node *n = p->node[d];
+	int k = --p->idx[d];
+	fi_descend_edge(p, n->i.child[k], p->base[d] + n->i.shift[k], d + 1, 1);
+	return fi_cur(p);
+}
+
+uint64_t fdb_index_offset(const struct fdb_ipath *p)
+{
+	const struct fi_node *l = p->leaf;
+	return (uint64_t)(p->leaf_base + (int64_t)l->l.off[p->j]);
+}
+
+void fdb_index_shift(struct fdb_ipath *p, int64_t delta)
+{
+	struct fi_node *l = p->leaf;
+	for (int j = p->j + 1; j < l->n; j++)
+		l->l.off[j] = (uint64_t)((int64_t)l->l.off[j] + delta);
+	for (int d = p->depth - 1; d >= 0; d--) {
+		struct fi_node *n = p->node[d];
+		for (int k = p->idx[d] + 1; k < n->n; k++)
+			n->i.shift[k] += delta;
+	}
+}
+
+static int fi_copy_key(const struct fdb_ival *iv, uint8_t **pk, uint32_t *pklen)
+{
+	*pk = malloc(iv->klen ? iv->klen : 1);
+	if (!*pk)
+		return -ENOMEM;
+	memcpy(*pk, iv->key, iv->klen);
+	*pklen = iv->klen;
+	return 0;
+}
+
+/* Inserts child c (with its shift and pivot) after index k of the node at
+ * depth d of the path, splitting upward as needed. */
+static int fi_insert_child(struct fdb_index *x, struct fdb_ipath *p, int d, struct fi_node *c,
+			   int64_t shift, uint8_t *pk, uint32_t pklen)
+{
+	if (d < 0) {
+		struct fi_node *r = fi_new(0);
+		if (!r)
+			return -ENOMEM;
+		r->n = 2;
+		r->i.child[0] = x->root;
+		r->i.shift[0] = 0;
+		r->i.child[1] = c;
+		r->i.shift[1] = shift;
+		r->i.pk[1] = pk;
+		r->i.pklen[1] = pklen;
+		x->root = r;
+		x->height++;
+		return 0;
+	}
+	struct fi_node *n = p->node[d];
+	int at = p->idx[d] + 1;
+	if (n->n == FI_CAP) {
+		struct fi_node *r = fi_new(0);
+		if (!r)
+			return -ENOMEM;
+		int h = FI_CAP / 2;
+		r->n = FI_CAP - h;
+		memcpy(r->i.child, n->i.child + h, r->n * sizeof(void *));
+		memcpy(r->i.shift, n->i.shift + h, r->n * sizeof(int64_t));
+		memcpy(r->i.pk, n->i.pk + h, r->n * sizeof(void *));
+		memcpy(r->i.pklen, n->i.pklen + h, r->n * sizeof(uint32_t));
+		uint8_t *up = r->i.pk[0];
+		uint32_t uplen = r->i.pklen[0];
+		r->i.pk[0] = NULL;
+		n->n = h;
+		/* Both halves keep the base of the split node: the new node's
+		 * pointer shift is the old node's. */
+		int64_t s = d > 0 ? ((struct fi_node *)p->node[d - 1])->i.shift[p->idx[d - 1]] : 0;
+		struct fi_node *target = n;
+		if (at > h) {
+			target = r;
+			at -= h;
+		}
+		memmove(target->i.child + at + 1, target->i.child + at, (target->n - at) * sizeof(void *));
+		memmove(target->i.shift + at + 1, target->i.shift + at, (target->n - at) * sizeof(int64_t));
+		memmove(target->i.pk + at + 1, target->i.pk + at, (target->n - at) * sizeof(void *));
+		memmove(target->i.pklen + at + 1, target->i.pklen + at, (target->n - at) * sizeof(uint32_t));
+		target->i.child[at] = c;
+		target->i.shift[at] = shift;
+		target->i.pk[at] = pk;
+		target->i.pklen[at] = pklen;
+		target->n++;
+		/* c never lands first in r (at == h appends to n), so r's
+		 * first pivot is the separator that goes up. */
+		return fi_insert_child(x, p, d - 1, r, s, up, uplen);
+	}
+	memmove(n->i.child + at + 1, n->i.child + at, (n->n - at) * sizeof(void *));
+	memmove(n->i.shift + at + 1, n->i.shift + at, (n->n - at) * sizeof(int64_t));
+	memmove(n->i.pk + at + 1, n->i.pk + at, (n->n - at) * sizeof(void *));
+	memmove(n->i.pklen + at + 1, n->i.pklen + at, (n->n - at) * sizeof(uint32_t));
+	n->i.child[at] = c;
+	n->i.shift[at] = shift;
+	n->i.pk[at] = pk;
+	n->i.pklen[at] = pklen;
+	n->n++;
+	return 0;
+}
+
+int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_ival *iv,
+			   uint64_t off)
+{
+	struct fi_node *l = x->count ? p->leaf : x->root;
+	int64_t base = x->count ? p->leaf_base : 0;
+	int at = x->count ? p->j + 1 : 0;
+	if (l->n < FI_CAP) {
+		memmove(l->l.iv + at + 1, l->l.iv + at, (l->n - at) * sizeof(void *));
+		memmove(l->l.off + at + 1, l->l.off + at, (l->n - at) * sizeof(uint64_t));
+		l->l.iv[at] = iv;
+		l->l.off[at] = (uint64_t)((int64_t)off - base);
+		l->n++;
+		x->count++;
+		return 0;
+	}
+	int h = FI_CAP / 2;
+	uint8_t *pk;
+	uint32_t pklen;
+	if (fi_copy_key(l->l.iv[h], &pk, &pklen))
+		return -ENOMEM;
+	struct fi_node *r = fi_new(1);
+	if (!r) {
+		free(pk);
+		return -ENOMEM;
+	}
+	r->n = FI_CAP - h;
+	memcpy(r->l.iv, l->l.iv + h, r->n * sizeof(void *));
+	memcpy(r->l.off, l->l.off + h, r->n * sizeof(uint64_t));
+	l->n = h;
+	struct fi_node *target = l;
+	if (at > h) {
+		target = r;
+		at -= h;
+	}
+	memmove(target->l.iv + at + 1, target->l.iv + at, (target->n - at) * sizeof(void *));
+	memmove(target->l.off + at + 1, target->l.off + at, (target->n - at) * sizeof(uint64_t));
+	target->l.iv[at] = iv;
+	target->l.off[at] = (uint64_t)((int64_t)off - base);
+	target->n++;
+	x->count++;
+	int64_t s = p->depth > 0 ? ((struct fi_node *)p->node[p->depth - 1])
+					   ->i.shift[p->idx[p->depth - 1]]
+				 : 0;
+	return fi_insert_child(x, p, p->depth - 1, r, s, pk, pklen);
+}
+
+int fdb_index_append(struct fdb_index *x, struct fdb_ival *iv, uint64_t off)
+{
+	struct fdb_ipath p;
+	if (x->count)
+		fdb_index_last(x, &p);
+	return fdb_index_insert_after(x, &p, iv, off);
+}
+
+void fdb_index_remove(struct fdb_index *x, struct fdb_ipath *p)
+{
+	struct fi_node *l = p->leaf;
+	int j = p->j;
+	memmove(l->l.iv + j, l->l.iv + j + 1, (l->n - j - 1) * sizeof(void *));
+	memmove(l->l.off + j, l->l.off + j + 1, (l->n - j - 1) * sizeof(uint64_t));
+	l->n--;
+	x->count--;
+	struct fi_node *c = l;
+	for (int d = p->depth - 1; d >= 0 && c->n == 0; d--) {
+		struct fi_node *n = p->node[d];
+		int k = p->idx[d];
+		free(c);
+		free(n->i.pk[k]);
+		if (k == 0 && n->n > 1) {
+			free(n->i.pk[1]);
+			n->i.pk[1] = NULL;
+		}
+		memmove(n->i.child + k, n->i.child + k + 1, (n->n - k - 1) * sizeof(void *));
+		memmove(n->i.shift + k, n->i.shift + k + 1, (n->n - k - 1) * sizeof(int64_t));
+		memmove(n->i.pk + k, n->i.pk + k + 1, (n->n - k - 1) * sizeof(void *));
+		memmove(n->i.pklen + k, n->i.pklen + k + 1, (n->n - k - 1) * sizeof(uint32_t));
+		n->n--;
+		n->i.pk[0] = NULL;
+		c = n;
+	}
+	/* A root with one child gives way to it, passing its shift down. */
+	while (!x->root->leaf && x->root->n == 1) {
+		struct fi_node *r = x->root, *ch = r->i.child[0];
+		int64_t s = r->i.shift[0];
+		if (ch->leaf) {
+			for (int q = 0; q < ch->n; q++)
+				ch->l.off[q] = (uint64_t)((int64_t)ch->l.off[q] + s);
+		} else {
+			for (int q = 0; q < ch->n; q++)
+				ch->i.shift[q] += s;
+		}
+		free(r);
+		x->root = ch;
+		x->height--;
+	}
+	if (!x->root->leaf && x->root->n == 0) {
+		x->root->leaf = 1; /* the index emptied: the root becomes a leaf */
+		x->height = 1;
+	}
+}
+
+static int fi_check(const struct fi_node *n, const uint8_t *lo, uint32_t lolen, int have_lo,
+		    const uint8_t *hi, uint32_t hilen, int have_hi, int depth, int height,
+		    const struct fdb_ival **prev)
+{
+	if (!n || (n->n == 0 && depth > 0) || n->n > FI_CAP)
+		return FLEX_ECORRUPT;
+	if (n->leaf) {
+		if (depth != height - 1)
+			return FLEX_ECORRUPT;
+		for (int j = 0; j < n->n; j++) {
+			const struct fdb_ival *iv = n->l.iv[j];
+			if (have_lo && fdb_keycmp(iv->key, iv->klen, lo, lolen) < 0)
+				return FLEX_ECORRUPT;
+			if (have_hi && fdb_keycmp(iv->key, iv->klen, hi, hilen) >= 0)
+				return FLEX_ECORRUPT;
+			if (*prev && fdb_keycmp((*prev)->key, (*prev)->klen, iv->key, iv->klen) >= 0)
+				return FLEX_ECORRUPT;
+			*prev = iv;
+		}
+		return 0;
+	}
+	for (int k = 0; k < n->n; k++) {
+		const uint8_t *clo = k ? n->i.pk[k] : lo;
+		uint32_t clolen = k ? n->i.pklen[k] : lolen;
+		int chave_lo = k ? 1 : have_lo;
+		const uint8_t *chi = k + 1 < n->n ? n->i.pk[k + 1] : hi;
+		uint32_t chilen = k + 1 < n->n ? n->i.pklen[k + 1] : hilen;
+		int chave_hi = k + 1 < n->n ? 1 : have_hi;
+		int rc = fi_check(n->i.child[k], clo, clolen, chave_lo, chi, chilen, chave_hi,
+				  depth + 1, height, prev);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int fdb_index_check(const struct fdb_index *x)
+{
+	if (!x->root)
+		return FLEX_ECORRUPT;
+	const struct fdb_ival *prev = NULL;
+	return fi_check(x->root, NULL, 0, 0, NULL, 0, 0, 0, x->height, &prev);
+}

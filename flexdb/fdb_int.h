@@ -1,0 +1,250 @@
+/*
+ * fdb_int.h - FlexDB's private interfaces.
+ *
+ * Modules:
+ *   fdb_record.c   the encoding of a pair in the FlexSpace (varint lengths,
+ *                  key, value, checksum) and in the WAL
+ *   fdb_memtable.c a skip list for one writer and many readers, in an arena
+ *   fdb_wal.c      write-ahead log files
+ *   fdb_index.c    the sparse index: intervals found by key, whose offsets
+ *                  are partial offsets plus shifts (paper section 5.1)
+ *   fdb_store.c    intervals in the FlexSpace: loading, the CLOCK interval
+ *                  cache, applying puts and deletes, recovery, check
+ *   flexdb.c       the API, the committer thread, batches, iterators
+ *
+ * Locking (flexdb.c has the details):
+ *   db->wmu     serialises writers: sequence numbers, WAL appends, the
+ *               active memtable, memtable switches
+ *   db->mtmu    the memtable pointers and their reference counts
+ *   db->syncmu  WAL syncs (group commit) and WAL file lifetimes
+ *   db->lock    rwlock over the sparse index, the cache and the FlexSpace
+ *               contents: readers share it, the committer and cache-miss
+ *               handling take it exclusively
+ */
+#ifndef FDB_INT_H
+#define FDB_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "flexdb.h"
+
+/* ---- records (fdb_record.c) ----------------------------------------------- */
+
+/* A pair in the FlexSpace: varint klen, varint vlen, key, value, and a
+ * 4-byte checksum (low half of XXH3-64 over everything before it). */
+#define FDB_REC_MAX (10 + FLEXDB_MAX_KEY + FLEXDB_MAX_VALUE + 4)
+
+size_t fdb_varint_put(uint8_t *p, uint32_t v);
+/* Decodes a varint of at most 5 bytes from [p, end); 0 on damage. */
+size_t fdb_varint_get(const uint8_t *p, const uint8_t *end, uint32_t *v);
+size_t fdb_rec_size(uint32_t klen, uint32_t vlen);
+size_t fdb_rec_encode(uint8_t *out, const void *key, uint32_t klen, const void *val,
+		      uint32_t vlen);
+/* Decodes the record at [p, end): its size, and pointers into it.
+ * Returns 0, or FLEX_ECORRUPT (bad lengths or checksum, or truncated). */
+int fdb_rec_decode(const uint8_t *p, const uint8_t *end, size_t *size, const uint8_t **key,
+		   uint32_t *klen, const uint8_t **val, uint32_t *vlen);
+/* Decodes only the header: sizes, without the checksum (recovery reads
+ * just enough of an anchor to learn its key). */
+int fdb_rec_peek(const uint8_t *p, const uint8_t *end, uint32_t *klen, uint32_t *vlen,
+		 size_t *hdr);
+int fdb_keycmp(const void *a, uint32_t alen, const void *b, uint32_t blen);
+uint16_t fdb_fingerprint(const void *key, uint32_t klen);
+
+/* ---- memtable (fdb_memtable.c) -------------------------------------------- */
+
+struct fdb_mt;
+
+/* The value of an entry; `tomb` marks a delete.  Immutable once published:
+ * a newer put replaces the entry's pointer to it. */
+struct fdb_val {
+	uint32_t vlen;
+	uint8_t tomb;
+	uint8_t data[];
+};
+
+struct fdb_mt *fdb_mt_new(void);
+void fdb_mt_free(struct fdb_mt *m);
+/* Writer only.  Copies key and value; returns 0 or -ENOMEM. */
+int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val,
+	       uint32_t vlen, int tomb);
+/* Any thread, concurrently with the writer.  The value stays valid while
+ * the memtable lives. */
+const struct fdb_val *fdb_mt_get(const struct fdb_mt *m, const void *key, uint32_t klen);
+size_t fdb_mt_bytes(const struct fdb_mt *m);
+uint64_t fdb_mt_count(const struct fdb_mt *m);
+
+/* Ordered iteration; `node` is opaque. */
+struct fdb_mt_iter {
+	const struct fdb_mt *m;
+	const void *node;
+};
+void fdb_mt_seek(struct fdb_mt_iter *it, const struct fdb_mt *m, const void *key, uint32_t klen);
+/* Positions at the last key <= key (klen 0: the last key). */
+void fdb_mt_seek_le(struct fdb_mt_iter *it, const struct fdb_mt *m, const void *key,
+		    uint32_t klen);
+int fdb_mt_valid(const struct fdb_mt_iter *it);
+void fdb_mt_next(struct fdb_mt_iter *it);
+/* Moves to the previous key (O(log n) search). */
+void fdb_mt_prev(struct fdb_mt_iter *it);
+const uint8_t *fdb_mt_key(const struct fdb_mt_iter *it, uint32_t *klen);
+const struct fdb_val *fdb_mt_val(const struct fdb_mt_iter *it);
+
+/* ---- WAL (fdb_wal.c) -------------------------------------------------------- */
+
+enum { FDB_OP_PUT = 1, FDB_OP_DEL = 2 };
+
+struct fdb_wal {
+	const struct flex_io *io;
+	int fd;
+	uint64_t gen;
+	_Atomic uint64_t size;	     /* bytes written; changed by the writer only */
+	_Atomic uint64_t last_seq;   /* of the last record written */
+	_Atomic uint64_t synced_seq; /* every record <= this is durable */
+	char path[];
+};
+
+int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64_t gen,
+		   struct fdb_wal **out);
+/* Appends one record holding a whole batch (payload from fdb_batch). */
+int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size_t len);
+/* Thread-safe: makes every record appended before the call durable. */
+int fdb_wal_sync(struct fdb_wal *w);
+void fdb_wal_close(struct fdb_wal *w);
+/* Closes and unlinks, then syncs the directory, so a committed WAL never
+ * reappears after a crash to be replayed over newer data. */
+int fdb_wal_remove(struct fdb_wal *w, int dir_fd);
+
+typedef int (*fdb_wal_fn)(void *arg, uint64_t seq, const uint8_t *payload, size_t len);
+/* Lists WAL generations in dir (sorted), and replays one file: calls fn
+ * for each valid record in order, stopping at the first torn or damaged
+ * one.  *last_seq gets the last valid record's sequence number. */
+int fdb_wal_list(const char *dir, uint64_t **gens, size_t *n);
+int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, fdb_wal_fn fn,
+		   void *arg, uint64_t *last_seq);
+
+/* A batch payload: u32 count, then per op: u8 op, varint klen, [varint
+ * vlen], key, [value]. */
+struct fdb_batch_op {
+	uint8_t op;
+	const uint8_t *key;
+	uint32_t klen;
+	const uint8_t *val;
+	uint32_t vlen;
+};
+/* Iterates the ops of a payload; returns 1 with *op filled, 0 at the end,
+ * FLEX_ECORRUPT on damage.  *pos starts at 0. */
+int fdb_payload_next(const uint8_t *payload, size_t len, size_t *pos, struct fdb_batch_op *op);
+
+/* ---- sparse index (fdb_index.c) ------------------------------------------ */
+
+/* An interval: consecutive pairs in the FlexSpace whose first key is at
+ * least `key` (the first interval's key is empty, below every key). */
+struct fdb_cent;
+struct fdb_ival {
+	uint8_t *key;
+	uint32_t klen;
+	uint32_t size;	/* bytes */
+	uint32_t count; /* pairs; FDB_COUNT_UNKNOWN after recovery */
+	struct fdb_cent *cache;
+};
+#define FDB_COUNT_UNKNOWN UINT32_MAX
+
+struct fdb_index;
+#define FDB_INDEX_MAX_HEIGHT 32
+struct fdb_ipath {
+	int depth;
+	void *node[FDB_INDEX_MAX_HEIGHT];
+	int idx[FDB_INDEX_MAX_HEIGHT];
+	int64_t base[FDB_INDEX_MAX_HEIGHT];
+	void *leaf;
+	int j;
+	int64_t leaf_base;
+};
+
+struct fdb_index *fdb_index_new(void);
+void fdb_index_free(struct fdb_index *x); /* frees the intervals too */
+uint64_t fdb_index_count(const struct fdb_index *x);
+/* Finds the interval for key: the last one whose key is <= key. */
+struct fdb_ival *fdb_index_find(const struct fdb_index *x, const void *key, uint32_t klen,
+				struct fdb_ipath *p);
+struct fdb_ival *fdb_index_first(const struct fdb_index *x, struct fdb_ipath *p);
+struct fdb_ival *fdb_index_last(const struct fdb_index *x, struct fdb_ipath *p);
+struct fdb_ival *fdb_index_next(struct fdb_ipath *p);
+struct fdb_ival *fdb_index_prev(struct fdb_ipath *p);
+uint64_t fdb_index_offset(const struct fdb_ipath *p);
+/* Adds delta to the offsets of every interval after the path's. */
+void fdb_index_shift(struct fdb_ipath *p, int64_t delta);
+/* Inserts iv right after the path's interval (or first, in an empty
+ * index) at offset off; the path is invalid afterwards. */
+int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_ival *iv,
+			   uint64_t off);
+/* Removes the path's interval (not freed); the path is invalid after. */
+void fdb_index_remove(struct fdb_index *x, struct fdb_ipath *p);
+/* Appends at the end (recovery). */
+int fdb_index_append(struct fdb_index *x, struct fdb_ival *iv, uint64_t off);
+int fdb_index_check(const struct fdb_index *x);
+
+/* ---- the store (fdb_store.c) ----------------------------------------------- */
+
+struct fdb_kv {
+	uint8_t *key; /* key, then value, in one allocation */
+	uint32_t klen;
+	uint32_t vlen;
+	uint32_t off; /* offset of the record within its interval */
+	uint32_t size; /* record bytes */
+	uint16_t fp;
+};
+
+struct fdb_cent {
+	struct fdb_kv *kv;
+	uint32_t n, cap;
+	size_t bytes; /* accounted against the cache size */
+	struct fdb_ival *iv;
+	atomic_uchar ref; /* CLOCK bit */
+	uint32_t slot;	  /* index in the CLOCK ring */
+};
+
+struct fdb_store {
+	struct flexspace *fs;
+	struct fdb_index *index;
+	/* CLOCK ring of cached intervals. */
+	struct fdb_cent **ring;
+	uint32_t nring, ring_cap, hand;
+	size_t cache_bytes, cache_limit;
+	uint64_t keys, bytes;
+	uint64_t uncounted; /* intervals whose pair count is not known yet */
+	atomic_ullong hits, misses;
+	uint8_t *rec; /* scratch for one encoded record */
+};
+
+int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_limit);
+void fdb_store_close(struct fdb_store *s);
+/* Exclusive lock held: applies one put or delete to the FlexSpace. */
+int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
+/* Shared lock held.  Returns 0 (found: value copied as flexdb_get does),
+ * FLEXDB_NOTFOUND, FDB_MISS when the interval is not cached and load is 0
+ * (the caller retries holding the exclusive lock with load = 1), or an
+ * error. */
+#define FDB_MISS 2
+int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf, size_t cap,
+		  size_t *vlen, int load);
+/* A copied pair; key then value in one allocation owned by the caller. */
+struct fdb_pair {
+	uint8_t *key;
+	uint32_t klen;
+	uint32_t vlen;
+	int tomb; /* memtable deletes, while merging */
+};
+/* Shared lock held: copies up to max pairs in key order starting at the
+ * first key >= from (> from unless inclusive), or with reverse, in
+ * descending order from the last key <= from (< from unless inclusive);
+ * flen 0 starts at the first (last) key.  Uncached intervals are decoded
+ * without being cached. */
+int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inclusive,
+		   int reverse, struct fdb_pair *out, int max, int *n);
+int fdb_store_check(struct fdb_store *s);
+
+#endif /* FDB_INT_H */

@@ -1,0 +1,275 @@
+/*
+ * fdb_memtable.c - the memtable: a skip list that one writer changes while
+ * any number of readers search and iterate it (paper section 5.3).
+ *
+ * As in LevelDB's skiplist.h: a node is fully built before it is
+ * published with a release store into its predecessors' next pointers
+ * (bottom level first), and readers follow pointers with acquire loads,
+ * so a reader sees either the old list or the list with the complete new
+ * node.  A put to an existing key publishes a new immutable value and
+ * swaps the node's value pointer the same way; old values stay in the
+ * arena, which is freed only with the whole memtable, so a reader holding
+ * a value pointer is never left dangling.  All memory comes from an arena
+ * whose size is the memtable's accounted size.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fdb_int.h"
+
+#define MT_MAX_HEIGHT 12
+#define ARENA_BLOCK (256u << 10)
+
+struct mt_node {
+	_Atomic(struct fdb_val *) val;
+	uint32_t klen;
+	uint32_t height;
+	_Atomic(struct mt_node *) next[]; /* height pointers, then the key */
+};
+
+struct arena_block {
+	struct arena_block *prev;
+	size_t used, cap;
+	_Alignas(16) uint8_t data[];
+};
+
+struct fdb_mt {
+	struct mt_node *head;
+	struct arena_block *blk;
+	size_t bytes;
+	_Atomic uint64_t count;
+	_Atomic int height;
+	uint64_t rng;
+};
+
+static void *arena_alloc(struct fdb_mt *m, size_t n)
+{
+	n = (n + 15) & ~(size_t)15;
+	struct arena_block *b = m->blk;
+	if (!b || b->cap - b->used < n) {
+		size_t cap = n > ARENA_BLOCK / 4 ? n : ARENA_BLOCK;
+		struct arena_block *nb = malloc(sizeof(*nb) + cap);
+		if (!nb)
+			return NULL;
+		nb->cap = cap;
+		nb->used = 0;
+		if (n > ARENA_BLOCK / 4 && b) {
+			/* A big allocation gets its own block, kept behind
+			 * the current one so the current one stays in use. */
+			nb->prev = b->prev;
+			b->prev = nb;
+			nb->used = n;
+			m->bytes += sizeof(*nb) + cap;
+			return nb->data;
+		}
+		nb->prev = b;
+		m->blk = b = nb;
+		m->bytes += sizeof(*nb) + cap;
+	}
+	void *p = b->data + b->used;
+	b->used += n;
+	return p;
+}
+
+static inline const uint8_t *node_key(const struct mt_node *n)
+{
+	return (const uint8_t *)&n->next[n->height];
+}
+
+struct fdb_mt *fdb_mt_new(void)
+{
+	struct fdb_mt *m = calloc(1, sizeof(*m));
+	if (!m)
+		return NULL;
+	m->rng = 0x853c49e6748fea9bULL;
+	m->head = arena_alloc(m, sizeof(struct mt_node) + MT_MAX_HEIGHT * sizeof(void *));
+	if (!m->head) {
+		free(m);
+		return NULL;
+	}
+	m->head->klen = 0;
+	m->head->height = MT_MAX_HEIGHT;
+	atomic_init(&m->head->val, NULL);
+	for (int i = 0; i < MT_MAX_HEIGHT; i++)
+		atomic_init(&m->head->next[i], NULL);
+	atomic_init(&m->height, 1);
+	return m;
+}
+
+void fdb_mt_free(struct fdb_mt *m)
+{
+	if (!m)
+		return;
+	struct arena_block *b = m->blk;
+	while (b) {
+		struct arena_block *p = b->prev;
+		free(b);
+		b = p;
+	}
+	free(m);
+}
+
+size_t fdb_mt_bytes(const struct fdb_mt *m)
+{
+	return m->bytes;
+}
+
+uint64_t fdb_mt_count(const struct fdb_mt *m)
+{
+	return atomic_load(&m->count);
+}
+
+static int random_height(struct fdb_mt *m)
+{
+	int h = 1;
+	while (h < MT_MAX_HEIGHT) {
+		m->rng ^= m->rng << 13;
+		m->rng ^= m->rng >> 7;
+		m->rng ^= m->rng << 17;
+		if ((m->rng & 3) != 0) /* branching factor 4 */
+			break;
+		h++;
+	}
+	return h;
+}
+
+static inline struct mt_node *nxt(const struct mt_node *n, int level)
+{
+	return atomic_load_explicit(&((struct mt_node *)n)->next[level], memory_order_acquire);
+}
+
+static inline int node_cmp(const struct mt_node *n, const void *key, uint32_t klen)
+{
+	return fdb_keycmp(node_key(n), n->klen, key, klen);
+}
+
+/* The first node >= key; fills prev[] with the last node < key per level. */
+static struct mt_node *find_ge(const struct fdb_mt *m, const void *key, uint32_t klen,
+			       struct mt_node **prev)
+{
+	struct mt_node *x = m->head;
+	int level = atomic_load_explicit(&m->height, memory_order_relaxed) - 1;
+	for (;;) {
+		struct mt_node *n = nxt(x, level);
+		if (n && node_cmp(n, key, klen) < 0) {
+			x = n;
+			continue;
+		}
+		if (prev)
+			prev[level] = x;
+		if (level == 0)
+			return n;
+		level--;
+	}
+}
+
+/* The last node < key (or <= key with le), or the head. */
+static struct mt_node *find_lt(const struct fdb_mt *m, const void *key, uint32_t klen, int le)
+{
+	struct mt_node *x = m->head;
+	int level = atomic_load_explicit(&m->height, memory_order_relaxed) - 1;
+	for (;;) {
+		struct mt_node *n = nxt(x, level);
+		if (n && (klen == 0 || node_cmp(n, key, klen) < le)) {
+			x = n;
+			continue;
+		}
+		if (level == 0)
+			return x;
+		level--;
+	}
+}
+
+int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val,
+	       uint32_t vlen, int tomb)
+{
+	struct fdb_val *v = arena_alloc(m, sizeof(*v) + (tomb ? 0 : vlen));
+	if (!v)
+		return -ENOMEM;
+	v->vlen = tomb ? 0 : vlen;
+	v->tomb = (uint8_t)(tomb != 0);
+	if (!tomb && vlen)
+		memcpy(v->data, val, vlen);
+
+	struct mt_node *prev[MT_MAX_HEIGHT];
+	struct mt_node *n = find_ge(m, key, klen, prev);
+	if (n && node_cmp(n, key, klen) == 0) {
+		atomic_store_explicit(&n->val, v, memory_order_release);
+		return 0;
+	}
+	int h = random_height(m);
+	int cur = atomic_load_explicit(&m->height, memory_order_relaxed);
+	if (h > cur) {
+		for (int i = cur; i < h; i++)
+			prev[i] = m->head;
+		/* Readers that see the new height before the node find
+		 * NULL at the new levels from the head, which is fine. */
+		atomic_store_explicit(&m->height, h, memory_order_relaxed);
+	}
+	n = arena_alloc(m, sizeof(*n) + (size_t)h * sizeof(void *) + klen);
+	if (!n)
+		return -ENOMEM;
+	n->klen = klen;
+	n->height = (uint32_t)h;
+	memcpy((uint8_t *)&n->next[h], key, klen);
+	atomic_init(&n->val, v);
+	for (int i = 0; i < h; i++)
+		atomic_init(&n->next[i], nxt(prev[i], i));
+	for (int i = 0; i < h; i++)
+		atomic_store_explicit(&prev[i]->next[i], n, memory_order_release);
+	atomic_fetch_add(&m->count, 1);
+	return 0;
+}
+
+const struct fdb_val *fdb_mt_get(const struct fdb_mt *m, const void *key, uint32_t klen)
+{
+	struct mt_node *n = find_ge(m, key, klen, NULL);
+	if (n && node_cmp(n, key, klen) == 0)
+		return atomic_load_explicit(&n->val, memory_order_acquire);
+	return NULL;
+}
+
+void fdb_mt_seek(struct fdb_mt_iter *it, const struct fdb_mt *m, const void *key, uint32_t klen)
+{
+	it->m = m;
+	it->node = klen ? find_ge(m, key, klen, NULL) : nxt(m->head, 0);
+}
+
+void fdb_mt_seek_le(struct fdb_mt_iter *it, const struct fdb_mt *m, const void *key,
+		    uint32_t klen)
+{
+	it->m = m;
+	struct mt_node *x = find_lt(m, key, klen, 1);
+	it->node = x == m->head ? NULL : x;
+}
+
+int fdb_mt_valid(const struct fdb_mt_iter *it)
+{
+	return it->node != NULL;
+}
+
+void fdb_mt_next(struct fdb_mt_iter *it)
+{
+	it->node = nxt(it->node, 0);
+}
+
+void fdb_mt_prev(struct fdb_mt_iter *it)
+{
+	const struct mt_node *n = it->node;
+	struct mt_node *x = find_lt(it->m, node_key(n), n->klen, 0);
+	it->node = x == it->m->head ? NULL : x;
+}
+
+const uint8_t *fdb_mt_key(const struct fdb_mt_iter *it, uint32_t *klen)
+{
+	const struct mt_node *n = it->node;
+	*klen = n->klen;
+	return node_key(n);
+}
+
+const struct fdb_val *fdb_mt_val(const struct fdb_mt_iter *it)
+{
+	const struct mt_node *n = it->node;
+	return atomic_load_explicit(&((struct mt_node *)n)->val, memory_order_acquire);
+}

@@ -1,0 +1,281 @@
+/*
+ * fdb_wal.c - FlexDB's write-ahead log.
+ *
+ * Each memtable has its own WAL file, WAL-<generation as 16 hex digits>.
+ * Every flexdb_put, flexdb_delete and flexdb_write appends one record that
+ * holds the whole batch, so a batch is replayed entirely or not at all.  A
+ * record carries the writer's sequence number and a checksum; replay goes
+ * through the files in generation order and through each file until the
+ * first record that is torn or damaged (LESSONS: order by sequence
+ * numbers, never by file times; one-record logs count).  The committer
+ * removes a WAL only after its memtable is durable in the FlexSpace, and
+ * syncs the directory so that a removed WAL cannot come back.
+ *
+ * Record: u32 magic "FWR1", u32 payload length, u64 seq, u64 checksum
+ * (XXH3-64 of the payload seeded with seq), payload.  The file starts with a 32-byte
+ * header (docs/FORMAT.md).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "fdb_int.h"
+
+#define WAL_MAGIC "FLEXWAL1"
+#define WAL_FORMAT 1u
+#define WAL_HDR 32u
+#define REC_MAGIC 0x31525746u /* "FWR1" */
+#define REC_HDR 24u
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	memcpy(p, &v, 4);
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, 8);
+}
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+/* The sequence number seeds the checksum, so it is covered too. */
+static uint64_t rec_csum(uint64_t seq, const uint8_t *payload, size_t len)
+{
+	return XXH3_64bits_withSeed(payload, len, seq);
+}
+
+int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64_t gen,
+		   struct fdb_wal **out)
+{
+	size_t plen = strlen(dir) + 32;
+	struct fdb_wal *w = calloc(1, sizeof(*w) + plen);
+	if (!w)
+		return -ENOMEM;
+	snprintf(w->path, plen, "%s/WAL-%016" PRIx64, dir, gen);
+	w->io = io;
+	w->gen = gen;
+	w->fd = io->open(io, w->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (w->fd < 0) {
+		int rc = w->fd;
+		free(w);
+		return rc;
+	}
+	uint8_t h[WAL_HDR] = {0};
+	memcpy(h, WAL_MAGIC, 8);
+	put32(h + 8, WAL_FORMAT);
+	put64(h + 16, gen);
+	put64(h + 24, XXH3_64bits(h, 24));
+	int rc = flex_io_write_full(io, w->fd, h, WAL_HDR, 0);
+	/* The file must exist durably before any record in it is relied on. */
+	if (!rc)
+		rc = io->fdatasync(io, w->fd);
+	if (!rc)
+		rc = io->fsync(io, dir_fd);
+	if (rc) {
+		io->close(io, w->fd);
+		unlink(w->path);
+		free(w);
+		return rc;
+	}
+	atomic_store(&w->size, WAL_HDR);
+	*out = w;
+	return 0;
+}
+
+int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size_t len)
+{
+	if (len > UINT32_MAX)
+		return FLEX_ETOOBIG;
+	uint8_t stackbuf[4096];
+	size_t total = REC_HDR + len;
+	uint8_t *b = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
+	if (!b)
+		return -ENOMEM;
+	put32(b, REC_MAGIC);
+	put32(b + 4, (uint32_t)len);
+	put64(b + 8, seq);
+	put64(b + 16, rec_csum(seq, payload, len));
+	memcpy(b + REC_HDR, payload, len);
+	int rc = flex_io_write_full(w->io, w->fd, b, total, atomic_load(&w->size));
+	if (b != stackbuf)
+		free(b);
+	if (rc)
+		return rc;
+	atomic_fetch_add(&w->size, total);
+	atomic_store(&w->last_seq, seq);
+	return 0;
+}
+
+int fdb_wal_sync(struct fdb_wal *w)
+{
+	uint64_t target = atomic_load(&w->last_seq);
+	if (atomic_load(&w->synced_seq) >= target)
+		return 0;
+	int rc = w->io->fdatasync(w->io, w->fd);
+	if (rc)
+		return rc;
+	uint64_t cur = atomic_load(&w->synced_seq);
+	while (cur < target && !atomic_compare_exchange_weak(&w->synced_seq, &cur, target))
+		;
+	return 0;
+}
+
+void fdb_wal_close(struct fdb_wal *w)
+{
+	if (!w)
+		return;
+	w->io->close(w->io, w->fd);
+	free(w);
+}
+
+int fdb_wal_remove(struct fdb_wal *w, int dir_fd)
+{
+	const struct flex_io *io = w->io;
+	int rc = unlink(w->path) ? -errno : 0;
+	fdb_wal_close(w);
+	if (!rc)
+		rc = io->fsync(io, dir_fd);
+	return rc;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int fdb_wal_list(const char *dir, uint64_t **gens, size_t *n)
+{
+	*gens = NULL;
+	*n = 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	size_t cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		char *end;
+		if (strncmp(e->d_name, "WAL-", 4) != 0 || strlen(e->d_name) != 20)
+			continue;
+		uint64_t g = strtoull(e->d_name + 4, &end, 16);
+		if (*end)
+			continue;
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 8;
+			uint64_t *p = realloc(*gens, cap * sizeof(*p));
+			if (!p) {
+				closedir(d);
+				free(*gens);
+				*gens = NULL;
+				return -ENOMEM;
+			}
+			*gens = p;
+		}
+		(*gens)[(*n)++] = g;
+	}
+	closedir(d);
+	if (*n > 1)
+		qsort(*gens, *n, sizeof(uint64_t), cmp_u64);
+	return 0;
+}
+
+int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, fdb_wal_fn fn,
+		   void *arg, uint64_t *last_seq)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/WAL-%016" PRIx64, dir, gen);
+	int fd = io->open(io, path, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return fd;
+	uint64_t size;
+	int rc = io->fsize(io, fd, &size);
+	uint8_t h[WAL_HDR];
+	if (!rc && size < WAL_HDR) {
+		io->close(io, fd);
+		return 0; /* created but its header never became durable */
+	}
+	if (!rc)
+		rc = flex_io_read_full(io, fd, h, WAL_HDR, 0);
+	if (!rc && (memcmp(h, WAL_MAGIC, 8) || get64(h + 24) != XXH3_64bits(h, 24) ||
+		    get64(h + 16) != gen))
+		rc = FLEX_ECORRUPT;
+	if (!rc && get32(h + 8) != WAL_FORMAT)
+		rc = FLEX_EVERSION;
+	uint64_t off = WAL_HDR;
+	uint8_t *b = NULL;
+	size_t bcap = 0;
+	while (!rc && off + REC_HDR <= size) {
+		uint8_t rh[REC_HDR];
+		if (flex_io_read_full(io, fd, rh, REC_HDR, off))
+			break;
+		uint32_t len = get32(rh + 4);
+		uint64_t seq = get64(rh + 8);
+		if (get32(rh) != REC_MAGIC || len > size - off - REC_HDR ||
+		    (*last_seq && seq <= *last_seq))
+			break; /* torn or stale tail */
+		if (len > bcap) {
+			uint8_t *nb = realloc(b, len);
+			if (!nb) {
+				rc = -ENOMEM;
+				break;
+			}
+			b = nb;
+			bcap = len;
+		}
+		if (flex_io_read_full(io, fd, b, len, off + REC_HDR))
+			break;
+		if (rec_csum(seq, b, len) != get64(rh + 16))
+			break;
+		rc = fn(arg, seq, b, len);
+		*last_seq = seq;
+		off += REC_HDR + len;
+	}
+	free(b);
+	io->close(io, fd);
+	return rc;
+}
+
+int fdb_payload_next(const uint8_t *payload, size_t len, size_t *pos, struct fdb_batch_op *op)
+{
+	const uint8_t *end = payload + len;
+	if (*pos == 0)
+		*pos = 4; /* the count, checked by the caller */
+	if (*pos >= len)
+		return 0;
+	const uint8_t *p = payload + *pos;
+	op->op = *p++;
+	size_t a = fdb_varint_get(p, end, &op->klen);
+	if (!a || (op->op != FDB_OP_PUT && op->op != FDB_OP_DEL))
+		return FLEX_ECORRUPT;
+	p += a;
+	op->vlen = 0;
+	if (op->op == FDB_OP_PUT) {
+		a = fdb_varint_get(p, end, &op->vlen);
+		if (!a)
+			return FLEX_ECORRUPT;
+		p += a;
+	}
+	if (op->klen == 0 || op->klen > FLEXDB_MAX_KEY || op->vlen > FLEXDB_MAX_VALUE ||
+	    (size_t)(end - p) < (size_t)op->klen + op->vlen)
+		return FLEX_ECORRUPT;
+	op->key = p;
+	op->val = p + op->klen;
+	*pos = (size_t)(p + op->klen + op->vlen - payload);
+	return 1;
+}

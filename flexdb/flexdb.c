@@ -1,0 +1,1034 @@
+/*
+ * flexdb.c - FlexDB's API, write path, committer thread and iterators
+ * (paper section 5.3).
+ *
+ * Writes: a writer takes db->wmu, gives its batch the next sequence
+ * number, appends it as one WAL record, applies it to the active memtable
+ * and releases the lock; with sync_writes it then waits for a group
+ * commit.  When the active memtable is full it becomes the immutable one
+ * (with its own WAL file) and a new pair starts; a writer waits only if
+ * the previous immutable memtable is still being committed.
+ *
+ * Durability (docs/DURABILITY.md): flexdb_sync(seq) returns once the WAL
+ * records up to the caller's sequence number are fdatasync'ed: one thread
+ * syncs for everyone waiting (group commit), and a sync never returns on
+ * the strength of a flush that started before the caller's write (the
+ * lesson of an earlier implementation).
+ *
+ * The committer: syncs the immutable memtable's WAL (so the FlexSpace
+ * never holds a change the WAL could lose), applies its pairs in key order
+ * to the FlexSpace under the exclusive db->lock, released every
+ * FDB_COMMIT_CHUNK pairs so readers are not starved, syncs the FlexSpace,
+ * and only then removes the WAL (syncing the directory, so that a removed
+ * WAL cannot come back and be replayed over newer data).
+ *
+ * Recovery: the FlexSpace recovers itself; the index is rebuilt from the
+ * anchor tags (fdb_store.c); the WAL files left are replayed in
+ * generation and sequence order straight into the FlexSpace (re-applying
+ * a committed put or delete is harmless), the FlexSpace is synced and the
+ * WALs removed.
+ *
+ * Lock order: wmu -> mtmu; syncmu and db->lock are never held with another
+ * of these except mtmu briefly to take references.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fdb_int.h"
+
+#define FDB_COMMIT_CHUNK 1000
+#define FDB_DEFAULT_CACHE ((uint64_t)64 << 20)
+#define FDB_DEFAULT_MEMTABLE ((uint64_t)32 << 20)
+/* Pairs fetched per source per iterator refill. */
+#define FDB_ITER_CHUNK 64
+
+/* A memtable with the WAL that holds its records. */
+struct fdb_memref {
+	struct fdb_mt *mt;
+	struct fdb_wal *wal;
+	atomic_int refs;
+};
+
+struct flexdb {
+	const struct flex_io *io;
+	char *dir;
+	int dir_fd;
+	int lock_fd;
+	struct flexspace *fs;
+	struct fdb_store store;
+	pthread_rwlock_t lock;
+
+	pthread_mutex_t wmu;
+	uint64_t seq;		   /* last assigned; under wmu */
+	_Atomic uint64_t written;  /* last sequence number in a WAL */
+	uint64_t wal_gen;	   /* next WAL generation; under wmu */
+
+	pthread_mutex_t mtmu;
+	pthread_cond_t mtcond;
+	struct fdb_memref *active, *imm;
+	int stop;
+
+	pthread_mutex_t syncmu;
+	pthread_cond_t synccond;
+	int sync_busy;
+	uint64_t synced;
+
+	pthread_t committer;
+	int committer_started;
+	atomic_int failed;
+
+	uint64_t memtable_size;
+	int sync_writes;
+
+	_Atomic uint64_t writer_stalls, wal_syncs, committer_runs, committed_pairs;
+	uint64_t recovered_ops;
+};
+
+static int db_fail(struct flexdb *db, int rc)
+{
+	int zero = 0;
+	if (rc)
+		atomic_compare_exchange_strong(&db->failed, &zero, rc);
+	return rc;
+}
+
+/* ---- memtable references ------------------------------------------------------ */
+
+static struct fdb_memref *memref_new(struct flexdb *db, uint64_t gen, int *rc)
+{
+	struct fdb_memref *m = calloc(1, sizeof(*m));
+	*rc = -ENOMEM;
+	if (!m)
+		return NULL;
+	m->mt = fdb_mt_new();
+	if (!m->mt) {
+		free(m);
+		return NULL;
+	}
+	*rc = fdb_wal_create(db->io, db->dir_fd, db->dir, gen, &m->wal);
+	if (*rc) {
+		fdb_mt_free(m->mt);
+		free(m);
+		return NULL;
+	}
+	atomic_init(&m->refs, 1);
+	return m;
+}
+
+static void memref_put(struct fdb_memref *m)
+{
+	if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
+		fdb_mt_free(m->mt);
+		fdb_wal_close(m->wal);
+		free(m);
+	}
+}
+
+/* References to the current memtables (either may be NULL for imm). */
+static void memrefs_get(struct flexdb *db, struct fdb_memref **a, struct fdb_memref **i)
+{
+	pthread_mutex_lock(&db->mtmu);
+	*a = db->active;
+	*i = db->imm;
+	if (*a)
+		atomic_fetch_add(&(*a)->refs, 1);
+	if (*i)
+		atomic_fetch_add(&(*i)->refs, 1);
+	pthread_mutex_unlock(&db->mtmu);
+}
+
+/* ---- the committer -------------------------------------------------------------- */
+
+static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
+{
+	int rc = fdb_wal_sync(m->wal);
+	if (rc)
+		return rc;
+	struct fdb_mt_iter it;
+	fdb_mt_seek(&it, m->mt, NULL, 0);
+	while (fdb_mt_valid(&it) && !rc) {
+		pthread_rwlock_wrlock(&db->lock);
+		for (int i = 0; i < FDB_COMMIT_CHUNK && fdb_mt_valid(&it) && !rc; i++) {
+			struct fdb_batch_op op;
+			const struct fdb_val *v = fdb_mt_val(&it);
+			op.key = fdb_mt_key(&it, &op.klen);
+			op.op = v->tomb ? FDB_OP_DEL : FDB_OP_PUT;
+			op.val = v->data;
+			op.vlen = v->vlen;
+			rc = fdb_store_apply(&db->store, &op);
+			atomic_fetch_add(&db->committed_pairs, 1);
+			fdb_mt_next(&it);
+		}
+		pthread_rwlock_unlock(&db->lock);
+	}
+	if (!rc)
+		rc = flexspace_sync(db->fs);
+	if (!rc) {
+		/* The WAL's records are durable in the FlexSpace now. */
+		rc = unlink(m->wal->path) ? -errno : db->io->fsync(db->io, db->dir_fd);
+	}
+	if (!rc)
+		atomic_fetch_add(&db->committer_runs, 1);
+	return rc;
+}
+
+static void *committer_main(void *arg)
+{
+	struct flexdb *db = arg;
+	pthread_mutex_lock(&db->mtmu);
+	for (;;) {
+		while (!db->imm && !db->stop)
+			pthread_cond_wait(&db->mtcond, &db->mtmu);
+		if (!db->imm)
+			break;
+		struct fdb_memref *m = db->imm;
+		atomic_fetch_add(&m->refs, 1);
+		pthread_mutex_unlock(&db->mtmu);
+		int rc = atomic_load(&db->failed) ? FLEX_EFAILED : commit_memtable(db, m);
+		pthread_mutex_lock(&db->mtmu);
+		if (rc) {
+			/* Keep the memtable (readers still see it) and its WAL
+			 * (recovery replays it); refuse further writes. */
+			db_fail(db, rc);
+			pthread_cond_broadcast(&db->mtcond);
+			memref_put(m);
+			while (!db->stop)
+				pthread_cond_wait(&db->mtcond, &db->mtmu);
+			break;
+		}
+		db->imm = NULL;
+		pthread_cond_broadcast(&db->mtcond);
+		pthread_mutex_unlock(&db->mtmu);
+		memref_put(m); /* ours */
+		memref_put(m); /* the db's */
+		pthread_mutex_lock(&db->mtmu);
+	}
+	pthread_mutex_unlock(&db->mtmu);
+	return NULL;
+}
+
+/* wmu held: hands the active memtable to the committer and starts a new
+ * one, waiting for the previous hand-over to finish. */
+static int switch_memtable(struct flexdb *db)
+{
+	pthread_mutex_lock(&db->mtmu);
+	if (db->imm)
+		atomic_fetch_add(&db->writer_stalls, 1);
+	while (db->imm && !atomic_load(&db->failed))
+		pthread_cond_wait(&db->mtcond, &db->mtmu);
+	pthread_mutex_unlock(&db->mtmu);
+	if (atomic_load(&db->failed))
+		return FLEX_EFAILED;
+	int rc;
+	struct fdb_memref *n = memref_new(db, db->wal_gen, &rc);
+	if (!n)
+		return rc;
+	db->wal_gen++;
+	pthread_mutex_lock(&db->mtmu);
+	db->imm = db->active;
+	db->active = n;
+	pthread_cond_broadcast(&db->mtcond);
+	pthread_mutex_unlock(&db->mtmu);
+	return 0;
+}
+
+/* ---- writes ----------------------------------------------------------------------- */
+
+struct flexdb_batch {
+	uint8_t *buf; /* u32 count, then the ops */
+	size_t len, cap;
+	uint32_t count;
+};
+
+static int check_kv(const void *key, size_t klen, const void *val, size_t vlen, int put)
+{
+	if (!key || klen == 0 || (put && !val && vlen))
+		return -EINVAL;
+	if (klen > FLEXDB_MAX_KEY || (put && vlen > FLEXDB_MAX_VALUE))
+		return FLEX_ETOOBIG;
+	return 0;
+}
+
+static int batch_add(struct flexdb_batch *b, uint8_t op, const void *key, size_t klen,
+		     const void *val, size_t vlen)
+{
+	size_t need = b->len + 11 + klen + vlen;
+	if (need > UINT32_MAX - 64)
+		return FLEX_ETOOBIG;
+	if (need > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < need)
+			cap *= 2;
+		uint8_t *p = realloc(b->buf, cap);
+		if (!p)
+			return -ENOMEM;
+		b->buf = p;
+		b->cap = cap;
+	}
+	uint8_t *p = b->buf + b->len;
+	*p++ = op;
+	p += fdb_varint_put(p, (uint32_t)klen);
+	if (op == FDB_OP_PUT)
+		p += fdb_varint_put(p, (uint32_t)vlen);
+	memcpy(p, key, klen);
+	p += klen;
+	if (vlen)
+		memcpy(p, val, vlen);
+	p += vlen;
+	b->len = (size_t)(p - b->buf);
+	b->count++;
+	memcpy(b->buf, &b->count, 4);
+	return 0;
+}
+
+struct flexdb_batch *flexdb_batch_new(void)
+{
+	struct flexdb_batch *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	b->cap = 256;
+	b->buf = calloc(1, b->cap);
+	if (!b->buf) {
+		free(b);
+		return NULL;
+	}
+	b->len = 4; /* the count */
+	return b;
+}
+
+int flexdb_batch_put(struct flexdb_batch *b, const void *key, size_t klen, const void *val,
+		     size_t vlen)
+{
+	if (!b)
+		return -EINVAL;
+	int rc = check_kv(key, klen, val, vlen, 1);
+	return rc ? rc : batch_add(b, FDB_OP_PUT, key, klen, val, vlen);
+}
+
+int flexdb_batch_delete(struct flexdb_batch *b, const void *key, size_t klen)
+{
+	if (!b)
+		return -EINVAL;
+	int rc = check_kv(key, klen, NULL, 0, 0);
+	return rc ? rc : batch_add(b, FDB_OP_DEL, key, klen, NULL, 0);
+}
+
+void flexdb_batch_clear(struct flexdb_batch *b)
+{
+	if (!b)
+		return;
+	b->len = 4;
+	b->count = 0;
+	memset(b->buf, 0, 4);
+}
+
+void flexdb_batch_free(struct flexdb_batch *b)
+{
+	if (!b)
+		return;
+	free(b->buf);
+	free(b);
+}
+
+/* Waits until every WAL record up to seq is durable; one waiter syncs for
+ * all (group commit). */
+static int sync_to(struct flexdb *db, uint64_t seq)
+{
+	int rc = 0;
+	pthread_mutex_lock(&db->syncmu);
+	while (db->synced < seq && !rc) {
+		if (db->sync_busy) {
+			pthread_cond_wait(&db->synccond, &db->syncmu);
+			continue;
+		}
+		/* Lead: sync outside the lock, so that writers keep appending
+		 * and the next leader takes them all at once. */
+		db->sync_busy = 1;
+		uint64_t target = atomic_load(&db->written);
+		pthread_mutex_unlock(&db->syncmu);
+		struct fdb_memref *a, *i;
+		memrefs_get(db, &a, &i);
+		if (i)
+			rc = fdb_wal_sync(i->wal);
+		if (!rc && a)
+			rc = fdb_wal_sync(a->wal);
+		memref_put(a);
+		memref_put(i);
+		atomic_fetch_add(&db->wal_syncs, 1);
+		pthread_mutex_lock(&db->syncmu);
+		if (!rc && target > db->synced)
+			db->synced = target;
+		db->sync_busy = 0;
+		pthread_cond_broadcast(&db->synccond);
+	}
+	pthread_mutex_unlock(&db->syncmu);
+	return rc ? db_fail(db, rc) : 0;
+}
+
+static int db_write(struct flexdb *db, const uint8_t *payload, size_t len)
+{
+	pthread_mutex_lock(&db->wmu);
+	int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
+	if (!rc && fdb_mt_bytes(db->active->mt) >= db->memtable_size)
+		rc = switch_memtable(db);
+	uint64_t seq = db->seq + 1;
+	if (!rc) {
+		/* The WAL file is written (not synced) before the memtable
+		 * shows the change, so a returned write survives a crash of
+		 * the process. */
+		rc = fdb_wal_append(db->active->wal, seq, payload, len);
+		if (rc)
+			db_fail(db, rc);
+	}
+	if (!rc) {
+		db->seq = seq;
+		atomic_store(&db->written, seq);
+		size_t pos = 0;
+		struct fdb_batch_op op;
+		int more;
+		while (!rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1)
+			rc = fdb_mt_put(db->active->mt, op.key, op.klen, op.val, op.vlen,
+					op.op == FDB_OP_DEL);
+		if (rc)
+			db_fail(db, rc);
+	}
+	pthread_mutex_unlock(&db->wmu);
+	if (!rc && db->sync_writes)
+		rc = sync_to(db, seq);
+	return rc;
+}
+
+int flexdb_write(struct flexdb *db, struct flexdb_batch *b)
+{
+	if (!db || !b)
+		return -EINVAL;
+	if (b->count == 0)
+		return 0;
+	return db_write(db, b->buf, b->len);
+}
+
+/* A one-op batch on the stack (or heap for large values). */
+static int db_write1(struct flexdb *db, uint8_t op, const void *key, size_t klen,
+		     const void *val, size_t vlen)
+{
+	int rc = check_kv(key, klen, val, vlen, op == FDB_OP_PUT);
+	if (rc)
+		return rc;
+	uint8_t stackbuf[512];
+	size_t need = 4 + 11 + klen + vlen;
+	struct flexdb_batch b = {.buf = need <= sizeof(stackbuf) ? stackbuf : malloc(need),
+				 .len = 4,
+				 .cap = need};
+	if (!b.buf)
+		return -ENOMEM;
+	rc = batch_add(&b, op, key, klen, val, vlen);
+	if (!rc)
+		rc = db_write(db, b.buf, b.len);
+	if (b.buf != stackbuf)
+		free(b.buf);
+	return rc;
+}
+
+int flexdb_put(struct flexdb *db, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	if (!db)
+		return -EINVAL;
+	return db_write1(db, FDB_OP_PUT, key, klen, val ? val : "", vlen);
+}
+
+int flexdb_delete(struct flexdb *db, const void *key, size_t klen)
+{
+	if (!db)
+		return -EINVAL;
+	return db_write1(db, FDB_OP_DEL, key, klen, NULL, 0);
+}
+
+int flexdb_sync(struct flexdb *db)
+{
+	if (!db)
+		return -EINVAL;
+	if (atomic_load(&db->failed))
+		return FLEX_EFAILED;
+	pthread_mutex_lock(&db->wmu);
+	uint64_t seq = db->seq;
+	pthread_mutex_unlock(&db->wmu);
+	return sync_to(db, seq);
+}
+
+/* ---- reads -------------------------------------------------------------------------- */
+
+static int copy_val(const struct fdb_val *v, void *buf, size_t cap, size_t *vlen)
+{
+	if (v->tomb)
+		return FLEXDB_NOTFOUND;
+	if (cap && buf)
+		memcpy(buf, v->data, cap < v->vlen ? cap : v->vlen);
+	if (vlen)
+		*vlen = v->vlen;
+	return 0;
+}
+
+int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_t cap,
+	       size_t *vlen)
+{
+	if (!db || (!buf && cap))
+		return -EINVAL;
+	int rc = check_kv(key, klen, NULL, 0, 0);
+	if (rc)
+		return rc;
+	struct fdb_memref *a, *i;
+	memrefs_get(db, &a, &i);
+	const struct fdb_val *v = fdb_mt_get(a->mt, key, (uint32_t)klen);
+	if (!v && i)
+		v = fdb_mt_get(i->mt, key, (uint32_t)klen);
+	if (v)
+		rc = copy_val(v, buf, cap, vlen);
+	memref_put(a);
+	memref_put(i);
+	if (v)
+		return rc;
+	pthread_rwlock_rdlock(&db->lock);
+	rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, 0);
+	pthread_rwlock_unlock(&db->lock);
+	if (rc == FDB_MISS) {
+		/* Loading into the cache changes shared state. */
+		pthread_rwlock_wrlock(&db->lock);
+		rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, 1);
+		pthread_rwlock_unlock(&db->lock);
+	}
+	return rc;
+}
+
+/* ---- iterators ---------------------------------------------------------------------- */
+
+struct flexdb_iter {
+	struct flexdb *db;
+	struct fdb_pair *pairs; /* the current chunk, merged */
+	int n, pos;
+	int reverse;	 /* direction the chunk was read in */
+	int exhausted;	 /* nothing lies beyond the chunk */
+	uint8_t *bound;	 /* last key the chunk covers (when not exhausted) */
+	uint32_t boundlen;
+	int err;
+};
+
+static void pairs_free(struct fdb_pair *p, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(p[i].key);
+}
+
+static void iter_reset(struct flexdb_iter *it)
+{
+	pairs_free(it->pairs, it->n);
+	it->n = it->pos = 0;
+	free(it->bound);
+	it->bound = NULL;
+}
+
+int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
+{
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!db)
+		return -EINVAL;
+	struct flexdb_iter *it = calloc(1, sizeof(*it));
+	if (!it)
+		return -ENOMEM;
+	it->pairs = calloc(3 * FDB_ITER_CHUNK, sizeof(*it->pairs));
+	if (!it->pairs) {
+		free(it);
+		return -ENOMEM;
+	}
+	it->db = db;
+	*out = it;
+	return 0;
+}
+
+/* Collects up to FDB_ITER_CHUNK memtable entries from `from`. */
+static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, int inclusive,
+		      int reverse, struct fdb_pair *out, int *n)
+{
+	struct fdb_mt_iter mi;
+	*n = 0;
+	if (reverse)
+		fdb_mt_seek_le(&mi, mt, from, flen);
+	else
+		fdb_mt_seek(&mi, mt, from, flen);
+	while (fdb_mt_valid(&mi) && *n < FDB_ITER_CHUNK) {
+		uint32_t klen;
+		const uint8_t *k = fdb_mt_key(&mi, &klen);
+		if (!inclusive && flen && fdb_keycmp(k, klen, from, flen) == 0) {
+			if (reverse)
+				fdb_mt_prev(&mi);
+			else
+				fdb_mt_next(&mi);
+			continue;
+		}
+		const struct fdb_val *v = fdb_mt_val(&mi);
+		struct fdb_pair *p = &out[*n];
+		p->key = malloc((size_t)klen + v->vlen + 1);
+		if (!p->key)
+			return -ENOMEM;
+		memcpy(p->key, k, klen);
+		memcpy(p->key + klen, v->data, v->vlen);
+		p->klen = klen;
+		p->vlen = v->vlen;
+		p->tomb = v->tomb;
+		(*n)++;
+		if (reverse)
+			fdb_mt_prev(&mi);
+		else
+			fdb_mt_next(&mi);
+	}
+	return 0;
+}
+
+/* Reads the next chunk after (or before) `from`: up to FDB_ITER_CHUNK pairs
+ * from each source, merged newest-first, tombstones dropped, cut at the
+ * first source bound that may hide more keys. */
+static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, int inclusive,
+		     int reverse)
+{
+	struct flexdb *db = it->db;
+	struct fdb_pair *src[3];
+	int cnt[3] = {0, 0, 0};
+	int rc = 0;
+	for (;;) {
+		iter_reset(it);
+		it->reverse = reverse;
+		for (int s = 0; s < 3; s++) {
+			src[s] = calloc(FDB_ITER_CHUNK, sizeof(struct fdb_pair));
+			if (!src[s])
+				rc = -ENOMEM;
+		}
+		struct fdb_memref *a = NULL, *im = NULL;
+		if (!rc) {
+			memrefs_get(db, &a, &im);
+			rc = mt_collect(a->mt, from, flen, inclusive, reverse, src[0], &cnt[0]);
+			if (!rc && im)
+				rc = mt_collect(im->mt, from, flen, inclusive, reverse, src[1], &cnt[1]);
+		}
+		if (!rc) {
+			pthread_rwlock_rdlock(&db->lock);
+			rc = fdb_store_scan(&db->store, from, flen, inclusive, reverse, src[2],
+					    FDB_ITER_CHUNK, &cnt[2]);
+			pthread_rwlock_unlock(&db->lock);
+		}
+		memref_put(a);
+		memref_put(im);
+		/* The chunk is complete up to the smallest last key among
+		 * sources that filled up (largest, in reverse). */
+		int bsrc = -1;
+		for (int s = 0; s < 3 && !rc; s++) {
+			if (cnt[s] < FDB_ITER_CHUNK)
+				continue;
+			const struct fdb_pair *l = &src[s][cnt[s] - 1];
+			if (bsrc < 0) {
+				bsrc = s;
+				continue;
+			}
+			const struct fdb_pair *b = &src[bsrc][cnt[bsrc] - 1];
+			int c = fdb_keycmp(l->key, l->klen, b->key, b->klen);
+			if (reverse ? c > 0 : c < 0)
+				bsrc = s;
+		}
+		const struct fdb_pair *bound = bsrc >= 0 ? &src[bsrc][cnt[bsrc] - 1] : NULL;
+		if (!rc && bound) {
+			/* Copied now: the merge below moves keys out of src. */
+			it->boundlen = bound->klen;
+			it->bound = malloc(bound->klen ? bound->klen : 1);
+			if (!it->bound)
+				rc = -ENOMEM;
+			else
+				memcpy(it->bound, bound->key, bound->klen);
+		}
+		int idx[3] = {0, 0, 0};
+		while (!rc) {
+			int best = -1;
+			for (int s = 0; s < 3; s++) {
+				if (idx[s] >= cnt[s])
+					continue;
+				if (best < 0) {
+					best = s;
+					continue;
+				}
+				const struct fdb_pair *x = &src[s][idx[s]], *y = &src[best][idx[best]];
+				int c = fdb_keycmp(x->key, x->klen, y->key, y->klen);
+				if (reverse ? c > 0 : c < 0)
+					best = s;
+			}
+			if (best < 0)
+				break;
+			struct fdb_pair *w = &src[best][idx[best]];
+			if (it->bound) {
+				int c = fdb_keycmp(w->key, w->klen, it->bound, it->boundlen);
+				if (reverse ? c < 0 : c > 0)
+					break;
+			}
+			/* Skip the same key in older sources. */
+			for (int s = best + 1; s < 3; s++)
+				if (idx[s] < cnt[s] &&
+				    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
+					idx[s]++;
+			for (int s = 0; s < best; s++)
+				if (idx[s] < cnt[s] &&
+				    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
+					rc = FLEX_ECORRUPT; /* merge order broken: cannot happen */
+			idx[best]++;
+			if (w->tomb)
+				continue;
+			it->pairs[it->n++] = *w;
+			w->key = NULL; /* moved */
+		}
+		it->exhausted = bound == NULL;
+		for (int s = 0; s < 3; s++) {
+			if (src[s])
+				pairs_free(src[s], cnt[s]);
+			free(src[s]);
+			src[s] = NULL;
+			cnt[s] = 0;
+		}
+		if (rc || it->n > 0 || it->exhausted)
+			break;
+		/* Everything up to the bound was deleted: continue past it. */
+		uint8_t *b = it->bound;
+		uint32_t bl = it->boundlen;
+		it->bound = NULL;
+		rc = iter_fill(it, b, bl, 0, reverse);
+		free(b);
+		return rc;
+	}
+	if (rc) {
+		iter_reset(it);
+		it->exhausted = 1;
+		it->err = rc;
+	}
+	return rc;
+}
+
+int flexdb_iter_seek(struct flexdb_iter *it, const void *key, size_t klen)
+{
+	if (!it || (klen && !key))
+		return -EINVAL;
+	if (klen > FLEXDB_MAX_KEY)
+		return FLEX_ETOOBIG;
+	it->err = 0;
+	return iter_fill(it, key, (uint32_t)klen, 1, 0);
+}
+
+int flexdb_iter_seek_for_prev(struct flexdb_iter *it, const void *key, size_t klen)
+{
+	if (!it || (klen && !key))
+		return -EINVAL;
+	if (klen > FLEXDB_MAX_KEY)
+		return FLEX_ETOOBIG;
+	it->err = 0;
+	return iter_fill(it, key, (uint32_t)klen, 1, 1);
+}
+
+int flexdb_iter_valid(const struct flexdb_iter *it)
+{
+	return it && it->pos < it->n;
+}
+
+static int iter_step(struct flexdb_iter *it, int reverse)
+{
+	if (!flexdb_iter_valid(it))
+		return -EINVAL;
+	if (it->reverse == reverse) {
+		if (++it->pos < it->n)
+			return 0;
+		if (it->exhausted) {
+			iter_reset(it);
+			return 0;
+		}
+		uint8_t *b = it->bound;
+		uint32_t bl = it->boundlen;
+		it->bound = NULL;
+		/* The bound itself was returned if it exists: go past it. */
+		int rc = iter_fill(it, b, bl, 0, reverse);
+		free(b);
+		return rc;
+	}
+	/* Turning around: continue from the current key the other way. */
+	struct fdb_pair cur = it->pairs[it->pos];
+	it->pairs[it->pos].key = NULL;
+	int rc = iter_fill(it, cur.key, cur.klen, 0, reverse);
+	free(cur.key);
+	return rc;
+}
+
+int flexdb_iter_next(struct flexdb_iter *it)
+{
+	return iter_step(it, 0);
+}
+
+int flexdb_iter_prev(struct flexdb_iter *it)
+{
+	return iter_step(it, 1);
+}
+
+const void *flexdb_iter_key(const struct flexdb_iter *it, size_t *klen)
+{
+	if (!flexdb_iter_valid(it))
+		return NULL;
+	if (klen)
+		*klen = it->pairs[it->pos].klen;
+	return it->pairs[it->pos].key;
+}
+
+const void *flexdb_iter_value(const struct flexdb_iter *it, size_t *vlen)
+{
+	if (!flexdb_iter_valid(it))
+		return NULL;
+	const struct fdb_pair *p = &it->pairs[it->pos];
+	if (vlen)
+		*vlen = p->vlen;
+	return p->key + p->klen;
+}
+
+void flexdb_iter_close(struct flexdb_iter *it)
+{
+	if (!it)
+		return;
+	iter_reset(it);
+	free(it->pairs);
+	free(it);
+}
+
+/* ---- open, close, recovery ---------------------------------------------------------- */
+
+static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t len)
+{
+	struct flexdb *db = arg;
+	(void)seq;
+	uint32_t count;
+	if (len < 4)
+		return FLEX_ECORRUPT;
+	memcpy(&count, payload, 4);
+	size_t pos = 0;
+	struct fdb_batch_op op;
+	int more, rc = 0;
+	uint32_t seen = 0;
+	while (!rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1) {
+		rc = fdb_store_apply(&db->store, &op);
+		seen++;
+		db->recovered_ops++;
+	}
+	if (!rc && more < 0)
+		rc = more;
+	if (!rc && seen != count)
+		rc = FLEX_ECORRUPT;
+	return rc;
+}
+
+static int db_recover(struct flexdb *db)
+{
+	uint64_t *gens;
+	size_t n;
+	int rc = fdb_wal_list(db->dir, &gens, &n);
+	if (rc)
+		return rc;
+	uint64_t last = 0;
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = fdb_wal_replay(db->io, db->dir, gens[i], replay_record, db, &last);
+	if (!rc && n)
+		rc = flexspace_sync(db->fs);
+	char path[PATH_MAX];
+	for (size_t i = 0; i < n && !rc; i++) {
+		snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir, (unsigned long long)gens[i]);
+		if (unlink(path))
+			rc = -errno;
+	}
+	if (!rc && n)
+		rc = db->io->fsync(db->io, db->dir_fd);
+	db->seq = last;
+	atomic_store(&db->written, last);
+	db->synced = last;
+	db->wal_gen = n ? gens[n - 1] + 1 : 1;
+	free(gens);
+	return rc;
+}
+
+static void db_free(struct flexdb *db)
+{
+	if (db->store.index)
+		fdb_store_close(&db->store);
+	if (db->fs)
+		flexspace_close(db->fs);
+	if (db->lock_fd >= 0)
+		close(db->lock_fd);
+	if (db->dir_fd >= 0)
+		db->io->close(db->io, db->dir_fd);
+	pthread_rwlock_destroy(&db->lock);
+	pthread_mutex_destroy(&db->wmu);
+	pthread_mutex_destroy(&db->mtmu);
+	pthread_cond_destroy(&db->mtcond);
+	pthread_mutex_destroy(&db->syncmu);
+	pthread_cond_destroy(&db->synccond);
+	free(db->dir);
+	free(db);
+}
+
+static int db_open(struct flexdb *db, const char *dir, const struct flexdb_options *o)
+{
+	int create = !o->no_create;
+	if (create && mkdir(dir, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	db->dir_fd = db->io->open(db->io, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	if (db->dir_fd < 0)
+		return db->dir_fd;
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/LOCK", dir);
+	db->lock_fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+	if (db->lock_fd < 0)
+		return -errno;
+	if (flock(db->lock_fd, LOCK_EX | LOCK_NB) != 0)
+		return errno == EWOULDBLOCK ? FLEX_EBUSY : -errno;
+	snprintf(path, sizeof(path), "%s/space", dir);
+	struct flexspace_options so = o->space;
+	so.create = create;
+	if (!so.io)
+		so.io = db->io;
+	int rc = flexspace_open(path, &so, &db->fs);
+	if (!rc)
+		rc = fdb_store_open(&db->store, db->fs,
+				    o->cache_size ? o->cache_size : FDB_DEFAULT_CACHE);
+	if (!rc)
+		rc = db_recover(db);
+	if (!rc) {
+		db->active = memref_new(db, db->wal_gen, &rc);
+		if (db->active)
+			db->wal_gen++;
+	}
+	if (!rc) {
+		rc = -pthread_create(&db->committer, NULL, committer_main, db);
+		db->committer_started = rc == 0;
+	}
+	return rc;
+}
+
+int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb **out)
+{
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!dir || !*dir)
+		return -EINVAL;
+	struct flexdb_options o = {0};
+	if (opt)
+		o = *opt;
+	if ((o.cache_size && (o.cache_size < (1u << 20) || o.cache_size > ((uint64_t)1 << 40))) ||
+	    (o.memtable_size &&
+	     (o.memtable_size < (64u << 10) || o.memtable_size > ((uint64_t)4 << 30))))
+		return FLEX_EOPTION;
+	struct flexdb *db = calloc(1, sizeof(*db));
+	if (!db)
+		return -ENOMEM;
+	db->dir_fd = db->lock_fd = -1;
+	db->io = o.space.io ? o.space.io : flex_io_posix();
+	db->memtable_size = o.memtable_size ? o.memtable_size : FDB_DEFAULT_MEMTABLE;
+	db->sync_writes = o.sync_writes;
+	db->dir = strdup(dir);
+	pthread_rwlock_init(&db->lock, NULL);
+	pthread_mutex_init(&db->wmu, NULL);
+	pthread_mutex_init(&db->mtmu, NULL);
+	pthread_cond_init(&db->mtcond, NULL);
+	pthread_mutex_init(&db->syncmu, NULL);
+	pthread_cond_init(&db->synccond, NULL);
+	int rc = db->dir ? db_open(db, dir, &o) : -ENOMEM;
+	if (rc) {
+		if (db->active) {
+			unlink(db->active->wal->path);
+			memref_put(db->active);
+		}
+		db_free(db);
+		return rc;
+	}
+	*out = db;
+	return 0;
+}
+
+int flexdb_close(struct flexdb *db)
+{
+	if (!db)
+		return 0;
+	int rc = 0;
+	pthread_mutex_lock(&db->wmu);
+	if (!atomic_load(&db->failed) && fdb_mt_count(db->active->mt) > 0)
+		rc = switch_memtable(db);
+	pthread_mutex_lock(&db->mtmu);
+	while (db->imm && !atomic_load(&db->failed))
+		pthread_cond_wait(&db->mtcond, &db->mtmu);
+	db->stop = 1;
+	pthread_cond_broadcast(&db->mtcond);
+	pthread_mutex_unlock(&db->mtmu);
+	pthread_mutex_unlock(&db->wmu);
+	if (db->committer_started)
+		pthread_join(db->committer, NULL);
+	if (!rc)
+		rc = atomic_load(&db->failed);
+	struct fdb_memref *a = db->active, *i = db->imm;
+	if (!rc && a && fdb_mt_count(a->mt) == 0)
+		unlink(a->wal->path); /* empty: nothing to replay */
+	memref_put(a);
+	memref_put(i);
+	db->active = db->imm = NULL;
+	fdb_store_close(&db->store);
+	if (db->fs) {
+		int frc = flexspace_close(db->fs);
+		if (!rc)
+			rc = frc;
+		db->fs = NULL;
+	}
+	db_free(db);
+	return rc;
+}
+
+int flexdb_check(struct flexdb *db)
+{
+	if (!db)
+		return -EINVAL;
+	pthread_rwlock_wrlock(&db->lock);
+	int rc = fdb_store_check(&db->store);
+	pthread_rwlock_unlock(&db->lock);
+	return rc;
+}
+
+int flexdb_stats(struct flexdb *db, struct flexdb_stats *st)
+{
+	if (!db || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	struct fdb_memref *a, *i;
+	memrefs_get(db, &a, &i);
+	st->memtable_bytes = fdb_mt_bytes(a->mt) + (i ? fdb_mt_bytes(i->mt) : 0);
+	st->memtable_entries = fdb_mt_count(a->mt) + (i ? fdb_mt_count(i->mt) : 0);
+	st->wal_bytes = atomic_load(&a->wal->size) + (i ? atomic_load(&i->wal->size) : 0);
+	memref_put(a);
+	memref_put(i);
+	pthread_rwlock_rdlock(&db->lock);
+	st->keys = db->store.keys;
+	st->intervals_uncounted = db->store.uncounted;
+	st->bytes = db->store.bytes;
+	st->intervals = fdb_index_count(db->store.index);
+	st->cache_bytes = db->store.cache_bytes;
+	pthread_rwlock_unlock(&db->lock);
+	st->cache_hits = atomic_load(&db->store.hits);
+	st->cache_misses = atomic_load(&db->store.misses);
+	st->committer_runs = atomic_load(&db->committer_runs);
+	st->committed_pairs = atomic_load(&db->committed_pairs);
+	st->writer_stalls = atomic_load(&db->writer_stalls);
+	st->wal_syncs = atomic_load(&db->wal_syncs);
+	st->recovered_ops = db->recovered_ops;
+	return flexspace_stats(db->fs, &st->space);
+}

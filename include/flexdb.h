@@ -1,0 +1,162 @@
+/*
+ * flexdb.h - FlexDB, a sorted key-value store kept in key order inside a
+ * FlexSpace (paper section 5).
+ *
+ * Puts and deletes go to a memtable and a write-ahead log; a background
+ * committer moves full memtables into the FlexSpace, where all pairs are
+ * stored sorted, found through a small in-memory sparse index and an
+ * interval cache.  A store is a directory: LOCK, WAL-<n> files, and the
+ * FlexSpace in space/.  Formats: docs/FORMAT.md; guarantees:
+ * docs/DURABILITY.md.
+ *
+ * Keys are 1 .. FLEXDB_MAX_KEY bytes, values 0 .. FLEXDB_MAX_VALUE bytes,
+ * any bytes (NUL included).  Keys are ordered by memcmp, a shorter key
+ * first on a common prefix.  An empty value is a value, not a delete.
+ *
+ * Thread-safety: one handle may be used by any number of threads at once;
+ * writers are serialised, readers run in parallel with them and with the
+ * committer.  A batch or an iterator is used by one thread at a time.
+ * Statuses follow flex_common.h; FLEXDB_NOTFOUND is a positive status.
+ */
+#ifndef FLEXDB_H
+#define FLEXDB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flex_common.h"
+#include "flexspace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLEXDB_NOTFOUND 1
+#define FLEXDB_MAX_KEY 4096u
+#define FLEXDB_MAX_VALUE (1u << 20)
+
+struct flexdb;
+struct flexdb_batch;
+struct flexdb_iter;
+
+struct flexdb_options {
+	/* Passed to the FlexSpace (io, segment size, GC ratio, ...).  Its
+	 * `create` field is ignored: see create below. */
+	struct flexspace_options space;
+	/* Bytes of decoded intervals the cache may hold.  0 means 64 MiB.
+	 * Range: 1 MiB .. 1 TiB. */
+	uint64_t cache_size;
+	/* Bytes a memtable may hold before it is handed to the committer; two
+	 * exist at most, so writers block only when both are full.  0 means
+	 * 32 MiB.  Range: 64 KiB .. 4 GiB. */
+	uint64_t memtable_size;
+	/* Nonzero: every put, delete and flexdb_write is durable when it
+	 * returns (the WAL is fdatasync'ed, shared by concurrent writers:
+	 * group commit).  Zero (default): durable after flexdb_sync; a
+	 * returned write survives a crash of the process but not of the
+	 * machine until then. */
+	int sync_writes;
+	/* Zero (default with a non-NULL opt too): create the store when
+	 * missing.  Nonzero: opening a missing store fails with -ENOENT. */
+	int no_create;
+};
+
+struct flexdb_stats {
+	/* Pairs in the FlexSpace.  Open does not read the whole store, so
+	 * until every interval has been read once (intervals_uncounted is 0)
+	 * this counts only the pairs of the intervals read so far. */
+	uint64_t keys;
+	uint64_t intervals_uncounted;
+	uint64_t bytes;		   /* bytes of encoded pairs in the FlexSpace */
+	uint64_t intervals;	   /* sparse index entries */
+	uint64_t cache_bytes;	   /* decoded intervals in the cache */
+	uint64_t cache_hits;
+	uint64_t cache_misses;
+	uint64_t memtable_bytes;   /* both memtables */
+	uint64_t memtable_entries; /* both memtables */
+	uint64_t wal_bytes;	   /* WAL files on disk */
+	uint64_t committer_runs;   /* memtables committed to the FlexSpace */
+	uint64_t committed_pairs;  /* puts and deletes applied by the committer */
+	uint64_t writer_stalls;	   /* times a writer waited for the committer */
+	uint64_t wal_syncs;	   /* WAL fdatasyncs (group commits) */
+	uint64_t recovered_ops;	   /* WAL operations replayed at open */
+	struct flexspace_stats space;
+};
+
+/* Opens or creates the store in directory dir.  Replays the WALs left by a
+ * crash.  Returns 0 and *out, or FLEX_EBUSY (held by another handle or
+ * process), FLEX_EOPTION, FLEX_ECORRUPT, FLEX_EVERSION, -ENOENT, -errno.
+ * On failure *out is NULL. */
+FLEX_EXPORT int flexdb_open(const char *dir, const struct flexdb_options *opt,
+			    struct flexdb **out);
+
+/* Commits the memtables, syncs and frees the handle (even on error, whose
+ * status it returns).  Iterators must be closed first.  NULL: no-op, 0. */
+FLEX_EXPORT int flexdb_close(struct flexdb *db);
+
+/* Sets key to val.  Returns 0, -EINVAL (NULL with nonzero length, klen 0),
+ * FLEX_ETOOBIG (key or value over the limits), FLEX_EFAILED (an earlier
+ * write or sync failed: the store refuses changes), -errno. */
+FLEX_EXPORT int flexdb_put(struct flexdb *db, const void *key, size_t klen, const void *val,
+			   size_t vlen);
+
+/* Removes key (deleting an absent key is not an error).  Returns as
+ * flexdb_put. */
+FLEX_EXPORT int flexdb_delete(struct flexdb *db, const void *key, size_t klen);
+
+/* Looks key up.  0 when found: copies min(cap, value length) bytes to buf
+ * (buf may be NULL when cap is 0) and stores the full length in *vlen
+ * (vlen may be NULL).  FLEXDB_NOTFOUND when absent.  Negative on error,
+ * FLEX_ECORRUPT when the stored pair fails its checksum. */
+FLEX_EXPORT int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf,
+			   size_t cap, size_t *vlen);
+
+/* Durability barrier: when it returns 0, every put, delete and write that
+ * returned before the call, on any thread, survives a crash or power
+ * loss.  Returns 0, FLEX_EFAILED, -errno. */
+FLEX_EXPORT int flexdb_sync(struct flexdb *db);
+
+/* Atomic batches: puts and deletes applied all together or not at all,
+ * also across a crash.  Later operations on the same key win. */
+FLEX_EXPORT struct flexdb_batch *flexdb_batch_new(void);
+FLEX_EXPORT int flexdb_batch_put(struct flexdb_batch *b, const void *key, size_t klen,
+				 const void *val, size_t vlen);
+FLEX_EXPORT int flexdb_batch_delete(struct flexdb_batch *b, const void *key, size_t klen);
+/* Empties a batch for reuse. */
+FLEX_EXPORT void flexdb_batch_clear(struct flexdb_batch *b);
+FLEX_EXPORT void flexdb_batch_free(struct flexdb_batch *b);
+/* Applies the batch.  Returns as flexdb_put; the batch is unchanged. */
+FLEX_EXPORT int flexdb_write(struct flexdb *db, struct flexdb_batch *b);
+
+/* Ordered iteration over the memtables and the FlexSpace merged, without
+ * deleted keys.  An iterator sees a consistent snapshot of the store as of
+ * its last seek: writes made after a seek are not seen until the next
+ * seek.  Pointers returned by flexdb_iter_key/value stay valid until the
+ * iterator moves or is closed.  An open iterator never blocks writers or
+ * the committer (it holds no lock between calls). */
+FLEX_EXPORT int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out);
+/* Positions at the first key >= key (klen 0: the first key).  Returns 0
+ * or a negative error. */
+FLEX_EXPORT int flexdb_iter_seek(struct flexdb_iter *it, const void *key, size_t klen);
+/* Positions at the last key <= key (klen 0: the last key). */
+FLEX_EXPORT int flexdb_iter_seek_for_prev(struct flexdb_iter *it, const void *key, size_t klen);
+FLEX_EXPORT int flexdb_iter_valid(const struct flexdb_iter *it);
+/* Next / previous key; returns 0, or a negative error (then invalid). */
+FLEX_EXPORT int flexdb_iter_next(struct flexdb_iter *it);
+FLEX_EXPORT int flexdb_iter_prev(struct flexdb_iter *it);
+FLEX_EXPORT const void *flexdb_iter_key(const struct flexdb_iter *it, size_t *klen);
+FLEX_EXPORT const void *flexdb_iter_value(const struct flexdb_iter *it, size_t *vlen);
+FLEX_EXPORT void flexdb_iter_close(struct flexdb_iter *it);
+
+/* Deep check: the FlexSpace's check, every pair's checksum, keys strictly
+ * increasing across intervals, the sparse index's offsets, sizes and
+ * counts against the space, and the cache against the space.  0 when
+ * sound, FLEX_ECORRUPT otherwise.  O(store size). */
+FLEX_EXPORT int flexdb_check(struct flexdb *db);
+
+FLEX_EXPORT int flexdb_stats(struct flexdb *db, struct flexdb_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLEXDB_H */
