@@ -486,7 +486,19 @@ static int ival_maybe_merge(struct fdb_store *s, struct fdb_ipath *p, struct fdb
 	return 0;
 }
 
+static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
+
+/* Applies one change, then gives back cache space its write-through
+ * growth took. */
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
+{
+	int rc = store_apply(s, op);
+	if (s->cache_bytes > s->cache_limit)
+		cache_evict(s, 0, NULL);
+	return rc;
+}
+
+static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
 {
 	struct fdb_ipath p;
 	struct fdb_ival *iv = fdb_index_find(s->index, op->key, op->klen, &p);
