@@ -58,8 +58,13 @@ uint16_t fdb_fingerprint(const void *key, uint32_t klen);
 struct fdb_mt;
 
 /* The value of an entry; `tomb` marks a delete.  Immutable once published:
- * a newer put replaces the entry's pointer to it. */
+ * a newer put links a new value in front of it (prev), so that a reader
+ * can skip versions newer than what it may see: the versions of a batch
+ * become visible together, when the writer publishes the batch's
+ * sequence number (flexdb.c). */
 struct fdb_val {
+	const struct fdb_val *prev;
+	uint64_t seq;
 	uint32_t vlen;
 	uint8_t tomb;
 	uint8_t data[];
@@ -69,10 +74,12 @@ struct fdb_mt *fdb_mt_new(void);
 void fdb_mt_free(struct fdb_mt *m);
 /* Writer only.  Copies key and value; returns 0 or -ENOMEM. */
 int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val,
-	       uint32_t vlen, int tomb);
-/* Any thread, concurrently with the writer.  The value stays valid while
- * the memtable lives. */
-const struct fdb_val *fdb_mt_get(const struct fdb_mt *m, const void *key, uint32_t klen);
+	       uint32_t vlen, int tomb, uint64_t seq);
+/* Any thread, concurrently with the writer: the newest version with a
+ * sequence number <= max_seq, or NULL.  It stays valid while the memtable
+ * lives. */
+const struct fdb_val *fdb_mt_get(const struct fdb_mt *m, const void *key, uint32_t klen,
+				 uint64_t max_seq);
 size_t fdb_mt_bytes(const struct fdb_mt *m);
 uint64_t fdb_mt_count(const struct fdb_mt *m);
 
@@ -90,7 +97,8 @@ void fdb_mt_next(struct fdb_mt_iter *it);
 /* Moves to the previous key (O(log n) search). */
 void fdb_mt_prev(struct fdb_mt_iter *it);
 const uint8_t *fdb_mt_key(const struct fdb_mt_iter *it, uint32_t *klen);
-const struct fdb_val *fdb_mt_val(const struct fdb_mt_iter *it);
+/* The newest version <= max_seq of the current entry, or NULL. */
+const struct fdb_val *fdb_mt_val(const struct fdb_mt_iter *it, uint64_t max_seq);
 
 /* ---- WAL (fdb_wal.c) -------------------------------------------------------- */
 

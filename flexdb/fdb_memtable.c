@@ -182,11 +182,13 @@ static struct mt_node *find_lt(const struct fdb_mt *m, const void *key, uint32_t
 }
 
 int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val,
-	       uint32_t vlen, int tomb)
+	       uint32_t vlen, int tomb, uint64_t seq)
 {
 	struct fdb_val *v = arena_alloc(m, sizeof(*v) + (tomb ? 0 : vlen));
 	if (!v)
 		return -ENOMEM;
+	v->prev = NULL;
+	v->seq = seq;
 	v->vlen = tomb ? 0 : vlen;
 	v->tomb = (uint8_t)(tomb != 0);
 	if (!tomb && vlen)
@@ -195,6 +197,7 @@ int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val
 	struct mt_node *prev[MT_MAX_HEIGHT];
 	struct mt_node *n = find_ge(m, key, klen, prev);
 	if (n && node_cmp(n, key, klen) == 0) {
+		v->prev = atomic_load_explicit(&n->val, memory_order_relaxed);
 		atomic_store_explicit(&n->val, v, memory_order_release);
 		return 0;
 	}
@@ -222,11 +225,21 @@ int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val
 	return 0;
 }
 
-const struct fdb_val *fdb_mt_get(const struct fdb_mt *m, const void *key, uint32_t klen)
+static const struct fdb_val *visible(const struct mt_node *n, uint64_t max_seq)
+{
+	const struct fdb_val *v =
+		atomic_load_explicit(&((struct mt_node *)n)->val, memory_order_acquire);
+	while (v && v->seq > max_seq)
+		v = v->prev;
+	return v;
+}
+
+const struct fdb_val *fdb_mt_get(const struct fdb_mt *m, const void *key, uint32_t klen,
+				 uint64_t max_seq)
 {
 	struct mt_node *n = find_ge(m, key, klen, NULL);
 	if (n && node_cmp(n, key, klen) == 0)
-		return atomic_load_explicit(&n->val, memory_order_acquire);
+		return visible(n, max_seq);
 	return NULL;
 }
 
@@ -268,8 +281,7 @@ const uint8_t *fdb_mt_key(const struct fdb_mt_iter *it, uint32_t *klen)
 	return node_key(n);
 }
 
-const struct fdb_val *fdb_mt_val(const struct fdb_mt_iter *it)
+const struct fdb_val *fdb_mt_val(const struct fdb_mt_iter *it, uint64_t max_seq)
 {
-	const struct mt_node *n = it->node;
-	return atomic_load_explicit(&((struct mt_node *)n)->val, memory_order_acquire);
+	return visible(it->node, max_seq);
 }

@@ -68,6 +68,7 @@ struct flexdb {
 	pthread_mutex_t wmu;
 	uint64_t seq;		   /* last assigned; under wmu */
 	_Atomic uint64_t written;  /* last sequence number in a WAL */
+	_Atomic uint64_t visible;  /* last batch fully in the memtable */
 	uint64_t wal_gen;	   /* next WAL generation; under wmu */
 
 	pthread_mutex_t mtmu;
@@ -157,7 +158,7 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 		pthread_rwlock_wrlock(&db->lock);
 		for (int i = 0; i < FDB_COMMIT_CHUNK && fdb_mt_valid(&it) && !rc; i++) {
 			struct fdb_batch_op op;
-			const struct fdb_val *v = fdb_mt_val(&it);
+			const struct fdb_val *v = fdb_mt_val(&it, UINT64_MAX);
 			op.key = fdb_mt_key(&it, &op.klen);
 			op.op = v->tomb ? FDB_OP_DEL : FDB_OP_PUT;
 			op.val = v->data;
@@ -395,9 +396,11 @@ static int db_write(struct flexdb *db, const uint8_t *payload, size_t len)
 		int more;
 		while (!rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1)
 			rc = fdb_mt_put(db->active->mt, op.key, op.klen, op.val, op.vlen,
-					op.op == FDB_OP_DEL);
+					op.op == FDB_OP_DEL, seq);
 		if (rc)
 			db_fail(db, rc);
+		else
+			atomic_store(&db->visible, seq); /* the whole batch at once */
 	}
 	pthread_mutex_unlock(&db->wmu);
 	if (!rc && db->sync_writes)
@@ -484,10 +487,11 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 	if (rc)
 		return rc;
 	struct fdb_memref *a, *i;
+	uint64_t vis = atomic_load(&db->visible);
 	memrefs_get(db, &a, &i);
-	const struct fdb_val *v = fdb_mt_get(a->mt, key, (uint32_t)klen);
+	const struct fdb_val *v = fdb_mt_get(a->mt, key, (uint32_t)klen, vis);
 	if (!v && i)
-		v = fdb_mt_get(i->mt, key, (uint32_t)klen);
+		v = fdb_mt_get(i->mt, key, (uint32_t)klen, vis);
 	if (v)
 		rc = copy_val(v, buf, cap, vlen);
 	memref_put(a);
@@ -555,7 +559,7 @@ int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
 
 /* Collects up to FDB_ITER_CHUNK memtable entries from `from`. */
 static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, int inclusive,
-		      int reverse, struct fdb_pair *out, int *n)
+		      int reverse, uint64_t vis, struct fdb_pair *out, int *n)
 {
 	struct fdb_mt_iter mi;
 	*n = 0;
@@ -573,7 +577,14 @@ static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, 
 				fdb_mt_next(&mi);
 			continue;
 		}
-		const struct fdb_val *v = fdb_mt_val(&mi);
+		const struct fdb_val *v = fdb_mt_val(&mi, vis);
+		if (!v) { /* only versions from a batch still being applied */
+			if (reverse)
+				fdb_mt_prev(&mi);
+			else
+				fdb_mt_next(&mi);
+			continue;
+		}
 		struct fdb_pair *p = &out[*n];
 		p->key = malloc((size_t)klen + v->vlen + 1);
 		if (!p->key)
@@ -612,10 +623,12 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		}
 		struct fdb_memref *a = NULL, *im = NULL;
 		if (!rc) {
+			uint64_t vis = atomic_load(&db->visible);
 			memrefs_get(db, &a, &im);
-			rc = mt_collect(a->mt, from, flen, inclusive, reverse, src[0], &cnt[0]);
+			rc = mt_collect(a->mt, from, flen, inclusive, reverse, vis, src[0], &cnt[0]);
 			if (!rc && im)
-				rc = mt_collect(im->mt, from, flen, inclusive, reverse, src[1], &cnt[1]);
+				rc = mt_collect(im->mt, from, flen, inclusive, reverse, vis, src[1],
+						&cnt[1]);
 		}
 		if (!rc) {
 			pthread_rwlock_rdlock(&db->lock);
@@ -853,6 +866,7 @@ static int db_recover(struct flexdb *db)
 		rc = db->io->fsync(db->io, db->dir_fd);
 	db->seq = last;
 	atomic_store(&db->written, last);
+	atomic_store(&db->visible, last);
 	db->synced = last;
 	db->wal_gen = n ? gens[n - 1] + 1 : 1;
 	free(gens);
