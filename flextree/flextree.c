@@ -21,13 +21,15 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flextree_int.h"
 
 /* The path of a descent: node[d] is the internal node at depth d, idx[d]
- * the child taken and base[d] the node's own base offset. */
+ * the child taken and base[d] the node's own base offset (filled in by
+ * ft_find for cursors only; modifications do not need it). */
 struct ft_path {
 	int depth;
 	struct ft_internal *node[FT_MAX_HEIGHT];
@@ -108,9 +110,8 @@ static void ft_free_node(struct flextree *t, struct ft_node *n)
 	free(n);
 }
 
-/* Makes sure the spare pools can cover one descent: a new root and a split
- * on every level. */
-static int ft_reserve(struct flextree *t)
+/* Refills the spare pools (see ft_reserve). */
+static __attribute__((noinline)) int ft_reserve_slow(struct flextree *t)
 {
 	while (t->nspare_leaf < 2) {
 		struct ft_node *n = ft_node_new(1);
@@ -128,6 +129,17 @@ static int ft_reserve(struct flextree *t)
 		t->spare_internal[t->nspare_internal++] = n;
 	}
 	return 0;
+}
+
+/* Makes sure the spare pools can cover one descent: a new root and a split
+ * on every level.  The pools are almost always full already (only a split
+ * takes from them), so the check is inline and the refill is not. */
+static inline int ft_reserve(struct flextree *t)
+{
+	int want = (int)t->height + 2;
+	if (__builtin_expect(t->nspare_leaf >= 2 && t->nspare_internal >= want, 1))
+		return 0;
+	return ft_reserve_slow(t);
 }
 
 static struct ft_node *ft_take(struct flextree *t, int leaf)
@@ -151,32 +163,51 @@ static struct ft_node *ft_take(struct flextree *t, int leaf)
 
 /* ---- searching ---------------------------------------------------------- */
 
+/* The searches below are branch-free binary searches: random offsets make
+ * every step of a branching search a coin toss for the predictor, and the
+ * mispredictions cost more than the comparisons.  Both first test the last
+ * key, so that an append (always past the last key) takes one comparison. */
+
 /* Number of pivots <= y: the child to descend into for offset y. */
 static inline int ft_route(const struct ft_internal *in, int64_t y)
 {
-	int lo = 0, hi = in->h.count;
-	while (lo < hi) {
-		int mid = (lo + hi) >> 1;
-		if (in->pivot[mid] <= y)
-			lo = mid + 1;
-		else
-			hi = mid;
+	int n = in->h.count;
+	if (n == 0 || in->pivot[n - 1] <= y)
+		return n;
+	const int64_t *b = in->pivot;
+	while (n > 1) {
+		int half = n >> 1;
+		b = b[half] <= y ? b + half : b;
+		n -= half;
 	}
-	return lo;
+	return (int)(b - in->pivot) + (*b <= y);
 }
 
 /* Number of leaf entries whose partial offset is <= y. */
 static inline int ft_leaf_upper(const struct ft_leaf *l, uint64_t y)
 {
-	int lo = 0, hi = l->h.count;
-	while (lo < hi) {
-		int mid = (lo + hi) >> 1;
-		if (l->loff[mid] <= y)
-			lo = mid + 1;
-		else
-			hi = mid;
+	int n = l->h.count;
+	if (n == 0 || l->loff[n - 1] <= y)
+		return n;
+	const uint64_t *b = l->loff;
+	while (n > 1) {
+		int half = n >> 1;
+		b = b[half] <= y ? b + half : b;
+		n -= half;
 	}
-	return lo;
+	return (int)(b - l->loff) + (*b <= y);
+}
+
+/* Starts loading the header and partial offsets of a leaf about to be
+ * changed.  The steps of a binary search load one after another; on a
+ * leaf that is not in cache, fetching its offsets in parallel first is
+ * cheaper (random inserts; a lookup gains nothing from it). */
+static inline void ft_prefetch_leaf(const struct ft_node *n)
+{
+	const char *p = (const char *)n;
+#pragma GCC unroll 32
+	for (size_t off = 0; off < offsetof(struct ft_leaf, pt); off += 64)
+		__builtin_prefetch(p + off);
 }
 
 static inline int ft_full(const struct ft_node *n)
@@ -285,6 +316,10 @@ static void ft_find_mut(struct flextree *t, uint64_t x, struct ft_path *p)
 		ft_touch(t, n);
 		int64_t y = (int64_t)x - base;
 		int i = ft_route(in, y);
+		/* Not for the last child: that is where appends go, and its
+		 * leaf is in cache. */
+		if (p->depth + 2 == (int)t->height && i < in->h.count)
+			ft_prefetch_leaf(in->child[i]);
 		if (ft_full(in->child[i])) {
 			ft_split_child(t, in, i);
 			if (y >= in->pivot[i])
@@ -292,7 +327,6 @@ static void ft_find_mut(struct flextree *t, uint64_t x, struct ft_path *p)
 		}
 		p->node[p->depth] = in;
 		p->idx[p->depth] = i;
-		p->base[p->depth] = base;
 		p->depth++;
 		base += in->shift[i];
 		n = in->child[i];
@@ -302,32 +336,97 @@ static void ft_find_mut(struct flextree *t, uint64_t x, struct ft_path *p)
 	p->leaf_base = base;
 }
 
+/* Two 64-bit lanes: SSE2 on x86-64 and NEON on arm64 are baseline, so these
+ * need no -march flag.  -O2 does not vectorise loops whose trip count is not
+ * a multiple of the vector width, and the shift loops below are most of the
+ * work of a random insert.  Unsigned, so that adding a negative delta wraps
+ * as two's complement does; loads and stores go through memcpy because the
+ * arrays are only 8-byte aligned at the indices used. */
+typedef uint64_t ft_v2 __attribute__((vector_size(16)));
+
+/* Adds d to the n 64-bit words at a. */
+static inline void ft_add64(void *a, int n, uint64_t d)
+{
+	unsigned char *p = a, *end = p + 8 * (size_t)n;
+	ft_v2 dv = {d, d};
+	for (; end - p >= 64; p += 64) {
+		ft_v2 w, x, y, z;
+		memcpy(&w, p, 16);
+		memcpy(&x, p + 16, 16);
+		memcpy(&y, p + 32, 16);
+		memcpy(&z, p + 48, 16);
+		w += dv;
+		x += dv;
+		y += dv;
+		z += dv;
+		memcpy(p, &w, 16);
+		memcpy(p + 16, &x, 16);
+		memcpy(p + 32, &y, 16);
+		memcpy(p + 48, &z, 16);
+	}
+	for (; end - p >= 16; p += 16) {
+		ft_v2 w;
+		memcpy(&w, p, 16);
+		w += dv;
+		memcpy(p, &w, 16);
+	}
+	if (p < end) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		w += d;
+		memcpy(p, &w, 8);
+	}
+}
+
 /* Adds delta to everything to the right of the path above the leaf: the
  * pivots after the child taken and the shifts of the children after it. */
 static void ft_shift_path(struct ft_path *p, int64_t delta)
 {
 	for (int d = p->depth - 1; d >= 0; d--) {
 		struct ft_internal *in = p->node[d];
-		int i = p->idx[d], cnt = in->h.count;
-		for (int j = i; j < cnt; j++)
-			in->pivot[j] += delta;
-		for (int j = i + 1; j <= cnt; j++)
-			in->shift[j] += delta;
+		int i = p->idx[d], n = in->h.count - i;
+		ft_add64(in->pivot + i, n, (uint64_t)delta);
+		ft_add64(in->shift + i + 1, n, (uint64_t)delta);
 	}
+}
+
+/* Moves entries [k, count) of a leaf up by gap slots, adding add to their
+ * partial offsets on the way (one pass instead of a memmove and an add),
+ * and grows count by gap; the caller fills slots k .. k + gap - 1. */
+static inline void ft_leaf_open(struct ft_leaf *l, int k, int gap, uint64_t add)
+{
+	int cnt = l->h.count, n = cnt - k;
+	assert(cnt + gap <= FT_LEAF_CAP);
+	l->h.count = (uint16_t)(cnt + gap);
+	if (n == 0)
+		return;
+	memmove(l->pt + k + gap, l->pt + k, n * sizeof(l->pt[0]));
+	memmove(l->len + k + gap, l->len + k, n * sizeof(l->len[0]));
+	/* From the top down, each pair loaded before the stores that overlap
+	 * it (a store lands at most two words above its load). */
+	unsigned char *p = (unsigned char *)l->loff;
+	ft_v2 dv = {add, add};
+	int j = cnt;
+	for (; j - 4 >= k; j -= 4) {
+		ft_v2 x, y;
+		memcpy(&x, p + 8 * (j - 2), 16);
+		memcpy(&y, p + 8 * (j - 4), 16);
+		x += dv;
+		y += dv;
+		memcpy(p + 8 * (j - 2 + gap), &x, 16);
+		memcpy(p + 8 * (j - 4 + gap), &y, 16);
+	}
+	for (j--; j >= k; j--)
+		l->loff[j + gap] = l->loff[j] + add;
 }
 
 static void ft_leaf_insert_at(struct ft_leaf *l, int k, uint64_t loff, uint64_t pt,
 			      uint32_t len)
 {
-	int n = l->h.count - k;
-	assert(l->h.count < FT_LEAF_CAP);
-	memmove(l->loff + k + 1, l->loff + k, n * sizeof(l->loff[0]));
-	memmove(l->pt + k + 1, l->pt + k, n * sizeof(l->pt[0]));
-	memmove(l->len + k + 1, l->len + k, n * sizeof(l->len[0]));
+	ft_leaf_open(l, k, 1, 0);
 	l->loff[k] = loff;
 	l->pt[k] = pt;
 	l->len[k] = len;
-	l->h.count++;
 }
 
 /* Splits extent k of a leaf at partial offset y (strictly inside it); the
@@ -342,7 +441,9 @@ static void ft_leaf_split_extent(struct ft_leaf *l, int k, uint64_t y)
 	l->len[k] = (uint32_t)off;
 }
 
-/* Inserts one extent of at most UINT32_MAX bytes at x <= size. */
+/* Inserts one extent of at most UINT32_MAX bytes at x <= size.  The leaf
+ * changes in one pass: the entries after the new extent (and after the
+ * tail of an extent it splits) move up and shift by len together. */
 static void ft_insert_one(struct flextree *t, uint64_t x, uint64_t pt, uint32_t len)
 {
 	struct ft_path p;
@@ -350,38 +451,55 @@ static void ft_insert_one(struct flextree *t, uint64_t x, uint64_t pt, uint32_t 
 	struct ft_leaf *l = p.leaf;
 	uint64_t y = x - (uint64_t)p.leaf_base;
 	int k = ft_leaf_upper(l, y); /* first entry starting after y */
-	int shift_from;
+	uint64_t head = 0;	     /* length of extent k-1 once split at y */
+	int split = 0;
 
 	if (k > 0 && l->loff[k - 1] == y) {
 		/* x is the start of extent k-1: insert before it. */
 		k--;
-	} else if (k > 0 && y < l->loff[k - 1] + l->len[k - 1]) {
-		ft_leaf_split_extent(l, k - 1, y);
-		t->nextents++;
+	} else if (k > 0) {
+		head = y - l->loff[k - 1];
+		split = head < l->len[k - 1];
 	}
-	/* The extent now goes at index k, starting at partial offset y. */
+	if (k > 0 && !split)
+		head = l->len[k - 1];
+	/* The extent goes at index k, starting at partial offset y; a split
+	 * extent's tail follows it. */
 	uint64_t poff = ft_pt_poff(pt);
 	int merged = 0;
 	if (k > 0 && ft_pt_tag(pt) == 0) {
 		uint64_t prev = ft_pt_poff(l->pt[k - 1]);
-		uint64_t sum = (uint64_t)l->len[k - 1] + len;
+		uint64_t sum = head + len;
 		if (prev == FLEXTREE_HOLE && poff == FLEXTREE_HOLE)
 			merged = sum <= UINT32_MAX;
-		else if (prev != FLEXTREE_HOLE && poff != FLEXTREE_HOLE &&
-			 poff == prev + l->len[k - 1] &&
+		else if (prev != FLEXTREE_HOLE && poff != FLEXTREE_HOLE && poff == prev + head &&
 			 (!t->merge_boundary || poff % t->merge_boundary != 0))
 			merged = sum <= t->max_extent;
 	}
+	int gap = split + !merged;
+	uint32_t tail = 0;
+	uint64_t tail_pt = 0;
+	if (split) {
+		uint64_t prev = ft_pt_poff(l->pt[k - 1]);
+		tail = (uint32_t)(l->len[k - 1] - head);
+		tail_pt = ft_pt_make(prev == FLEXTREE_HOLE ? FLEXTREE_HOLE : prev + head, 0);
+		l->len[k - 1] = (uint32_t)head;
+	}
+	ft_leaf_open(l, k, gap, len);
 	if (merged) {
 		l->len[k - 1] += len;
-		shift_from = k;
 	} else {
-		ft_leaf_insert_at(l, k, y, pt, len);
-		t->nextents++;
-		shift_from = k + 1;
+		l->loff[k] = y;
+		l->pt[k] = pt;
+		l->len[k] = len;
 	}
-	for (int j = shift_from; j < l->h.count; j++)
-		l->loff[j] += len;
+	if (split) {
+		int j = k + gap - 1;
+		l->loff[j] = y + len;
+		l->pt[j] = tail_pt;
+		l->len[j] = tail;
+	}
+	t->nextents += (uint64_t)gap;
 	ft_shift_path(&p, len);
 	/* Partial offsets start near 0 after every split, so only a leaf that
 	 * never split can outgrow 48 bits; rebase it then. */
@@ -738,21 +856,29 @@ ssize_t flextree_query(const struct flextree *t, uint64_t loff, uint64_t len,
 	if (loff == end)
 		return 0;
 	struct ft_cursor c;
-	struct flextree_extent e;
 	size_t n = 0;
 	ft_cursor_seek(t, loff, &c);
+	/* A leaf's entries are read in place; the cursor only moves between
+	 * leaves. */
 	do {
-		ft_cursor_get(&c, &e);
-		uint64_t s = e.loff > loff ? e.loff : loff;
-		uint64_t f = e.loff + e.len < end ? e.loff + e.len : end;
-		if (n < cap) {
-			out[n].loff = s;
-			out[n].len = f - s;
-			out[n].poff = e.poff == FLEXTREE_HOLE ? FLEXTREE_HOLE : e.poff + (s - e.loff);
+		const struct ft_leaf *l = c.p.leaf;
+		uint64_t base = (uint64_t)c.p.leaf_base;
+		for (int k = c.k; k < l->h.count; k++) {
+			uint64_t start = base + l->loff[k];
+			uint64_t s = start > loff ? start : loff;
+			uint64_t f = start + l->len[k] < end ? start + l->len[k] : end;
+			if (n < cap) {
+				uint64_t poff = ft_pt_poff(l->pt[k]);
+				out[n].loff = s;
+				out[n].len = f - s;
+				out[n].poff =
+				    poff == FLEXTREE_HOLE ? FLEXTREE_HOLE : poff + (s - start);
+			}
+			n++;
+			if (f >= end)
+				return (ssize_t)n;
 		}
-		n++;
-		if (f >= end)
-			break;
+		c.k = l->h.count - 1; /* next: the first extent of the next leaf */
 	} while (ft_cursor_next(&c));
 	return (ssize_t)n;
 }
@@ -867,6 +993,8 @@ int flextree_open(const char *path, const struct flextree_options *opt, struct f
 		rc = t->root ? 0 : -ENOMEM;
 	}
 	if (rc) {
+		/* A half-loaded tree must not be committed by the close. */
+		t->failed = rc;
 		flextree_close(t);
 		return rc;
 	}
