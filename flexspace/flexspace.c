@@ -102,6 +102,9 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 		return rc;
 	if (!create && access(path, F_OK) != 0)
 		return -errno;
+	if (fresh == 1 && create && truncate(path, 0) != 0 && errno != ENOENT)
+		return -errno; /* an empty LOG: whatever TREE holds is from a
+				* creation cut short, before any data */
 	struct flextree_options topt = {
 		.io = fs->io, .max_extent = fs->max_extent, .merge_boundary = fs->seg_size};
 	if ((rc = flextree_open(path, &topt, &fs->tree)) != 0)
@@ -159,7 +162,13 @@ int flexspace_open(const char *dir, const struct flexspace_options *opt, struct 
 	if (!fs)
 		return -ENOMEM;
 	fs->dir_fd = fs->lock_fd = fs->data_fd = fs->log_fd = -1;
-	if (pthread_rwlock_init(&fs->lock, NULL) != 0) {
+	/* glibc's default rwlock lets a stream of readers starve writers. */
+	pthread_rwlockattr_t la;
+	pthread_rwlockattr_init(&la);
+	pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	int lrc = pthread_rwlock_init(&fs->lock, &la);
+	pthread_rwlockattr_destroy(&la);
+	if (lrc != 0) {
 		free(fs);
 		return -ENOMEM;
 	}

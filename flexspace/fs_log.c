@@ -148,8 +148,10 @@ int fs_log_open(struct flexspace *fs, const char *path, int create, uint32_t *se
 	*fresh = size == 0;
 	if (*fresh)
 		return 0;
-	if (size < LOG_START)
-		return FLEX_ECORRUPT;
+	if (size < LOG_START) {
+		*fresh = 2; /* torn while being created; fs_log_attach decides */
+		return 0;
+	}
 	uint8_t *b = malloc(LOG_HDR_SLOT);
 	if (!b)
 		return -ENOMEM;
@@ -167,25 +169,32 @@ int fs_log_open(struct flexspace *fs, const char *path, int create, uint32_t *se
 			pick = i;
 	}
 	free(b);
-	if (pick < 0)
-		return st[0] == FLEX_EVERSION || st[1] == FLEX_EVERSION ? FLEX_EVERSION
-								       : FLEX_ECORRUPT;
+	if (pick < 0) {
+		if (st[0] == FLEX_EVERSION || st[1] == FLEX_EVERSION)
+			return FLEX_EVERSION;
+		*fresh = 2; /* no valid header: see fs_log_attach */
+		return 0;
+	}
 	*seg_size = ss[pick];
 	fs->log_base = base[pick];
 	return 0;
 }
 
-/* Checks the log against the opened tree, or initialises a fresh one. */
+/* Checks the log against the opened tree, or initialises a fresh one.
+ * fresh == 1: LOG was empty (new space); fresh == 2: LOG has no valid
+ * header, which a power loss during creation leaves behind (its header
+ * write is the last step) -- acceptable only if the tree is still the
+ * empty first version; otherwise the header was damaged. */
 int fs_log_attach(struct flexspace *fs, int fresh, int create)
 {
 	struct flextree_stats ts;
 	flextree_stats(fs->tree, &ts);
 	if (fresh) {
-		/* A new space, or one whose creation was cut short before its
-		 * log had a header: only an empty first tree version fits. */
 		if (!create || ts.version != 1 || ts.size != 0)
 			return FLEX_ECORRUPT;
-		int rc = log_write_header(fs, ts.version);
+		int rc = fresh == 2 ? fs->io->ftruncate(fs->io, fs->log_fd, 0) : 0;
+		if (!rc)
+			rc = log_write_header(fs, ts.version);
 		if (rc)
 			return rc;
 		fs->log_base = ts.version;

@@ -276,15 +276,21 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len)
 		return 0;
 	if (fs->live + len > fs->max_data / 32 * 30)
 		return -ENOSPC;
+	/* One segment stays in reserve after every change: GC relocates a
+	 * victim (at most 30/32 live) into it before the victim is freed. */
 	uint64_t need = len + fs->seg_size;
+	uint64_t before = 0;
 	for (int round = 0; fs_space_avail(fs) < need; round++) {
 		int rc;
-		if (fs->npending)
+		uint64_t avail = fs_space_avail(fs);
+		if (fs->npending) {
 			rc = fs_log_flush(fs, 1);
-		else if (round < 8)
+		} else if (round == 0 || avail > before) {
+			before = avail;
 			rc = fs_gc_run(fs);
-		else
-			return -ENOSPC;
+		} else {
+			return -ENOSPC; /* collection stopped making progress */
+		}
 		if (rc)
 			return rc;
 	}
@@ -424,7 +430,6 @@ static int fs_gc_run(struct flexspace *fs)
 	/* The copies must fit in the space available now: the victims are
 	 * reusable only after this run's log is durable. */
 	uint64_t avail = fs_space_avail(fs), moved = 0;
-	avail = avail > fs->seg_size ? avail - fs->seg_size : 0;
 	uint32_t nv = 0;
 	for (uint32_t i = 0; i < nc && nv < FS_GC_BATCH && reclaim < need; i++) {
 		if (moved + fs->valid[cand[i]] > avail)

@@ -1,0 +1,978 @@
+/*
+ * crashio.h - what the FlexSpace suites share: seeds and scale, temporary
+ * directories, a flat-byte-array model of a space with a seeded operation
+ * generator, and a fault-injecting, crash-simulating I/O table.
+ *
+ * Everything here is `static` and header-only because the Makefile builds
+ * each test/test_*.c into its own binary and nothing else in test/.
+ *
+ * The I/O table ("cio") wraps flex_io_posix().  It can
+ *   - fail the Nth call of a chosen class of operations with -EIO/-ENOSPC,
+ *     once or permanently, or write short (pwrite writes a prefix and says
+ *     so; write_batch writes a prefix of its elements and fails);
+ *   - track, for every regular file opened through it, the durable image
+ *     (the content as of its last fsync/fdatasync) and the writes and
+ *     truncations since, so that a power-loss image can be materialised:
+ *     the durable image plus every later change applied, dropped or torn
+ *     (a prefix of it applied), independently and in order.  Directory
+ *     durability is not modelled (files never vanish).
+ * A hook called before every fsync/fdatasync lets a test materialise and
+ * check a crash image at every durability point of a workload while the
+ * workload itself goes on.
+ */
+#ifndef FLEX_TEST_CRASHIO_H
+#define FLEX_TEST_CRASHIO_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "flex_io.h"
+#include "flexspace.h"
+
+/* Each suite uses some of these helpers. */
+#pragma GCC diagnostic ignored "-Wunused-function"
+
+/* ---- seeds, scale, randomness ------------------------------------------- */
+
+static uint64_t test_seed(const char *name)
+{
+	const char *s = getenv("FLEX_TEST_SEED");
+	uint64_t seed;
+	if (s && *s) {
+		seed = strtoull(s, NULL, 0);
+	} else {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		seed = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^
+		       ((uint64_t)getpid() << 40);
+	}
+	fprintf(stderr, "%s: seed %" PRIu64 " (FLEX_TEST_SEED=%" PRIu64 " replays)\n", name, seed,
+		seed);
+	return seed;
+}
+
+/* FLEX_TEST_SCALE multiplies operation and cycle counts (`make stress`: 50). */
+static double test_scale(void)
+{
+	const char *s = getenv("FLEX_TEST_SCALE");
+	double v = s && *s ? strtod(s, NULL) : 1.0;
+	return v > 0 ? v : 1.0;
+}
+
+static long scaled(long n)
+{
+	double v = (double)n * test_scale();
+	return v < 1 ? 1 : (long)v;
+}
+
+/* splitmix64 */
+static uint64_t rnd(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t rnd_below(uint64_t *s, uint64_t n)
+{
+	return n ? rnd(s) % n : 0;
+}
+
+static double now_sec(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- temporary directories ---------------------------------------------- */
+
+/* A fresh directory under /dev/shm (fast) or /tmp. */
+static int tmp_make(char *out, size_t n, const char *tag)
+{
+	struct stat st;
+	const char *base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) &&
+					   access("/dev/shm", W_OK) == 0
+				   ? "/dev/shm"
+				   : "/tmp";
+	snprintf(out, n, "%s/flexspace_%s_XXXXXX", base, tag);
+	return mkdtemp(out) ? 0 : -errno;
+}
+
+static int tmp_rm_one(const char *path, const struct stat *sb, int type, struct FTW *f)
+{
+	(void)sb;
+	(void)type;
+	(void)f;
+	remove(path);
+	return 0;
+}
+
+static void tmp_remove(const char *dir)
+{
+	if (dir && *dir)
+		nftw(dir, tmp_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Removes the files inside dir, keeping dir. */
+static void tmp_clear(const char *dir)
+{
+	tmp_remove(dir);
+	mkdir(dir, 0755);
+}
+
+/* ---- failure messages ---------------------------------------------------- */
+
+struct why {
+	char msg[512];
+};
+
+static int failf(struct why *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int failf(struct why *w, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(w->msg, sizeof(w->msg), fmt, ap);
+	va_end(ap);
+	return 1;
+}
+
+/* ---- the model: a flat byte array --------------------------------------- */
+
+struct model {
+	uint8_t *b;
+	uint64_t size, cap;
+};
+
+static void model_reserve(struct model *m, uint64_t n)
+{
+	if (n <= m->cap)
+		return;
+	uint64_t cap = m->cap ? m->cap : 1 << 16;
+	while (cap < n)
+		cap *= 2;
+	uint8_t *p = realloc(m->b, cap);
+	if (!p)
+		abort();
+	m->b = p;
+	m->cap = cap;
+}
+
+static void model_free(struct model *m)
+{
+	free(m->b);
+	memset(m, 0, sizeof(*m));
+}
+
+static void model_copy(struct model *dst, const struct model *src)
+{
+	model_reserve(dst, src->size);
+	if (src->size)
+		memcpy(dst->b, src->b, src->size);
+	dst->size = src->size;
+}
+
+static void model_truncate(struct model *m, uint64_t size)
+{
+	if (size > m->size) {
+		model_reserve(m, size);
+		memset(m->b + m->size, 0, size - m->size);
+	}
+	m->size = size;
+}
+
+static void model_write(struct model *m, const uint8_t *d, uint64_t off, uint64_t len)
+{
+	if (off + len > m->size) {
+		if (off > m->size)
+			model_truncate(m, off);
+		model_reserve(m, off + len);
+		m->size = off + len;
+	}
+	memcpy(m->b + off, d, len);
+}
+
+static void model_insert(struct model *m, const uint8_t *d, uint64_t off, uint64_t len)
+{
+	if (off > m->size)
+		model_truncate(m, off);
+	model_reserve(m, m->size + len);
+	memmove(m->b + off + len, m->b + off, m->size - off);
+	memcpy(m->b + off, d, len);
+	m->size += len;
+}
+
+static void model_collapse(struct model *m, uint64_t off, uint64_t len)
+{
+	if (!len)
+		return;
+	memmove(m->b + off, m->b + off + len, m->size - off - len);
+	m->size -= len;
+}
+
+static uint64_t content_hash(const uint8_t *b, uint64_t size)
+{
+	return XXH3_64bits_withSeed(size ? (const void *)b : (const void *)"", size, size);
+}
+
+static uint64_t model_hash(const struct model *m)
+{
+	return content_hash(m->b, m->size);
+}
+
+/* ---- seeded operations --------------------------------------------------- */
+
+enum op_type {
+	OP_WRITE,
+	OP_INSERT,
+	OP_COLLAPSE,
+	OP_TRUNCATE,
+	OP_DEFRAG,
+	OP_SYNC,
+	OP_REOPEN,
+	OP_READ,
+	OP_NTYPES
+};
+
+static const char *const op_names[OP_NTYPES] = {"write",  "insert", "collapse", "truncate",
+						"defrag", "sync",   "reopen",   "read"};
+
+struct op {
+	int type;
+	uint64_t off, len, dseed;
+};
+
+/* Mix of a stream: percentages (the rest are writes) and sizes. */
+struct gen_cfg {
+	uint64_t target_size; /* the space hovers around this size */
+	uint64_t big_len;     /* the longest occasional write/insert */
+	int insert_pct, collapse_pct, truncate_pct, defrag_pct, sync_pct, reopen_pct, read_pct;
+};
+
+static uint64_t gen_len(uint64_t *r, const struct gen_cfg *g)
+{
+	uint64_t k = rnd_below(r, 100);
+	if (k < 55)
+		return 1 + rnd_below(r, 2048);
+	if (k < 85)
+		return 1 + rnd_below(r, 16384);
+	if (k < 97)
+		return 1 + rnd_below(r, 65536);
+	return 1 + rnd_below(r, g->big_len);
+}
+
+/* The next operation for a space of the given size.  Depends only on the
+ * generator state and the size, so a forked child (which only knows its
+ * space's size) and the parent (which knows the model) produce the same
+ * stream. */
+static void gen_op(uint64_t *r, uint64_t size, const struct gen_cfg *g, struct op *op)
+{
+	memset(op, 0, sizeof(*op));
+	op->dseed = rnd(r);
+	int k = (int)rnd_below(r, 100);
+	int big = size > g->target_size;
+	int c = 0;
+	if (k < (c += g->sync_pct))
+		op->type = OP_SYNC;
+	else if (k < (c += g->reopen_pct))
+		op->type = OP_REOPEN;
+	else if (k < (c += g->read_pct))
+		op->type = OP_READ;
+	else if (k < (c += g->insert_pct))
+		op->type = big ? OP_COLLAPSE : OP_INSERT;
+	else if (k < (c += g->collapse_pct))
+		op->type = OP_COLLAPSE;
+	else if (k < (c += g->truncate_pct))
+		op->type = OP_TRUNCATE;
+	else if (k < (c += g->defrag_pct))
+		op->type = OP_DEFRAG;
+	else
+		op->type = OP_WRITE;
+
+	switch (op->type) {
+	case OP_WRITE: {
+		uint64_t w = rnd_below(r, 100);
+		op->len = gen_len(r, g);
+		if (w < 5)
+			op->off = size + rnd_below(r, 65536); /* past the end: a hole */
+		else if (w < 15 || !size)
+			op->off = size - (op->len < size ? rnd_below(r, op->len) : rnd_below(r, size + 1));
+		else
+			op->off = rnd_below(r, size);
+		if (big && op->off + op->len > size)
+			op->off = size > op->len ? size - op->len : 0;
+		break;
+	}
+	case OP_INSERT:
+		op->len = gen_len(r, g);
+		op->off = rnd_below(r, 100) < 3 ? size + rnd_below(r, 8192) : rnd_below(r, size + 1);
+		break;
+	case OP_COLLAPSE:
+		op->off = rnd_below(r, size + 1);
+		op->len = rnd_below(r, 100) < 10 && size > g->target_size / 2 ? size - op->off
+										: gen_len(r, g);
+		if (op->len > size - op->off)
+			op->len = size - op->off;
+		if (big && op->len < size / 8 && size - op->off >= size / 8)
+			op->len = size / 8;
+		break;
+	case OP_TRUNCATE:
+		if (big || rnd_below(r, 2))
+			op->len = rnd_below(r, size + 1);
+		else
+			op->len = size + rnd_below(r, 65536);
+		break;
+	case OP_DEFRAG:
+	case OP_READ:
+		op->off = rnd_below(r, size + 1);
+		op->len = rnd_below(r, size - op->off + 1);
+		if (op->type == OP_READ && rnd_below(r, 10) == 0)
+			op->len += rnd_below(r, 4096); /* reads past the end */
+		if (op->type == OP_DEFRAG && op->len > (1u << 20))
+			op->len = 1u << 20;
+		break;
+	default:
+		break;
+	}
+}
+
+static void op_data(uint64_t dseed, uint8_t *buf, uint64_t len)
+{
+	uint64_t s = dseed;
+	uint64_t i = 0;
+	for (; i + 8 <= len; i += 8) {
+		uint64_t v = rnd(&s);
+		memcpy(buf + i, &v, 8);
+	}
+	if (i < len) {
+		uint64_t v = rnd(&s);
+		memcpy(buf + i, &v, len - i);
+	}
+}
+
+/* Applies a change to the model (reads, syncs and reopens change nothing).
+ * buf must hold op->len bytes. */
+static void model_apply(struct model *m, const struct op *op, uint8_t *buf)
+{
+	switch (op->type) {
+	case OP_WRITE:
+		op_data(op->dseed, buf, op->len);
+		model_write(m, buf, op->off, op->len);
+		break;
+	case OP_INSERT:
+		op_data(op->dseed, buf, op->len);
+		model_insert(m, buf, op->off, op->len);
+		break;
+	case OP_COLLAPSE:
+		model_collapse(m, op->off, op->len);
+		break;
+	case OP_TRUNCATE:
+		model_truncate(m, op->len);
+		break;
+	default:
+		break;
+	}
+}
+
+static int op_is_change(int type)
+{
+	return type <= OP_DEFRAG;
+}
+
+/* Applies a change or sync to the space: 0 or the status.  Reads and
+ * reopens are the caller's business. */
+static int space_apply(struct flexspace *fs, const struct op *op, uint8_t *buf)
+{
+	ssize_t n;
+	switch (op->type) {
+	case OP_WRITE:
+		op_data(op->dseed, buf, op->len);
+		n = flexspace_write(fs, buf, op->off, op->len);
+		return n == (ssize_t)op->len ? 0 : n < 0 ? (int)n : -EPROTO;
+	case OP_INSERT:
+		op_data(op->dseed, buf, op->len);
+		n = flexspace_insert(fs, buf, op->off, op->len);
+		return n == (ssize_t)op->len ? 0 : n < 0 ? (int)n : -EPROTO;
+	case OP_COLLAPSE:
+		return flexspace_collapse(fs, op->off, op->len);
+	case OP_TRUNCATE:
+		return flexspace_truncate(fs, op->len);
+	case OP_DEFRAG:
+		return flexspace_defrag(fs, op->off, op->len);
+	case OP_SYNC:
+		return flexspace_sync(fs);
+	default:
+		return 0;
+	}
+}
+
+/* Reads the whole space into *out (malloc'd); 0 or the status. */
+static int space_read_all(struct flexspace *fs, uint8_t **out, uint64_t *size)
+{
+	uint64_t sz = flexspace_size(fs);
+	uint8_t *b = malloc(sz ? sz : 1);
+	if (!b)
+		return -ENOMEM;
+	uint64_t done = 0;
+	while (done < sz) {
+		size_t want = sz - done > (8u << 20) ? (8u << 20) : (size_t)(sz - done);
+		ssize_t n = flexspace_read(fs, b + done, done, want);
+		if (n <= 0) {
+			free(b);
+			return n < 0 ? (int)n : -EPROTO;
+		}
+		done += (uint64_t)n;
+	}
+	*out = b;
+	*size = sz;
+	return 0;
+}
+
+/* Compares the whole space with the model. */
+static int space_matches(struct flexspace *fs, const struct model *m, struct why *w)
+{
+	uint8_t *b = NULL;
+	uint64_t sz = 0;
+	int rc = space_read_all(fs, &b, &sz);
+	if (rc)
+		return failf(w, "reading the whole space: %s", flex_strerror(rc));
+	if (sz != m->size) {
+		free(b);
+		return failf(w, "size %" PRIu64 ", model %" PRIu64, sz, m->size);
+	}
+	for (uint64_t i = 0; i < sz; i++) {
+		if (b[i] != m->b[i]) {
+			free(b);
+			return failf(w, "byte %" PRIu64 " of %" PRIu64 " is %u, model %u", i, sz,
+				     b[i], m->b[i]);
+		}
+	}
+	free(b);
+	return 0;
+}
+
+/* Opens dir (with opt), runs flexspace_check, and finds the state among
+ * states [lo, hi] (sizes[] and hashes[] indexed by state) equal to the
+ * content.  *k gets the newest matching state.  0 when one matches. */
+static int verify_recovered(const char *dir, const struct flexspace_options *opt,
+			    const uint64_t *sizes, const uint64_t *hashes, long lo, long hi,
+			    long *k, struct why *w)
+{
+	struct flexspace *fs;
+	int rc = flexspace_open(dir, opt, &fs);
+	if (rc)
+		return failf(w, "reopen after the crash: %s (%d)", flex_strerror(rc), rc);
+	if ((rc = flexspace_check(fs)) != 0) {
+		flexspace_close(fs);
+		return failf(w, "flexspace_check after recovery: %s", flex_strerror(rc));
+	}
+	uint8_t *b = NULL;
+	uint64_t sz = 0;
+	if ((rc = space_read_all(fs, &b, &sz)) != 0) {
+		flexspace_close(fs);
+		return failf(w, "reading the recovered space: %s", flex_strerror(rc));
+	}
+	uint64_t h = content_hash(b, sz);
+	free(b);
+	*k = -1;
+	for (long i = hi; i >= lo; i--) {
+		if (sizes[i] == sz && hashes[i] == h) {
+			*k = i;
+			break;
+		}
+	}
+	rc = flexspace_close(fs);
+	if (*k < 0) {
+		long older = -1;
+		for (long i = lo - 1; i >= 0 && older < 0; i--)
+			if (sizes[i] == sz && hashes[i] == h)
+				older = i;
+		if (older >= 0)
+			return failf(w,
+				     "recovered content (size %" PRIu64 ") is state %ld, older than "
+				     "the last acknowledged state %ld: acknowledged changes were lost",
+				     sz, older, lo);
+		return failf(w,
+			     "recovered content (size %" PRIu64 ") is no state in [%ld, %ld] "
+			     "(sizes there: %" PRIu64 " .. %" PRIu64 "): a mix of states or "
+			     "damaged data",
+			     sz, lo, hi, sizes[lo], sizes[hi]);
+	}
+	if (rc)
+		return failf(w, "close after recovery: %s", flex_strerror(rc));
+	return 0;
+}
+
+/* ---- the fault-injecting, crash-tracking I/O table ----------------------- */
+
+enum {
+	CIO_OPEN = 1 << 0,
+	CIO_CLOSE = 1 << 1,
+	CIO_PREAD = 1 << 2,
+	CIO_PWRITE = 1 << 3,
+	CIO_FSYNC = 1 << 4,
+	CIO_FDATASYNC = 1 << 5,
+	CIO_FTRUNCATE = 1 << 6,
+	CIO_FALLOCATE = 1 << 7,
+	CIO_FSIZE = 1 << 8,
+	CIO_WRITE_BATCH = 1 << 9,
+	CIO_READ_BATCH = 1 << 10,
+	CIO_ALL = (1 << 11) - 1,
+	CIO_WRITES = CIO_PWRITE | CIO_WRITE_BATCH,
+	CIO_SYNCS = CIO_FSYNC | CIO_FDATASYNC,
+	CIO_READS = CIO_PREAD | CIO_READ_BATCH,
+};
+
+/* fault_err value meaning "write short" rather than fail. */
+#define CIO_SHORT 1
+#define CIO_MAXFD 4096
+
+struct cio_change {
+	int trunc; /* 1: ftruncate to off; 0: write data at off */
+	uint64_t off, len;
+	uint8_t *data;
+};
+
+struct cio_file {
+	char *path;
+	uint8_t *img; /* durable image */
+	uint64_t img_size, img_cap;
+	struct cio_change *ch; /* since the last sync, in order */
+	size_t nch, chcap;
+};
+
+struct cio {
+	struct flex_io io; /* io.ctx points back here */
+	pthread_mutex_t mu;
+
+	/* Faults: the fault_at-th call (1-based) of the classes in
+	 * fault_class fails with fault_err (or writes short); with
+	 * fault_perm, every later call of the class fails too. */
+	int fault_class;
+	long fault_at;
+	int fault_err;
+	int fault_perm;
+	long ncalls;	/* calls of fault_class seen */
+	long nfaults;	/* faults injected */
+	int tripped;
+	int first_fault_op; /* CIO_* bit of the first injected fault */
+	int verbose;	    /* print each injected fault */
+
+	/* Crash tracking. */
+	int track;
+	struct cio_file *files;
+	size_t nfiles, fcap;
+	int fdmap[CIO_MAXFD]; /* file index + 1; 0 = untracked */
+	void (*before_sync)(struct cio *c, void *arg);
+	void *hook_arg;
+	long nsyncs;
+};
+
+static struct cio *cio_of(const struct flex_io *io)
+{
+	return (struct cio *)io->ctx;
+}
+
+/* 0, or the fault for this call (an -errno or CIO_SHORT). */
+static int cio_fault(struct cio *c, int op)
+{
+	int f = 0;
+	pthread_mutex_lock(&c->mu);
+	if (c->fault_class & op) {
+		c->ncalls++;
+		if ((c->tripped && c->fault_perm) || (c->fault_at && c->ncalls == c->fault_at)) {
+			if (!c->tripped)
+				c->first_fault_op = op;
+			c->tripped = 1;
+			f = c->fault_err;
+			if (f == CIO_SHORT && !(op & CIO_WRITES))
+				f = 0;
+			if (f)
+				c->nfaults++;
+			if (f && c->verbose)
+				fprintf(stderr, "  cio: fault %d on op 0x%x (call %ld)\n", f, op,
+					c->ncalls);
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	return f;
+}
+
+static struct cio_file *cio_file_of(struct cio *c, int fd)
+{
+	if (!c->track || fd < 0 || fd >= CIO_MAXFD || !c->fdmap[fd])
+		return NULL;
+	return &c->files[c->fdmap[fd] - 1];
+}
+
+static void cio_img_resize(struct cio_file *f, uint64_t size)
+{
+	if (size > f->img_cap) {
+		uint64_t cap = f->img_cap ? f->img_cap : 4096;
+		while (cap < size)
+			cap *= 2;
+		uint8_t *p = realloc(f->img, cap);
+		if (!p)
+			abort();
+		f->img = p;
+		f->img_cap = cap;
+	}
+	if (size > f->img_size)
+		memset(f->img + f->img_size, 0, size - f->img_size);
+	f->img_size = size;
+}
+
+static void cio_img_write(struct cio_file *f, const uint8_t *d, uint64_t off, uint64_t len)
+{
+	if (off + len > f->img_size)
+		cio_img_resize(f, off + len);
+	memcpy(f->img + off, d, len);
+}
+
+static void cio_record(struct cio *c, int fd, int trunc, const void *data, uint64_t off,
+		       uint64_t len)
+{
+	pthread_mutex_lock(&c->mu);
+	struct cio_file *f = cio_file_of(c, fd);
+	if (f) {
+		if (f->nch == f->chcap) {
+			size_t cap = f->chcap ? f->chcap * 2 : 64;
+			struct cio_change *p = realloc(f->ch, cap * sizeof(*p));
+			if (!p)
+				abort();
+			f->ch = p;
+			f->chcap = cap;
+		}
+		struct cio_change *ch = &f->ch[f->nch++];
+		ch->trunc = trunc;
+		ch->off = off;
+		ch->len = len;
+		ch->data = NULL;
+		if (!trunc && len) {
+			ch->data = malloc(len);
+			if (!ch->data)
+				abort();
+			memcpy(ch->data, data, len);
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* A sync made everything recorded for the file durable. */
+static void cio_synced(struct cio *c, int fd)
+{
+	pthread_mutex_lock(&c->mu);
+	struct cio_file *f = cio_file_of(c, fd);
+	if (f) {
+		for (size_t i = 0; i < f->nch; i++) {
+			struct cio_change *ch = &f->ch[i];
+			if (ch->trunc)
+				cio_img_resize(f, ch->off);
+			else
+				cio_img_write(f, ch->data, ch->off, ch->len);
+			free(ch->data);
+		}
+		f->nch = 0;
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+static int cio_open(const struct flex_io *io, const char *path, int flags, mode_t mode)
+{
+	struct cio *c = cio_of(io);
+	int f = cio_fault(c, CIO_OPEN);
+	if (f < 0)
+		return f;
+	const struct flex_io *p = flex_io_posix();
+	int fd = p->open(p, path, flags, mode);
+	if (fd < 0 || !c->track)
+		return fd;
+	struct stat st;
+	if (fd >= CIO_MAXFD || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return fd;
+	pthread_mutex_lock(&c->mu);
+	size_t i;
+	for (i = 0; i < c->nfiles; i++)
+		if (!strcmp(c->files[i].path, path))
+			break;
+	if (i == c->nfiles) {
+		if (c->nfiles == c->fcap) {
+			size_t cap = c->fcap ? c->fcap * 2 : 8;
+			struct cio_file *nf = realloc(c->files, cap * sizeof(*nf));
+			if (!nf)
+				abort();
+			c->files = nf;
+			c->fcap = cap;
+		}
+		struct cio_file *nf = &c->files[c->nfiles++];
+		memset(nf, 0, sizeof(*nf));
+		nf->path = strdup(path);
+		/* What is already there counts as durable. */
+		cio_img_resize(nf, (uint64_t)st.st_size);
+		if (st.st_size && pread(fd, nf->img, (size_t)st.st_size, 0) != st.st_size)
+			abort();
+	}
+	c->fdmap[fd] = (int)i + 1;
+	pthread_mutex_unlock(&c->mu);
+	return fd;
+}
+
+static int cio_close(const struct flex_io *io, int fd)
+{
+	struct cio *c = cio_of(io);
+	int f = cio_fault(c, CIO_CLOSE);
+	pthread_mutex_lock(&c->mu);
+	if (fd >= 0 && fd < CIO_MAXFD)
+		c->fdmap[fd] = 0;
+	pthread_mutex_unlock(&c->mu);
+	const struct flex_io *p = flex_io_posix();
+	int rc = p->close(p, fd); /* the descriptor goes whatever the fault */
+	return f < 0 ? f : rc;
+}
+
+static ssize_t cio_pread(const struct flex_io *io, int fd, void *buf, size_t len, uint64_t off)
+{
+	int f = cio_fault(cio_of(io), CIO_PREAD);
+	if (f < 0)
+		return f;
+	const struct flex_io *p = flex_io_posix();
+	return p->pread(p, fd, buf, len, off);
+}
+
+static ssize_t cio_pwrite(const struct flex_io *io, int fd, const void *buf, size_t len,
+			  uint64_t off)
+{
+	struct cio *c = cio_of(io);
+	int f = cio_fault(c, CIO_PWRITE);
+	if (f < 0)
+		return f;
+	if (f == CIO_SHORT && len > 1)
+		len = len / 2;
+	const struct flex_io *p = flex_io_posix();
+	ssize_t n = p->pwrite(p, fd, buf, len, off);
+	if (n > 0)
+		cio_record(c, fd, 0, buf, off, (uint64_t)n);
+	return n;
+}
+
+static int cio_sync_common(const struct flex_io *io, int fd, int op)
+{
+	struct cio *c = cio_of(io);
+	int f = cio_fault(c, op);
+	if (f < 0)
+		return f;
+	c->nsyncs++;
+	if (c->before_sync)
+		c->before_sync(c, c->hook_arg);
+	const struct flex_io *p = flex_io_posix();
+	int rc = op == CIO_FSYNC ? p->fsync(p, fd) : p->fdatasync(p, fd);
+	if (!rc)
+		cio_synced(c, fd);
+	return rc;
+}
+
+static int cio_fsync(const struct flex_io *io, int fd)
+{
+	return cio_sync_common(io, fd, CIO_FSYNC);
+}
+
+static int cio_fdatasync(const struct flex_io *io, int fd)
+{
+	return cio_sync_common(io, fd, CIO_FDATASYNC);
+}
+
+static int cio_ftruncate(const struct flex_io *io, int fd, uint64_t size)
+{
+	struct cio *c = cio_of(io);
+	int f = cio_fault(c, CIO_FTRUNCATE);
+	if (f < 0)
+		return f;
+	const struct flex_io *p = flex_io_posix();
+	int rc = p->ftruncate(p, fd, size);
+	if (!rc)
+		cio_record(c, fd, 1, NULL, size, 0);
+	return rc;
+}
+
+static int cio_fallocate(const struct flex_io *io, int fd, int mode, uint64_t off, uint64_t len)
+{
+	struct cio *c = cio_of(io);
+	int f = cio_fault(c, CIO_FALLOCATE);
+	if (f < 0)
+		return f;
+	const struct flex_io *p = flex_io_posix();
+	uint64_t before = 0;
+	p->fsize(p, fd, &before);
+	int rc = p->fallocate(p, fd, mode, off, len);
+	uint64_t after = before;
+	if (!rc && p->fsize(p, fd, &after) == 0 && after != before)
+		cio_record(c, fd, 1, NULL, after, 0);
+	return rc;
+}
+
+static int cio_fsize(const struct flex_io *io, int fd, uint64_t *size)
+{
+	int f = cio_fault(cio_of(io), CIO_FSIZE);
+	if (f < 0)
+		return f;
+	const struct flex_io *p = flex_io_posix();
+	return p->fsize(p, fd, size);
+}
+
+static int cio_write_batch(const struct flex_io *io, int fd, const struct flex_iovec *v, int n)
+{
+	struct cio *c = cio_of(io);
+	int f = cio_fault(c, CIO_WRITE_BATCH);
+	int upto = n;
+	if (f)
+		upto = n / 2; /* a prefix of the elements lands, then the error */
+	const struct flex_io *p = flex_io_posix();
+	int rc = upto ? p->write_batch(p, fd, v, upto) : 0;
+	if (!rc) {
+		for (int i = 0; i < upto; i++)
+			cio_record(c, fd, 0, v[i].buf, v[i].off, v[i].len);
+	}
+	if (!rc && f)
+		rc = f < 0 ? f : -EIO;
+	return rc;
+}
+
+static int cio_read_batch(const struct flex_io *io, int fd, const struct flex_iovec *v, int n)
+{
+	int f = cio_fault(cio_of(io), CIO_READ_BATCH);
+	if (f < 0)
+		return f;
+	const struct flex_io *p = flex_io_posix();
+	return p->read_batch(p, fd, v, n);
+}
+
+static void cio_init(struct cio *c)
+{
+	memset(c, 0, sizeof(*c));
+	pthread_mutex_init(&c->mu, NULL);
+	c->io = (struct flex_io){.open = cio_open,
+				 .close = cio_close,
+				 .pread = cio_pread,
+				 .pwrite = cio_pwrite,
+				 .fsync = cio_fsync,
+				 .fdatasync = cio_fdatasync,
+				 .ftruncate = cio_ftruncate,
+				 .fallocate = cio_fallocate,
+				 .fsize = cio_fsize,
+				 .write_batch = cio_write_batch,
+				 .read_batch = cio_read_batch,
+				 .ctx = c};
+}
+
+static void cio_destroy(struct cio *c)
+{
+	for (size_t i = 0; i < c->nfiles; i++) {
+		struct cio_file *f = &c->files[i];
+		for (size_t j = 0; j < f->nch; j++)
+			free(f->ch[j].data);
+		free(f->ch);
+		free(f->img);
+		free(f->path);
+	}
+	free(c->files);
+	pthread_mutex_destroy(&c->mu);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Fates of an unsynced change in a power-loss image. */
+enum { CIO_RANDOM = 0, CIO_ALL_APPLIED = 1, CIO_NONE_APPLIED = 2 };
+
+/* Writes every tracked file into dstdir (same base names) as it could be
+ * after a power loss now: the durable image, then each later change
+ * applied, dropped or torn (a prefix of 512-byte sectors, or of bytes),
+ * independently and in order.  Returns 0 or -errno; *changes gets how
+ * many unsynced changes were in play. */
+static int cio_materialise(struct cio *c, const char *dstdir, uint64_t *r, int how,
+			   long *changes)
+{
+	int rc = 0;
+	long nch = 0;
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < c->nfiles && !rc; i++) {
+		struct cio_file *f = &c->files[i];
+		struct cio_file t = {0};
+		cio_img_resize(&t, f->img_size);
+		if (f->img_size)
+			memcpy(t.img, f->img, f->img_size);
+		nch += (long)f->nch;
+		for (size_t j = 0; j < f->nch; j++) {
+			const struct cio_change *ch = &f->ch[j];
+			/* 0-3 applied, 4-5 dropped, 6-7 torn */
+			int fate = how == CIO_ALL_APPLIED    ? 0
+				   : how == CIO_NONE_APPLIED ? 4
+							     : (int)rnd_below(r, 8);
+			if (fate >= 4 && fate < 6)
+				continue; /* dropped */
+			if (ch->trunc) {
+				if (fate < 4 || rnd_below(r, 2))
+					cio_img_resize(&t, ch->off);
+				continue;
+			}
+			uint64_t len = ch->len;
+			if (fate >= 6) { /* torn */
+				if (rnd_below(r, 2) && len > 512)
+					len = rnd_below(r, len / 512 + 1) * 512;
+				else
+					len = rnd_below(r, len + 1);
+			}
+			if (len)
+				cio_img_write(&t, ch->data, ch->off, len);
+		}
+		const char *base = strrchr(f->path, '/');
+		base = base ? base + 1 : f->path;
+		char path[PATH_MAX];
+		int pn = snprintf(path, sizeof(path), "%s/%s", dstdir, base);
+		int fd = pn < 0 || (size_t)pn >= sizeof(path)
+				 ? -1
+				 : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0) {
+			rc = -errno;
+		} else {
+			uint64_t done = 0;
+			while (done < t.img_size) {
+				ssize_t n = write(fd, t.img + done, t.img_size - done);
+				if (n <= 0) {
+					rc = -EIO;
+					break;
+				}
+				done += (uint64_t)n;
+			}
+			close(fd);
+		}
+		free(t.img);
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (changes)
+		*changes = nch;
+	return rc;
+}
+
+/* ---- configurations ------------------------------------------------------ */
+
+/* Tiny segments and log: garbage collection and tree commits all the time. */
+static struct flexspace_options tiny_options(void)
+{
+	return (struct flexspace_options){
+		.segment_size = 64u << 10, .log_limit = 64u << 10, .create = 1};
+}
+
+#endif /* FLEX_TEST_CRASHIO_H */

@@ -1,0 +1,1287 @@
+/*
+ * test_flexspace.c - FlexSpace against a flat byte array, the API's edges,
+ * I/O faults injected through the seam, and a concurrency smoke test.
+ *
+ * Model tests run seeded random streams of writes (overwrite, extend, past
+ * the end), inserts, collapses, truncates, defrags, syncs and reopens on a
+ * space and on a plain byte array, compare random reads as they go and the
+ * whole content plus flexspace_check every few hundred operations.  Three
+ * configurations: default geometry; tiny segments and log (GC and tree
+ * commits all the time); tiny segments with a 4 MiB max_data_size, so
+ * that space reservation, forced collection and -ENOSPC run.
+ *
+ * Fault tests run one fixed workload (with a reopen in the middle) through
+ * an I/O table that fails the Nth call of a class of operations, for every
+ * N the workload reaches (thinned to at most FAULT_POINTS values), and
+ * check the contract: calls return errors instead of crashing, a failed
+ * write or sync makes later changes return FLEX_EFAILED, reads stay right,
+ * close frees everything (ASan) and reopening recovers a state no older
+ * than the last successful sync.
+ *
+ * Random tests print their seed; FLEX_TEST_SEED=N replays one and
+ * FLEX_TEST_SCALE multiplies the operation counts.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "crashio.h"
+#include "flexspace.h"
+
+TestSuite(flexspace, .timeout = 300);
+TestSuite(flexspace_fault, .timeout = 300);
+
+/* ---- the model test ------------------------------------------------------- */
+
+struct model_run {
+	const char *name;
+	struct flexspace_options opt;
+	struct gen_cfg gen;
+	long nops;
+	long check_every;
+	int enospc_ok; /* -ENOSPC is a legal answer to write/insert/defrag */
+};
+
+static void model_test(const struct model_run *mr, struct flexspace_stats *out)
+{
+	uint64_t seed = test_seed(mr->name);
+	uint64_t r = seed;
+	char dir[PATH_MAX];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "model"), 0);
+	struct flexspace *fs;
+	int rc = flexspace_open(dir, &mr->opt, &fs);
+	cr_assert_eq(rc, 0, "open: %s", flex_strerror(rc));
+
+	struct model m = {0}, prev = {0};
+	uint64_t maxlen = mr->gen.big_len > 65536 ? mr->gen.big_len : 65536;
+	maxlen += 65536;
+	uint8_t *buf = malloc(maxlen), *rb = malloc(maxlen);
+	cr_assert(buf && rb);
+	long nenospc = 0, counts[OP_NTYPES] = {0};
+	struct flexspace_stats acc = {0};
+	struct why w = {""};
+
+	for (long i = 0; i < mr->nops; i++) {
+		struct op op;
+		gen_op(&r, m.size, &mr->gen, &op);
+		counts[op.type]++;
+		if (op.type == OP_READ) {
+			uint64_t want = op.len < maxlen ? op.len : maxlen;
+			ssize_t n = flexspace_read(fs, rb, op.off, want);
+			uint64_t exp = op.off >= m.size ? 0
+						       : (want < m.size - op.off ? want
+										: m.size - op.off);
+			cr_assert_eq(n, (ssize_t)exp,
+				     "seed %" PRIu64 " op %ld: read(%" PRIu64 ", %" PRIu64
+				     ") returned %zd, expected %" PRIu64,
+				     seed, i, op.off, want, n, exp);
+			cr_assert(exp == 0 || memcmp(rb, m.b + op.off, exp) == 0,
+				  "seed %" PRIu64 " op %ld: read(%" PRIu64 ", %" PRIu64
+				  ") differs from the model",
+				  seed, i, op.off, want);
+			continue;
+		}
+		if (op.type == OP_REOPEN) {
+			struct flexspace_stats st;
+			flexspace_stats(fs, &st);
+			acc.gc_runs += st.gc_runs;
+			acc.tree_commits += st.tree_commits;
+			acc.gc_bytes_moved += st.gc_bytes_moved;
+			rc = flexspace_close(fs);
+			cr_assert_eq(rc, 0, "seed %" PRIu64 " op %ld: close: %s", seed, i,
+				     flex_strerror(rc));
+			rc = flexspace_open(dir, &mr->opt, &fs);
+			cr_assert_eq(rc, 0, "seed %" PRIu64 " op %ld: reopen: %s", seed, i,
+				     flex_strerror(rc));
+			cr_assert_eq(space_matches(fs, &m, &w), 0, "seed %" PRIu64 " op %ld: after reopen: %s",
+				     seed, i, w.msg);
+			continue;
+		}
+		if (mr->enospc_ok)
+			model_copy(&prev, &m);
+		model_apply(&m, &op, buf);
+		rc = space_apply(fs, &op, buf);
+		if (rc == -ENOSPC && mr->enospc_ok &&
+		    (op.type == OP_WRITE || op.type == OP_INSERT || op.type == OP_DEFRAG)) {
+			/* Refused: nothing changed, and the space goes on. */
+			nenospc++;
+			model_copy(&m, &prev);
+			cr_assert_eq(flexspace_size(fs), m.size,
+				     "seed %" PRIu64 " op %ld: -ENOSPC %s changed the size", seed, i,
+				     op_names[op.type]);
+			if (nenospc % 16 == 1)
+				cr_assert_eq(space_matches(fs, &m, &w), 0,
+					     "seed %" PRIu64 " op %ld: after -ENOSPC: %s", seed, i,
+					     w.msg);
+			continue;
+		}
+		cr_assert_eq(rc, 0,
+			     "seed %" PRIu64 " op %ld: %s(%" PRIu64 ", %" PRIu64 ") failed: %s (%d)",
+			     seed, i, op_names[op.type], op.off, op.len, flex_strerror(rc), rc);
+		cr_assert_eq(flexspace_size(fs), m.size,
+			     "seed %" PRIu64 " op %ld: size after %s(%" PRIu64 ", %" PRIu64 ")", seed,
+			     i, op_names[op.type], op.off, op.len);
+		if ((i + 1) % mr->check_every == 0) {
+			rc = flexspace_check(fs);
+			cr_assert_eq(rc, 0, "seed %" PRIu64 " op %ld: check: %s", seed, i,
+				     flex_strerror(rc));
+			cr_assert_eq(space_matches(fs, &m, &w), 0, "seed %" PRIu64 " op %ld: %s",
+				     seed, i, w.msg);
+		}
+	}
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(space_matches(fs, &m, &w), 0, "seed %" PRIu64 " at the end: %s", seed, w.msg);
+	struct flexspace_stats st;
+	flexspace_stats(fs, &st);
+	acc.gc_runs += st.gc_runs;
+	acc.tree_commits += st.tree_commits;
+	acc.gc_bytes_moved += st.gc_bytes_moved;
+	acc.data_file_bytes = st.data_file_bytes;
+	acc.live_bytes = st.live_bytes;
+	acc.size = st.size;
+	cr_assert_eq(st.size, m.size);
+	cr_assert_eq(flexspace_close(fs), 0);
+	/* Once more from the files, as a fresh process would see them. */
+	cr_assert_eq(flexspace_open(dir, &mr->opt, &fs), 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(space_matches(fs, &m, &w), 0, "seed %" PRIu64 " final reopen: %s", seed,
+		     w.msg);
+	cr_assert_eq(flexspace_close(fs), 0);
+	fprintf(stderr,
+		"%s: %ld ops (w %ld i %ld c %ld t %ld d %ld s %ld r %ld reads %ld), %ld ENOSPC, "
+		"gc_runs %" PRIu64 ", gc moved %" PRIu64 ", tree commits %" PRIu64
+		", size %" PRIu64 ", data file %" PRIu64 " for %" PRIu64 " live\n",
+		mr->name, mr->nops, counts[OP_WRITE], counts[OP_INSERT], counts[OP_COLLAPSE],
+		counts[OP_TRUNCATE], counts[OP_DEFRAG], counts[OP_SYNC], counts[OP_REOPEN],
+		counts[OP_READ], nenospc, acc.gc_runs, acc.gc_bytes_moved, acc.tree_commits,
+		acc.size, acc.data_file_bytes, acc.live_bytes);
+	acc.syncs = (uint64_t)nenospc; /* reported to the caller in an unused field */
+	if (out)
+		*out = acc;
+	model_free(&m);
+	model_free(&prev);
+	free(buf);
+	free(rb);
+	tmp_remove(dir);
+}
+
+Test(flexspace, model_default_geometry)
+{
+	struct model_run mr = {
+		.name = "model_default_geometry",
+		.opt = {.create = 1},
+		.gen = {.target_size = 3u << 20, .big_len = 6u << 20, .insert_pct = 20,
+			.collapse_pct = 12, .truncate_pct = 3, .defrag_pct = 2, .sync_pct = 5,
+			.reopen_pct = 1, .read_pct = 15},
+		.nops = scaled(3000),
+		.check_every = 300,
+	};
+	model_test(&mr, NULL);
+}
+
+Test(flexspace, model_tiny_segments_gc_and_commits_run_constantly)
+{
+	struct model_run mr = {
+		.name = "model_tiny_segments",
+		.opt = tiny_options(),
+		.gen = {.target_size = 768u << 10, .big_len = 300u << 10, .insert_pct = 20,
+			.collapse_pct = 12, .truncate_pct = 3, .defrag_pct = 3, .sync_pct = 5,
+			.reopen_pct = 1, .read_pct = 15},
+		.nops = scaled(10000),
+		.check_every = 250,
+	};
+	struct flexspace_stats st;
+	model_test(&mr, &st);
+	cr_assert_gt(st.gc_runs, 0, "tiny segments never collected garbage");
+	cr_assert_gt(st.tree_commits, 0);
+}
+
+Test(flexspace, model_small_max_data_size_reserves_collects_and_refuses_with_enospc)
+{
+	struct flexspace_options o = tiny_options();
+	o.max_data_size = 4u << 20;
+	struct model_run mr = {
+		.name = "model_max_data_4MiB",
+		.opt = o,
+		.gen = {.target_size = 4000u << 10, .big_len = 400u << 10, .insert_pct = 30,
+			.collapse_pct = 3, .truncate_pct = 1, .defrag_pct = 3, .sync_pct = 4,
+			.reopen_pct = 1, .read_pct = 10},
+		.nops = scaled(5000),
+		.check_every = 250,
+		.enospc_ok = 1,
+	};
+	struct flexspace_stats st;
+	model_test(&mr, &st);
+	cr_assert_gt(st.gc_runs, 0);
+	if (!st.syncs)
+		cr_log_warn("this stream never ran into -ENOSPC (the seed's sizes stayed low)");
+	cr_assert_leq(st.data_file_bytes, 4u << 20, "DATA grew past max_data_size");
+}
+
+/* Past the live-data cap (30/32 of max_data_size) writes and inserts are
+ * refused with -ENOSPC and change nothing; below it, overwrites (which do
+ * not add live data) must go on succeeding, collection making the room. */
+Test(flexspace, enospc_leaves_space_unchanged_and_overwrites_below_the_cap_succeed)
+{
+	char dir[PATH_MAX];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "enospc"), 0);
+	struct flexspace_options o = tiny_options();
+	o.max_data_size = 1u << 20;
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	const uint64_t live = 768u << 10; /* 75% of max_data_size; the cap is 93.75% */
+	uint8_t *b = malloc(1u << 20), *rb = malloc(1u << 20);
+	for (size_t i = 0; i < (1u << 20); i++)
+		b[i] = (uint8_t)(i * 7 + 3);
+	ssize_t n = flexspace_write(fs, b, 0, live);
+	cr_assert_eq(n, (ssize_t)live, "%s", flex_strerror((int)n));
+	n = flexspace_write(fs, b, live, 200u << 10);
+	cr_assert_eq(n, -ENOSPC, "a write past the live cap: %zd", n);
+	cr_assert_eq(flexspace_size(fs), live);
+	n = flexspace_insert(fs, b, 5, 200u << 10);
+	cr_assert_eq(n, -ENOSPC);
+	cr_assert_eq(flexspace_size(fs), live);
+	cr_assert_eq(flexspace_read(fs, rb, 0, live), (ssize_t)live);
+	cr_assert_eq(memcmp(rb, b, live), 0, "a refused write changed the content");
+	cr_assert_eq(flexspace_sync(fs), 0);
+	uint64_t r = 1;
+	char why[400] = "";
+	for (int k = 0; k < 300 && !why[0]; k++) {
+		uint64_t off = rnd_below(&r, live - (16u << 10));
+		n = flexspace_write(fs, b + off, off, 16u << 10);
+		struct flexspace_stats st;
+		flexspace_stats(fs, &st);
+		if (n != 16 << 10)
+			snprintf(why, sizeof(why),
+				 "overwrite %d of 16 KiB with %" PRIu64 " of %u bytes live (cap %u): "
+				 "%s; DATA %" PRIu64 " bytes, gc_runs %" PRIu64 ", segments free %" PRIu64,
+				 k, st.live_bytes, 1u << 20, (1u << 20) / 32 * 30,
+				 flex_strerror((int)n), st.data_file_bytes, st.gc_runs,
+				 st.segments_free);
+	}
+	if (why[0]) { /* clean up first: LeakSanitizer should see no noise */
+		flexspace_close(fs);
+		free(b);
+		free(rb);
+		tmp_remove(dir);
+		cr_assert_fail("%s", why);
+	}
+	cr_assert_eq(flexspace_read(fs, rb, 0, live), (ssize_t)live);
+	cr_assert_eq(memcmp(rb, b, live), 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	struct flexspace_stats st;
+	flexspace_stats(fs, &st);
+	cr_assert_leq(st.data_file_bytes, 1u << 20);
+	cr_assert_eq(flexspace_close(fs), 0);
+	free(b);
+	free(rb);
+	tmp_remove(dir);
+}
+
+/* Overwriting one range again and again must not grow DATA without limit. */
+static void overwrite_bounded(uint32_t seg, uint64_t live, int rounds)
+{
+	char dir[PATH_MAX];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "bounded"), 0);
+	struct flexspace_options o = {.segment_size = seg, .log_limit = 1u << 20, .create = 1};
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	uint64_t seed = test_seed("overwrite_bounded"), r = seed;
+	uint8_t *b = malloc(64u << 10);
+	uint64_t maxfile = 0;
+	for (uint64_t off = 0; off < live; off += 64u << 10) {
+		op_data(rnd(&r), b, 64u << 10);
+		cr_assert_eq(flexspace_write(fs, b, off, 64u << 10), 64 << 10);
+	}
+	for (int k = 0; k < rounds; k++) {
+		uint64_t len = 1 + rnd_below(&r, 64u << 10);
+		uint64_t off = rnd_below(&r, live - len);
+		op_data(rnd(&r), b, len);
+		cr_assert_eq(flexspace_write(fs, b, off, len), (ssize_t)len);
+		if (k % 50 == 0)
+			cr_assert_eq(flexspace_sync(fs), 0);
+		struct flexspace_stats st;
+		flexspace_stats(fs, &st);
+		if (st.data_file_bytes > maxfile)
+			maxfile = st.data_file_bytes;
+		cr_assert_leq(st.data_file_bytes, 3 * live + 8 * (uint64_t)seg,
+			      "seed %" PRIu64 " round %d: DATA %" PRIu64 " bytes for %" PRIu64
+			      " live (gc_runs %" PRIu64 ")",
+			      seed, k, st.data_file_bytes, live, st.gc_runs);
+	}
+	struct flexspace_stats st;
+	flexspace_stats(fs, &st);
+	cr_assert_gt(st.gc_runs, 0);
+	cr_assert_eq(st.live_bytes, live);
+	cr_assert_eq(flexspace_check(fs), 0);
+	fprintf(stderr,
+		"overwrite_bounded seg %u: %d overwrites of %" PRIu64 " live bytes, DATA peak "
+		"%" PRIu64 ", gc_runs %" PRIu64 "\n",
+		seg, rounds, live, maxfile, st.gc_runs);
+	cr_assert_eq(flexspace_close(fs), 0);
+	free(b);
+	tmp_remove(dir);
+}
+
+Test(flexspace, repeated_overwrites_keep_data_file_bounded_tiny_segments)
+{
+	overwrite_bounded(64u << 10, 2u << 20, (int)scaled(3000));
+}
+
+Test(flexspace, repeated_overwrites_keep_data_file_bounded_1MiB_segments)
+{
+	overwrite_bounded(1u << 20, 16u << 20, (int)scaled(1500));
+}
+
+/* ---- API edges ------------------------------------------------------------ */
+
+static struct flexspace *open_fresh(char *dir, size_t n, const struct flexspace_options *o)
+{
+	cr_assert_eq(tmp_make(dir, n, "api"), 0);
+	struct flexspace *fs;
+	int rc = flexspace_open(dir, o, &fs);
+	cr_assert_eq(rc, 0, "open: %s", flex_strerror(rc));
+	return fs;
+}
+
+Test(flexspace, null_handles_and_buffers_are_einval)
+{
+	char dir[PATH_MAX];
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), NULL);
+	uint8_t b[16] = {0};
+	cr_assert_eq(flexspace_write(NULL, b, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_insert(NULL, b, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_read(NULL, b, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_collapse(NULL, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_truncate(NULL, 0), -EINVAL);
+	cr_assert_eq(flexspace_sync(NULL), -EINVAL);
+	cr_assert_eq(flexspace_defrag(NULL, 0, 0), -EINVAL);
+	cr_assert_eq(flexspace_check(NULL), -EINVAL);
+	cr_assert_eq(flexspace_tag_set(NULL, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_tag_get(NULL, 0, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_read_extent(NULL, 0, b, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_size(NULL), 0);
+	struct flexspace_stats st;
+	cr_assert_eq(flexspace_stats(NULL, &st), -EINVAL);
+	cr_assert_eq(flexspace_stats(fs, NULL), -EINVAL);
+	cr_assert_eq(flexspace_write(fs, NULL, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_insert(fs, NULL, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_read(fs, NULL, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_read_extent(fs, 0, NULL, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_extents(fs, 0, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_close(NULL), 0);
+	struct flexspace *out = (struct flexspace *)&st;
+	cr_assert_eq(flexspace_open(NULL, NULL, &out), -EINVAL);
+	cr_assert_null(out, "a failed open must leave *out NULL");
+	cr_assert_eq(flexspace_open(dir, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_size(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+Test(flexspace, zero_lengths_are_noops_and_overflow_is_etoobig)
+{
+	char dir[PATH_MAX];
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), NULL);
+	uint8_t b[64];
+	memset(b, 0xab, sizeof(b));
+	cr_assert_eq(flexspace_write(fs, b, 0, 64), 64);
+	cr_assert_eq(flexspace_write(fs, NULL, 10, 0), 0);
+	cr_assert_eq(flexspace_write(fs, b, 1000, 0), 0, "len 0 past the end is a no-op");
+	cr_assert_eq(flexspace_insert(fs, NULL, 5, 0), 0);
+	cr_assert_eq(flexspace_insert(fs, b, 500, 0), 0);
+	cr_assert_eq(flexspace_collapse(fs, 10, 0), 0);
+	cr_assert_eq(flexspace_collapse(fs, 64, 0), 0);
+	cr_assert_eq(flexspace_read(fs, NULL, 0, 0), 0);
+	cr_assert_eq(flexspace_defrag(fs, 3, 0), 0);
+	cr_assert_eq(flexspace_size(fs), 64, "zero-length calls changed the size");
+
+	cr_assert_eq(flexspace_write(fs, b, FLEXSPACE_MAX_SIZE, 1), FLEX_ETOOBIG);
+	cr_assert_eq(flexspace_write(fs, b, FLEXSPACE_MAX_SIZE - 10, 11), FLEX_ETOOBIG);
+	cr_assert_eq(flexspace_write(fs, b, UINT64_MAX - 5, 10), FLEX_ETOOBIG);
+	cr_assert_eq(flexspace_insert(fs, b, UINT64_MAX, 1), FLEX_ETOOBIG);
+	cr_assert_eq(flexspace_insert(fs, b, FLEXSPACE_MAX_SIZE - 63, 64), FLEX_ETOOBIG,
+		     "an insert that makes the size exceed the maximum");
+	cr_assert_eq(flexspace_truncate(fs, FLEXSPACE_MAX_SIZE + 1), FLEX_ETOOBIG);
+	cr_assert_eq(flexspace_size(fs), 64);
+
+	/* The largest size is reachable with a hole, and writable at its end. */
+	cr_assert_eq(flexspace_write(fs, b, FLEXSPACE_MAX_SIZE - 8, 8), 8);
+	cr_assert_eq(flexspace_size(fs), FLEXSPACE_MAX_SIZE);
+	uint8_t rb[32];
+	cr_assert_eq(flexspace_read(fs, rb, FLEXSPACE_MAX_SIZE - 16, 32), 16);
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(rb[i], 0);
+	cr_assert_eq(memcmp(rb + 8, b, 8), 0);
+	cr_assert_eq(flexspace_insert(fs, b, 0, 1), FLEX_ETOOBIG);
+	cr_assert_eq(flexspace_sync(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(dir, NULL, &fs), 0);
+	cr_assert_eq(flexspace_size(fs), FLEXSPACE_MAX_SIZE);
+	cr_assert_eq(flexspace_read(fs, rb, FLEXSPACE_MAX_SIZE - 8, 32), 8);
+	cr_assert_eq(memcmp(rb, b, 8), 0);
+	cr_assert_eq(flexspace_truncate(fs, 64), 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+Test(flexspace, collapse_past_end_is_erange_and_changes_nothing)
+{
+	char dir[PATH_MAX];
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), NULL);
+	uint8_t b[100], rb[100];
+	for (int i = 0; i < 100; i++)
+		b[i] = (uint8_t)i;
+	cr_assert_eq(flexspace_write(fs, b, 0, 100), 100);
+	cr_assert_eq(flexspace_collapse(fs, 50, 51), -ERANGE);
+	cr_assert_eq(flexspace_collapse(fs, 101, 0), -ERANGE);
+	cr_assert_eq(flexspace_collapse(fs, 200, 1), -ERANGE);
+	cr_assert_eq(flexspace_collapse(fs, 1, UINT64_MAX), -ERANGE);
+	cr_assert_eq(flexspace_collapse(fs, UINT64_MAX, 2), -ERANGE);
+	cr_assert_eq(flexspace_defrag(fs, 90, 11), -ERANGE);
+	cr_assert_eq(flexspace_tag_set(fs, 100, 1), -ERANGE);
+	cr_assert_eq(flexspace_size(fs), 100);
+	cr_assert_eq(flexspace_read(fs, rb, 0, 100), 100);
+	cr_assert_eq(memcmp(rb, b, 100), 0);
+	cr_assert_eq(flexspace_collapse(fs, 50, 50), 0, "collapse up to exactly the end");
+	cr_assert_eq(flexspace_size(fs), 50);
+	cr_assert_eq(flexspace_collapse(fs, 0, 50), 0);
+	cr_assert_eq(flexspace_size(fs), 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+Test(flexspace, reads_at_and_past_end_and_holes)
+{
+	char dir[PATH_MAX];
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), NULL);
+	uint8_t b[100], rb[300];
+	memset(b, 0x5a, sizeof(b));
+	cr_assert_eq(flexspace_read(fs, rb, 0, 10), 0, "empty space");
+	cr_assert_eq(flexspace_write(fs, b, 100, 100), 100, "write past the end");
+	cr_assert_eq(flexspace_size(fs), 200);
+	memset(rb, 0xff, sizeof(rb));
+	cr_assert_eq(flexspace_read(fs, rb, 0, 300), 200);
+	for (int i = 0; i < 100; i++)
+		cr_assert_eq(rb[i], 0, "hole byte %d", i);
+	cr_assert_eq(memcmp(rb + 100, b, 100), 0);
+	cr_assert_eq(flexspace_read(fs, rb, 200, 10), 0);
+	cr_assert_eq(flexspace_read(fs, rb, 5000, 10), 0);
+	cr_assert_eq(flexspace_read(fs, rb, UINT64_MAX, 10), 0);
+	cr_assert_eq(flexspace_read(fs, rb, 150, 100), 50);
+	/* Insert after a hole; truncate grows with a hole, shrinks. */
+	cr_assert_eq(flexspace_insert(fs, b, 250, 10), 10);
+	cr_assert_eq(flexspace_size(fs), 260);
+	cr_assert_eq(flexspace_read(fs, rb, 200, 60), 60);
+	for (int i = 0; i < 50; i++)
+		cr_assert_eq(rb[i], 0);
+	cr_assert_eq(flexspace_truncate(fs, 1000), 0);
+	cr_assert_eq(flexspace_read(fs, rb, 255, 300), 300);
+	for (int i = 5; i < 300; i++)
+		cr_assert_eq(rb[i], 0);
+	cr_assert_eq(flexspace_truncate(fs, 120), 0);
+	cr_assert_eq(flexspace_read(fs, rb, 0, 300), 120);
+	cr_assert_eq(memcmp(rb + 100, b, 20), 0);
+	/* Truncating away and growing back leaves zeros, not the old bytes. */
+	cr_assert_eq(flexspace_truncate(fs, 200), 0);
+	cr_assert_eq(flexspace_read(fs, rb, 120, 80), 80);
+	for (int i = 0; i < 80; i++)
+		cr_assert_eq(rb[i], 0, "byte %d resurrected after truncate", 120 + i);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+struct ext_list {
+	struct flextree_extent e[64];
+	int n;
+};
+
+static int collect_extent(void *arg, const struct flextree_extent *e)
+{
+	struct ext_list *l = arg;
+	if (l->n < 64)
+		l->e[l->n] = *e;
+	l->n++;
+	return 0;
+}
+
+static int stop_at_second(void *arg, const struct flextree_extent *e)
+{
+	(void)e;
+	return ++*(int *)arg == 2 ? 42 : 0;
+}
+
+Test(flexspace, read_extent_and_extents_report_extent_boundaries)
+{
+	char dir[PATH_MAX];
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), NULL);
+	static uint8_t a[20000], ins[100], rb[30000];
+	for (size_t i = 0; i < sizeof(a); i++)
+		a[i] = (uint8_t)(i % 251);
+	memset(ins, 0xee, sizeof(ins));
+	/* Two contiguous appends merge; an insert in the middle splits. */
+	cr_assert_eq(flexspace_write(fs, a, 0, 10000), 10000);
+	cr_assert_eq(flexspace_write(fs, a + 10000, 10000, 10000), 10000);
+	struct ext_list l = {.n = 0};
+	cr_assert_eq(flexspace_extents(fs, 0, 20000, collect_extent, &l), 0);
+	cr_assert_eq(l.n, 1, "contiguous appends should be one extent, got %d", l.n);
+	cr_assert_eq(flexspace_insert(fs, ins, 5000, 100), 100);
+	l.n = 0;
+	cr_assert_eq(flexspace_extents(fs, 0, UINT64_MAX, collect_extent, &l), 0);
+	cr_assert_eq(l.n, 3);
+	cr_assert_eq(l.e[0].loff, 0);
+	cr_assert_eq(l.e[0].len, 5000);
+	cr_assert_eq(l.e[1].loff, 5000);
+	cr_assert_eq(l.e[1].len, 100);
+	cr_assert_eq(l.e[2].loff, 5100);
+	cr_assert_eq(l.e[2].len, 15000);
+
+	uint64_t eo = 1, el = 1;
+	ssize_t n = flexspace_read_extent(fs, 5050, rb, 1000, &eo, &el);
+	cr_assert_eq(n, 1000, "%zd", n);
+	cr_assert_eq(eo, 5000);
+	cr_assert_eq(el, 100);
+	cr_assert_eq(memcmp(rb, ins, 100), 0, "read_extent reads from the extent's start");
+	cr_assert_eq(memcmp(rb + 100, a + 5000, 900), 0, "and continues into the next extent");
+	n = flexspace_read_extent(fs, 20099, rb, 30000, &eo, &el);
+	cr_assert_eq(n, 15000, "up to the end of the space");
+	cr_assert_eq(eo, 5100);
+	cr_assert_eq(el, 15000);
+	cr_assert_eq(memcmp(rb, a + 5000, 15000), 0);
+	n = flexspace_read_extent(fs, 10, rb, 0, &eo, &el);
+	cr_assert_eq(n, 0);
+	cr_assert_eq(eo, 0);
+	cr_assert_eq(el, 5000);
+	cr_assert_eq(flexspace_read_extent(fs, 20100, rb, 10, &eo, &el), -ERANGE);
+	cr_assert_eq(flexspace_read_extent(fs, UINT64_MAX, rb, 10, NULL, NULL), -ERANGE);
+
+	/* extents: a sub-range, stopping early, a hole, past the end. */
+	l.n = 0;
+	cr_assert_eq(flexspace_extents(fs, 5099, 2, collect_extent, &l), 0);
+	cr_assert_eq(l.n, 2);
+	int cnt = 0;
+	cr_assert_eq(flexspace_extents(fs, 0, UINT64_MAX, stop_at_second, &cnt), 42);
+	cr_assert_eq(cnt, 2);
+	cr_assert_eq(flexspace_truncate(fs, 30000), 0);
+	l.n = 0;
+	cr_assert_eq(flexspace_extents(fs, 20100, 100, collect_extent, &l), 0);
+	cr_assert_eq(l.n, 1);
+	cr_assert_eq(l.e[0].poff, FLEXTREE_HOLE);
+	cr_assert_eq(flexspace_extents(fs, 30001, 1, collect_extent, &l), -ERANGE);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+Test(flexspace, tags_survive_defrag_close_and_reopen)
+{
+	char dir[PATH_MAX];
+	struct flexspace_options o = tiny_options();
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), &o);
+	static uint8_t a[200000];
+	for (size_t i = 0; i < sizeof(a); i++)
+		a[i] = (uint8_t)(i * 13);
+	cr_assert_eq(flexspace_write(fs, a, 0, sizeof(a)), (ssize_t)sizeof(a));
+	cr_assert_eq(flexspace_tag_set(fs, 1000, 7), 0);
+	cr_assert_eq(flexspace_tag_set(fs, 50000, 65535), 0);
+	cr_assert_eq(flexspace_tag_set(fs, 150001, 3), 0);
+	uint16_t tag = 1;
+	uint64_t eo = 1;
+	cr_assert_eq(flexspace_tag_get(fs, 1000, &tag, &eo), 0);
+	cr_assert_eq(tag, 7);
+	cr_assert_eq(eo, 1000);
+	cr_assert_eq(flexspace_tag_get(fs, 1001, &tag, &eo), 0);
+	cr_assert_eq(tag, 7, "the extent containing 1001 starts at the tag");
+	cr_assert_eq(eo, 1000);
+	cr_assert_eq(flexspace_tag_get(fs, 999, &tag, &eo), 0);
+	cr_assert_eq(tag, 0);
+	cr_assert_eq(flexspace_tag_get(fs, 200000, &tag, &eo), -ERANGE);
+	/* Defrag keeps tags at the same offsets. */
+	cr_assert_eq(flexspace_defrag(fs, 0, sizeof(a)), 0);
+	cr_assert_eq(flexspace_tag_get(fs, 50000, &tag, &eo), 0);
+	cr_assert_eq(tag, 65535);
+	cr_assert_eq(eo, 50000);
+	cr_assert_eq(flexspace_sync(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	const uint64_t at[] = {1000, 50000, 150001};
+	const uint16_t want[] = {7, 65535, 3};
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(flexspace_tag_get(fs, at[i], &tag, &eo), 0);
+		cr_assert_eq(tag, want[i], "tag at %" PRIu64 " after reopen: %u", at[i], tag);
+		cr_assert_eq(eo, at[i]);
+	}
+	/* Clearing with 0; collapsing the start drops the tag. */
+	cr_assert_eq(flexspace_tag_set(fs, 1000, 0), 0);
+	cr_assert_eq(flexspace_collapse(fs, 49990, 20), 0);
+	cr_assert_eq(flexspace_tag_get(fs, 1000, &tag, &eo), 0);
+	cr_assert_eq(tag, 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	cr_assert_eq(flexspace_tag_get(fs, 1000, &tag, &eo), 0);
+	cr_assert_eq(tag, 0);
+	cr_assert_eq(flexspace_tag_get(fs, 149981, &tag, &eo), 0);
+	cr_assert_eq(tag, 3);
+	cr_assert_eq(eo, 149981);
+	uint8_t rb[100];
+	cr_assert_eq(flexspace_read(fs, rb, 49980, 100), 100);
+	cr_assert_eq(memcmp(rb, a + 49980, 10), 0);
+	cr_assert_eq(memcmp(rb + 10, a + 50010, 90), 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+Test(flexspace, second_open_is_ebusy_in_process_and_in_a_child)
+{
+	char dir[PATH_MAX];
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), NULL);
+	struct flexspace *fs2 = (struct flexspace *)dir;
+	cr_assert_eq(flexspace_open(dir, NULL, &fs2), FLEX_EBUSY);
+	cr_assert_null(fs2);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct flexspace *c = NULL;
+		int rc = flexspace_open(dir, NULL, &c);
+		_exit(rc == FLEX_EBUSY && !c ? 0 : 1);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a child could open a held space");
+	cr_assert_eq(flexspace_close(fs), 0);
+	/* Released: a second open now works, in a child too. */
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct flexspace *c = NULL;
+		int rc = flexspace_open(dir, NULL, &c);
+		_exit(rc == 0 && flexspace_close(c) == 0 ? 0 : 1);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "open after close failed in a child");
+	cr_assert_eq(flexspace_open(dir, NULL, &fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+Test(flexspace, bad_paths_and_options_fail_cleanly)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 16];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "paths"), 0);
+	struct flexspace *fs = (struct flexspace *)dir;
+	/* A regular file is not a space directory. */
+	snprintf(path, sizeof(path), "%s/file", dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("x", f);
+	fclose(f);
+	int rc = flexspace_open(path, NULL, &fs);
+	cr_assert_lt(rc, 0);
+	cr_assert_eq(rc, -ENOTDIR, "%s", flex_strerror(rc));
+	cr_assert_null(fs);
+	/* create = 0 on a missing directory. */
+	snprintf(path, sizeof(path), "%s/missing", dir);
+	struct flexspace_options o = {.create = 0};
+	cr_assert_eq(flexspace_open(path, &o, &fs), -ENOENT);
+	cr_assert_eq(access(path, F_OK), -1, "create = 0 created the directory");
+	/* create = 0 on an empty directory is no space either. */
+	snprintf(path, sizeof(path), "%s/empty", dir);
+	cr_assert_eq(mkdir(path, 0755), 0);
+	rc = flexspace_open(path, &o, &fs);
+	cr_assert_eq(rc, -ENOENT, "empty dir with create = 0: %s", flex_strerror(rc));
+	cr_assert_eq(flexspace_open("", NULL, &fs), -EINVAL);
+	/* Options out of range. */
+	snprintf(path, sizeof(path), "%s/space", dir);
+	const struct flexspace_options bad[] = {
+		{.segment_size = 32u << 10, .create = 1},
+		{.segment_size = (64u << 10) + 1, .create = 1},
+		{.segment_size = 3u << 20, .create = 1},
+		{.segment_size = 512u << 20, .create = 1},
+		{.log_limit = 1000, .create = 1},
+		{.log_limit = (1ull << 30) + 1, .create = 1},
+		{.gc_ratio = 1.0, .create = 1},
+		{.gc_ratio = 100.5, .create = 1},
+		{.gc_ratio = -2, .create = 1},
+		{.max_data_size = FLEXSPACE_MAX_SIZE + 1, .create = 1},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		rc = flexspace_open(path, &bad[i], &fs);
+		cr_assert_eq(rc, FLEX_EOPTION, "bad option set %zu: %s", i, flex_strerror(rc));
+		cr_assert_null(fs);
+	}
+	/* Geometry is fixed at creation; later opens ignore the field. */
+	struct flexspace_options good = tiny_options();
+	cr_assert_eq(flexspace_open(path, &good, &fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	struct flexspace_options other = {.segment_size = 1u << 20, .create = 0};
+	cr_assert_eq(flexspace_open(path, &other, &fs), 0);
+	struct flexspace_stats st;
+	cr_assert_eq(flexspace_stats(fs, &st), 0);
+	cr_assert_eq(st.segment_size, 64u << 10);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+Test(flexspace, large_single_write_and_insert_cross_many_segments)
+{
+	char dir[PATH_MAX];
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), NULL);
+	const size_t big = 10u << 20;
+	uint8_t *a = malloc(big), *b = malloc(big), *rb = malloc(2 * big + 4096);
+	op_data(1, a, big);
+	op_data(2, b, big);
+	cr_assert_eq(flexspace_write(fs, a, 0, big), (ssize_t)big);
+	cr_assert_eq(flexspace_insert(fs, b, 12345, big), (ssize_t)big);
+	struct model m = {0};
+	model_write(&m, a, 0, big);
+	model_insert(&m, b, 12345, big);
+	struct why w;
+	cr_assert_eq(space_matches(fs, &m, &w), 0, "%s", w.msg);
+	cr_assert_eq(flexspace_sync(fs), 0);
+	/* One 10 MiB overwrite straddling the insert. */
+	cr_assert_eq(flexspace_write(fs, b, 5u << 20, big), (ssize_t)big);
+	model_write(&m, b, 5u << 20, big);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(dir, NULL, &fs), 0);
+	cr_assert_eq(space_matches(fs, &m, &w), 0, "after reopen: %s", w.msg);
+	cr_assert_eq(flexspace_read(fs, rb, 0, 2 * big + 4096), (ssize_t)(2 * big));
+	struct flexspace_stats st;
+	flexspace_stats(fs, &st);
+	cr_assert_geq(st.extents, (2 * big) / (128u << 10), "extents are at most segment/32");
+	cr_assert_eq(flexspace_collapse(fs, 100, 2 * big - 200), 0);
+	cr_assert_eq(flexspace_size(fs), 200);
+	model_collapse(&m, 100, 2 * big - 200);
+	cr_assert_eq(space_matches(fs, &m, &w), 0, "%s", w.msg);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	model_free(&m);
+	free(a);
+	free(b);
+	free(rb);
+	tmp_remove(dir);
+}
+
+/* ---- faults --------------------------------------------------------------- */
+
+#define FAULT_OPS 400
+#define FAULT_POINTS 300
+
+struct fault_case {
+	const char *name;
+	int cls;
+	int err; /* -EIO, -ENOSPC or CIO_SHORT */
+	int perm;
+	uint64_t max_data; /* max_data_size: reservation and forced GC run */
+};
+
+struct fault_tally {
+	long runs, hit, op_errors, recovered_newer, partial;
+};
+
+static const struct gen_cfg fault_gen = {.target_size = 512u << 10, .big_len = 100u << 10,
+					 .insert_pct = 20, .collapse_pct = 10,
+					 .truncate_pct = 3, .defrag_pct = 4, .sync_pct = 9,
+					 .reopen_pct = 2, .read_pct = 8};
+
+/* Runs the workload with the at-th call of the class failing (0: none).
+ * Returns 0 when the contract held; *calls gets the calls of the class. */
+static int fault_run(const struct fault_case *fc, long at, uint64_t seed, const char *dir,
+		     long *calls, struct fault_tally *t, struct why *w)
+{
+	int trace = getenv("FLEX_FAULT_AT") != NULL;
+	tmp_clear(dir);
+	struct flexspace_options o = tiny_options();
+	o.max_data_size = fc->max_data;
+	struct flexspace *fs = NULL;
+	int rc = flexspace_open(dir, &o, &fs);
+	if (rc || (rc = flexspace_close(fs)) != 0)
+		return failf(w, "creating the space: %s", flex_strerror(rc));
+
+	struct cio c;
+	cio_init(&c);
+	c.fault_class = fc->cls;
+	c.fault_at = at;
+	c.fault_err = fc->err;
+	c.fault_perm = fc->perm;
+	c.verbose = trace;
+	struct flexspace_options fo = o;
+	fo.io = &c.io;
+
+	uint64_t *sizes = calloc(FAULT_OPS + 1, sizeof(uint64_t));
+	uint64_t *hashes = calloc(FAULT_OPS + 1, sizeof(uint64_t));
+	uint8_t *buf = malloc(256u << 10), *rb = malloc(256u << 10);
+	struct model m = {0}, prev = {0};
+	uint64_t r = seed;
+	long acked = 0, last = 0, failed_at = -1, after_fail = 0;
+	int sticky = 0, bad = 0, model_ok = 1;
+
+	sizes[0] = 0;
+	hashes[0] = model_hash(&m);
+
+	rc = flexspace_open(dir, &fo, &fs);
+	if (rc) {
+		fs = NULL;
+		if (!c.tripped)
+			bad = failf(w, "open failed with no fault injected: %s", flex_strerror(rc));
+	}
+	for (long i = 0; fs && i < FAULT_OPS && !bad; i++) {
+		struct op op;
+		gen_op(&r, m.size, &fault_gen, &op);
+		model_copy(&prev, &m);
+		model_apply(&m, &op, buf);
+		sizes[i + 1] = m.size;
+		hashes[i + 1] = model_hash(&m);
+		last = i + 1;
+		if (trace)
+			fprintf(stderr, "  op %ld %s(%" PRIu64 ", %" PRIu64 ") calls %ld faults %ld\n", i,
+				op_names[op.type], op.off, op.len, c.ncalls, c.nfaults);
+		if (op.type == OP_READ) {
+			uint64_t want = op.len < (256u << 10) ? op.len : 256u << 10;
+			ssize_t n = flexspace_read(fs, rb, op.off, want);
+			uint64_t exp = op.off >= m.size ? 0
+						       : (want < m.size - op.off ? want
+										: m.size - op.off);
+			if (n < 0 && !c.tripped)
+				bad = failf(w, "op %ld: read failed with no fault: %s", i,
+					    flex_strerror((int)n));
+			else if (n >= 0 && model_ok && ((uint64_t)n != exp || memcmp(rb, m.b + op.off, exp)))
+				bad = failf(w, "op %ld: read(%" PRIu64 ", %" PRIu64 ") wrong (%zd)%s",
+					    i, op.off, want, n,
+					    failed_at >= 0 ? " on a failed handle" : "");
+			continue;
+		}
+		if (op.type == OP_REOPEN) {
+			rc = flexspace_close(fs);
+			fs = NULL;
+			if (rc == 0 && failed_at < 0)
+				acked = i + 1;
+			else if (rc && !c.tripped)
+				bad = failf(w, "op %ld: close failed with no fault: %s", i,
+					    flex_strerror(rc));
+			/* After a failure, which state a reopen sees is left to
+			 * the check at the end. */
+			if (rc || failed_at >= 0)
+				break;
+			rc = flexspace_open(dir, &fo, &fs);
+			if (rc) {
+				fs = NULL;
+				if (!c.tripped)
+					bad = failf(w, "op %ld: reopen failed with no fault: %s", i,
+						    flex_strerror(rc));
+			}
+			continue;
+		}
+		rc = space_apply(fs, &op, buf);
+		if (failed_at >= 0 && sticky) {
+			/* The handle has failed: every change is refused. */
+			sizes[i + 1] = sizes[i];
+			hashes[i + 1] = hashes[i];
+			model_copy(&m, &prev);
+			if (rc != FLEX_EFAILED)
+				bad = failf(w,
+					    "op %ld: %s on a failed handle returned %d (%s), not "
+					    "FLEX_EFAILED",
+					    i, op_names[op.type], rc, flex_strerror(rc));
+			if (++after_fail >= 4)
+				break;
+			continue;
+		}
+		if (rc == 0) {
+			if (op.type == OP_SYNC)
+				acked = i + 1;
+			continue;
+		}
+		if (rc == -ENOSPC && fc->max_data && fc->err != -ENOSPC &&
+		    flexspace_size(fs) == sizes[i]) {
+			/* Refused for want of room (not injected): unchanged. */
+			model_copy(&m, &prev);
+			sizes[i + 1] = sizes[i];
+			hashes[i + 1] = hashes[i];
+			continue;
+		}
+		t->op_errors++;
+		if (!c.tripped) {
+			bad = failf(w, "op %ld: %s(%" PRIu64 ", %" PRIu64 ") failed with no fault: %s",
+				    i, op_names[op.type], op.off, op.len, flex_strerror(rc));
+			break;
+		}
+		/* Is the handle failed now?  It must be after a write or sync
+		 * error; after a read error either is allowed. */
+		failed_at = i;
+		int src = flexspace_sync(fs);
+		sticky = src != 0;
+		if (src != FLEX_EFAILED && (c.first_fault_op & (CIO_WRITES | CIO_SYNCS)) &&
+		    !fc->perm) {
+			bad = failf(w,
+				    "op %ld: %s failed with %s after an injected %s fault, but the "
+				    "next sync returned %d (%s), not FLEX_EFAILED",
+				    i, op_names[op.type], flex_strerror(rc),
+				    (c.first_fault_op & CIO_SYNCS) ? "sync" : "write", src,
+				    flex_strerror(src));
+			break;
+		}
+		/* Did the failed change happen?  On a handle that goes on, all
+		 * of it or none of it; a failed handle may show a partial
+		 * change (it is never made durable). */
+		uint8_t *all;
+		uint64_t sz;
+		int rrc = space_read_all(fs, &all, &sz);
+		if (rrc == 0) {
+			uint64_t h = content_hash(all, sz);
+			free(all);
+			if (sz == sizes[i] && h == hashes[i]) {
+				model_copy(&m, &prev);
+				sizes[i + 1] = sizes[i];
+				hashes[i + 1] = hashes[i];
+			} else if (!(sz == sizes[i + 1] && h == hashes[i + 1])) {
+				if (!sticky) {
+					bad = failf(w,
+						    "op %ld: failed %s (%s) left a working handle "
+						    "half-changed",
+						    i, op_names[op.type], flex_strerror(rc));
+					break;
+				}
+				t->partial++;
+				model_ok = 0;
+			}
+		} else if (!sticky) {
+			break; /* content unknown; let recovery tell */
+		} else {
+			model_ok = 0;
+		}
+		if (trace)
+			fprintf(stderr, "  op %ld %s failed %d, next sync %d, content %s\n", i,
+				op_names[op.type], rc, src, model_ok ? "known" : "partial");
+		if (!sticky) {
+			failed_at = -1; /* a transient read error: carry on */
+			acked = i + 1;
+		}
+	}
+	if (fs) {
+		rc = flexspace_close(fs);
+		if (rc == 0 && failed_at < 0 && !bad)
+			acked = last;
+		else if (rc && !c.tripped && !bad)
+			bad = failf(w, "close failed with no fault: %s", flex_strerror(rc));
+	}
+	t->runs++;
+	t->hit += c.tripped;
+	*calls = c.ncalls;
+	cio_destroy(&c);
+
+	if (!bad) {
+		long hi = failed_at >= 0 && sticky ? failed_at + 1 : last;
+		long k = -1;
+		struct why vw;
+		if (verify_recovered(dir, &o, sizes, hashes, acked, hi, &k, &vw))
+			bad = failf(w, "recovery (acknowledged state %ld, newest %ld): %s", acked, hi,
+				    vw.msg);
+		else if (k > acked)
+			t->recovered_newer++;
+	}
+	model_free(&m);
+	model_free(&prev);
+	free(sizes);
+	free(hashes);
+	free(buf);
+	free(rb);
+	return bad;
+}
+
+struct fault_result {
+	int bad;
+	long calls;
+	struct fault_tally t;
+	struct why w;
+};
+
+/* fault_run in a forked child, so that a crash or a hang of one run is
+ * reported as such and the other fault points still run; under ASan the
+ * points that passed are run again in this process afterwards, so that
+ * LeakSanitizer sees what their failure paths leave behind. */
+static int fault_run_forked(const struct fault_case *fc, long at, uint64_t seed, const char *dir,
+			    long *calls, struct fault_tally *t, struct why *w)
+{
+	int pfd[2];
+	if (pipe(pfd) != 0)
+		return failf(w, "pipe: %s", strerror(errno));
+	pid_t pid = fork();
+	if (pid < 0)
+		return failf(w, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(pfd[0]);
+		alarm(60);
+		struct fault_result res = {0};
+		res.bad = fault_run(fc, at, seed, dir, &res.calls, &res.t, &res.w);
+		ssize_t n = write(pfd[1], &res, sizeof(res));
+		_exit(n == (ssize_t)sizeof(res) ? 0 : 1);
+	}
+	close(pfd[1]);
+	struct fault_result res = {0};
+	size_t got = 0;
+	while (got < sizeof(res)) {
+		ssize_t n = read(pfd[0], (char *)&res + got, sizeof(res) - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(pfd[0]);
+	int st = 0;
+	waitpid(pid, &st, 0);
+	t->runs++;
+	if (got != sizeof(res)) {
+		if (WIFSIGNALED(st))
+			return failf(w, "the run crashed with signal %d (%s)", WTERMSIG(st),
+				     strsignal(WTERMSIG(st)));
+		return failf(w, "the run died (status 0x%x)", st);
+	}
+	*calls = res.calls;
+	t->hit += res.t.hit;
+	t->op_errors += res.t.op_errors;
+	t->recovered_newer += res.t.recovered_newer;
+	t->partial += res.t.partial;
+	*w = res.w;
+	return res.bad;
+}
+
+static void fault_test(const struct fault_case *fc)
+{
+	char name[128];
+	snprintf(name, sizeof(name), "fault %s", fc->name);
+	uint64_t seed = test_seed(name);
+	char dir[PATH_MAX];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "fault"), 0);
+	struct fault_tally t = {0};
+	struct why w = {""};
+	long calls = 0;
+	double t0 = now_sec();
+	/* A clean run counts the calls of the class the workload makes. */
+	int bad = fault_run(fc, 0, seed, dir, &calls, &t, &w);
+	cr_assert_eq(bad, 0, "seed %" PRIu64 ", no fault: %s", seed, w.msg);
+	cr_assert_gt(calls, 0, "the workload makes no call of the class");
+	const char *only = getenv("FLEX_FAULT_AT");
+	if (only) {
+		long at = strtol(only, NULL, 0), dummy;
+		bad = fault_run(fc, at, seed, dir, &dummy, &t, &w);
+		tmp_remove(dir);
+		cr_assert_eq(bad, 0, "seed %" PRIu64 " (%s) fault at call %ld: %s", seed, fc->name,
+			     at, w.msg);
+		return;
+	}
+	long points = scaled(FAULT_POINTS);
+	long step = calls > points ? (calls + points - 1) / points : 1;
+	long failures = 0, crashes = 0;
+	char first[700] = "", first_crash[700] = "";
+	for (long at = 1; at <= calls; at += step) {
+		long dummy;
+		if (fault_run_forked(fc, at, seed, dir, &dummy, &t, &w)) {
+			int crash = !strncmp(w.msg, "the run crashed", 15);
+			crashes += crash;
+			if (crash && !first_crash[0])
+				snprintf(first_crash, sizeof(first_crash), "; first crash: fault at call %ld: %s", at, w.msg);
+			if (!crash && failures - crashes == 0)
+				snprintf(first, sizeof(first), "fault at call %ld: %s", at, w.msg);
+			failures++;
+		}
+	}
+	/* Some clean points again in this process, for LeakSanitizer. */
+	long inproc = 0;
+	for (long at = 1; at <= calls && !failures && inproc < 12; at += calls / 12 + 1, inproc++) {
+		long dummy;
+		struct fault_tally t2 = {0};
+		if (fault_run(fc, at, seed, dir, &dummy, &t2, &w))
+			break;
+	}
+	fprintf(stderr,
+		"fault %s: %ld calls in the workload, %ld runs, %ld faults hit, %ld failed ops, "
+		"%ld recovered past the last ack, %ld partial changes on failed handles, %.1f s\n",
+		fc->name, calls, t.runs - 1, t.hit, t.op_errors, t.recovered_newer, t.partial,
+		now_sec() - t0);
+	tmp_remove(dir);
+	cr_assert_eq(failures, 0,
+		     "seed %" PRIu64 " (%s): %ld of %ld runs broke the contract (%ld crashed); "
+		     "first: %s%s (FLEX_TEST_SEED=%" PRIu64 " FLEX_FAULT_AT=<call> replays one)",
+		     seed, fc->name, failures, t.runs - 1, crashes, first, first_crash, seed);
+}
+
+Test(flexspace_fault, any_call_fails_once_with_eio)
+{
+	fault_test(&(struct fault_case){"any_once_eio", CIO_ALL, -EIO, 0, 0});
+}
+
+Test(flexspace_fault, any_call_fails_permanently_with_eio)
+{
+	fault_test(&(struct fault_case){"any_perm_eio", CIO_ALL, -EIO, 1, 0});
+}
+
+Test(flexspace_fault, write_fails_once_with_enospc)
+{
+	fault_test(&(struct fault_case){"write_once_enospc", CIO_WRITES, -ENOSPC, 0, 0});
+}
+
+Test(flexspace_fault, sync_fails_once_with_eio)
+{
+	fault_test(&(struct fault_case){"sync_once_eio", CIO_SYNCS, -EIO, 0, 0});
+}
+
+Test(flexspace_fault, writes_go_short_once)
+{
+	fault_test(&(struct fault_case){"write_short_once", CIO_WRITES, CIO_SHORT, 0, 0});
+}
+
+Test(flexspace_fault, writes_go_short_permanently)
+{
+	fault_test(&(struct fault_case){"write_short_perm", CIO_WRITES, CIO_SHORT, 1, 0});
+}
+
+Test(flexspace_fault, write_fails_once_with_eio_while_max_data_forces_collection)
+{
+	fault_test(&(struct fault_case){"write_once_eio_max_data", CIO_WRITES, -EIO, 0, 1u << 20});
+}
+
+Test(flexspace_fault, any_call_fails_once_with_eio_while_max_data_forces_collection)
+{
+	fault_test(&(struct fault_case){"any_once_eio_max_data", CIO_ALL, -EIO, 0, 1u << 20});
+}
+
+Test(flexspace_fault, reads_fail_permanently_with_eio)
+{
+	fault_test(&(struct fault_case){"read_perm_eio", CIO_READS, -EIO, 1, 0});
+}
+
+/* ---- concurrency smoke ---------------------------------------------------- */
+
+/* The byte every offset holds: a function of the offset alone, so readers
+ * can check any range of the space while a writer appends to it and
+ * rewrites parts of it with the same bytes (which makes garbage, so the
+ * collector moves extents under the readers). */
+static uint8_t pat(uint64_t off)
+{
+	uint64_t x = off * 0x9e3779b97f4a7c15ull;
+	return (uint8_t)(x >> 56 ^ off);
+}
+
+static void fill_pat(uint8_t *b, uint64_t off, uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i++)
+		b[i] = pat(off + i);
+}
+
+struct conc {
+	struct flexspace *fs;
+	atomic_int done;
+	atomic_int bad;
+	atomic_long reads;
+	char msg[256];
+	uint64_t seed;
+	double deadline; /* readers stop by then whatever happens */
+};
+
+static void *conc_reader(void *arg)
+{
+	struct conc *cc = arg;
+	uint64_t r = cc->seed ^ (uint64_t)pthread_self();
+	uint8_t *b = malloc(64u << 10);
+	while (!atomic_load(&cc->done) && !atomic_load(&cc->bad) && now_sec() < cc->deadline) {
+		uint64_t size = flexspace_size(cc->fs);
+		if (!size)
+			continue;
+		uint64_t off = rnd_below(&r, size);
+		uint64_t len = 1 + rnd_below(&r, 64u << 10);
+		ssize_t n = flexspace_read(cc->fs, b, off, len);
+		uint64_t exp = len < size - off ? len : size - off;
+		if (n < (ssize_t)exp) {
+			if (!atomic_exchange(&cc->bad, 1))
+				snprintf(cc->msg, sizeof(cc->msg),
+					 "read(%" PRIu64 ", %" PRIu64 ") returned %zd", off, len, n);
+			break;
+		}
+		for (ssize_t i = 0; i < n; i++) {
+			if (b[i] != pat(off + (uint64_t)i)) {
+				if (!atomic_exchange(&cc->bad, 1))
+					snprintf(cc->msg, sizeof(cc->msg),
+						 "byte %" PRIu64 " changed under a reader",
+						 off + (uint64_t)i);
+				break;
+			}
+		}
+		atomic_fetch_add(&cc->reads, 1);
+	}
+	free(b);
+	return NULL;
+}
+
+Test(flexspace, concurrent_readers_see_stable_bytes_while_writer_appends_and_gc_runs)
+{
+	char dir[PATH_MAX];
+	struct flexspace_options o = tiny_options();
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), &o);
+	struct conc cc = {.fs = fs, .seed = test_seed("concurrency")};
+	uint8_t *b = malloc(64u << 10);
+	fill_pat(b, 0, 64u << 10);
+	for (uint64_t off = 0; off < (1u << 20); off += 64u << 10) {
+		fill_pat(b, off, 64u << 10);
+		cr_assert_eq(flexspace_write(fs, b, off, 64u << 10), 64 << 10);
+	}
+	double t0 = now_sec(), limit = 4.0 * test_scale();
+	cc.deadline = t0 + limit;
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, conc_reader, &cc), 0);
+	uint64_t r = cc.seed;
+	long nwrites = scaled(1500), k;
+	int wrc = 0;
+	for (k = 0; k < nwrites && !atomic_load(&cc.bad) && !wrc; k++) {
+		if (now_sec() - t0 > limit)
+			break;
+		uint64_t size = flexspace_size(fs);
+		uint64_t len = 1 + rnd_below(&r, 16u << 10), off;
+		if (rnd_below(&r, 3) == 0)
+			off = size; /* append */
+		else
+			off = rnd_below(&r, size - len); /* same bytes again: garbage */
+		fill_pat(b, off, len);
+		ssize_t n = flexspace_write(fs, b, off, len);
+		if (n != (ssize_t)len)
+			wrc = (int)n;
+		if (k % 100 == 0 && flexspace_sync(fs) != 0)
+			wrc = -EIO;
+	}
+	atomic_store(&cc.done, 1);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	if (wrc || k != nwrites || atomic_load(&cc.bad)) {
+		flexspace_close(fs);
+		free(b);
+		tmp_remove(dir);
+	}
+	cr_assert_eq(wrc, 0, "writer: %s", flex_strerror(wrc));
+	cr_assert_eq(k, nwrites,
+		     "the writer made only %ld of %ld writes in %.0f s while 4 readers read "
+		     "(%ld reads): writers starve behind readers",
+		     k, nwrites, limit, atomic_load(&cc.reads));
+	cr_assert_eq(atomic_load(&cc.bad), 0, "seed %" PRIu64 ": %s", cc.seed, cc.msg);
+	struct flexspace_stats st;
+	flexspace_stats(fs, &st);
+	fprintf(stderr, "concurrency: %ld writes, %ld reads, gc_runs %" PRIu64 "\n", nwrites,
+		atomic_load(&cc.reads), st.gc_runs);
+	cr_assert_gt(st.gc_runs, 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	free(b);
+	tmp_remove(dir);
+}
