@@ -443,7 +443,7 @@ int flexdb_put(struct flexdb *db, const void *key, size_t klen, const void *val,
 {
 	if (!db)
 		return -EINVAL;
-	return db_write1(db, FDB_OP_PUT, key, klen, val ? val : "", vlen);
+	return db_write1(db, FDB_OP_PUT, key, klen, val, vlen);
 }
 
 int flexdb_delete(struct flexdb *db, const void *key, size_t klen)
@@ -953,7 +953,12 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	db->memtable_size = o.memtable_size ? o.memtable_size : FDB_DEFAULT_MEMTABLE;
 	db->sync_writes = o.sync_writes;
 	db->dir = strdup(dir);
-	pthread_rwlock_init(&db->lock, NULL);
+	/* Writer preference: readers must not starve the committer. */
+	pthread_rwlockattr_t la;
+	pthread_rwlockattr_init(&la);
+	pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&db->lock, &la);
+	pthread_rwlockattr_destroy(&la);
 	pthread_mutex_init(&db->wmu, NULL);
 	pthread_mutex_init(&db->mtmu, NULL);
 	pthread_cond_init(&db->mtcond, NULL);

@@ -129,11 +129,18 @@ FLEX_EXPORT void flexdb_batch_free(struct flexdb_batch *b);
 FLEX_EXPORT int flexdb_write(struct flexdb *db, struct flexdb_batch *b);
 
 /* Ordered iteration over the memtables and the FlexSpace merged, without
- * deleted keys.  An iterator sees a consistent snapshot of the store as of
- * its last seek: writes made after a seek are not seen until the next
- * seek.  Pointers returned by flexdb_iter_key/value stay valid until the
- * iterator moves or is closed.  An open iterator never blocks writers or
- * the committer (it holds no lock between calls). */
+ * deleted keys.  An iterator reads ahead in chunks (up to 64 pairs from
+ * each source) and holds no lock between calls, so it never blocks
+ * writers, syncs or the committer, on this thread or others.  It is not a
+ * point-in-time snapshot.  What it guarantees: keys come in strictly
+ * increasing order (decreasing after prev / seek_for_prev), each at most
+ * once per direction; every pair returned was the key's value at some
+ * moment after the seek (at the latest when its chunk was read), and a
+ * batch is seen entirely or not at all within a chunk; a key present and
+ * unchanged from the seek to the end is always returned; keys added,
+ * changed or deleted meanwhile may or may not be seen.  Pointers returned
+ * by flexdb_iter_key/value stay valid until the iterator moves or is
+ * closed. */
 FLEX_EXPORT int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out);
 /* Positions at the first key >= key (klen 0: the first key).  Returns 0
  * or a negative error. */
