@@ -129,8 +129,9 @@ $(BUILD)/test/%: $(BUILD)/test/%.o $(LIBS_A)
 # `make test`: debug build with assertions, every Criterion suite.
 test:
 	@$(MAKE) --no-print-directory MODE=debug test-run
-test-run: $(TESTS)
-	@set -e; for t in $(TESTS); do echo "== $$t"; $$t --jobs 2 $(TESTFLAGS); done
+# Tests that drive the command-line tools find them through FLEX_BIN_DIR.
+test-run: $(TESTS) $(TOOLS)
+	@set -e; for t in $(TESTS); do echo "== $$t"; FLEX_BIN_DIR=$(BUILD)/bin $$t --jobs 2 $(TESTFLAGS); done
 
 # Long randomized runs (not part of `make test`).
 stress:
@@ -142,9 +143,10 @@ stress:
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBS_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lm
+# The tools are thin clients of the public API; the REPLs use readline.
 $(BUILD)/bin/%: $(BUILD)/cli/%.o $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lm
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lreadline -lm
 
 bench: $(BENCHES)
 	$(BUILD)/bench/flextree_bench
