@@ -207,12 +207,16 @@ static int fs_begin_write(struct flexspace *fs)
 	return 0;
 }
 
-/* Ends a change: writes the log buffer if it is full (only here, between
- * changes), collects garbage if due, then unlocks. */
+/* Ends a change: commits the tree when the log (buffered and written)
+ * has reached log_limit, collects garbage if due, then unlocks.  Records
+ * stay in memory until a sync or a commit: writing them unsynced would
+ * need DATA synced first (a record must never reach the disk before the
+ * bytes it maps), which is a synchronous stall nobody asked for; the
+ * buffer is bounded by log_limit instead. */
 static int fs_end_write(struct flexspace *fs, int rc)
 {
-	if (!rc && fs->nlog >= FS_LOGBUF_RECORDS)
-		rc = fs_log_flush(fs, 0);
+	if (!rc && fs->log_size + (uint64_t)fs->nlog * FS_REC_BYTES > fs->log_limit)
+		rc = fs_commit(fs);
 	if (!rc) {
 		int grc = fs_maybe_gc(fs);
 		if (grc)

@@ -30,10 +30,10 @@
 #define FS_GC_MIN_SEGMENTS 4
 /* Victims relocated per GC run at most (the paper's batch of 64). */
 #define FS_GC_BATCH 64
-/* Buffered log records after which a change, once complete, writes them
- * (unsynced) to LOG.  Records are written only between changes, so a
- * batch never ends in the middle of one: recovery sees whole changes. */
+/* Initial capacity of the in-memory log buffer (records). */
 #define FS_LOGBUF_RECORDS 8192
+/* Bytes of a log record on disk. */
+#define FS_REC_BYTES 24
 
 enum fs_seg_state { SEG_FREE = 0, SEG_OPEN, SEG_USED, SEG_PENDING };
 

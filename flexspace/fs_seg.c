@@ -336,7 +336,10 @@ int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t le
 			done += m[i].len;
 		}
 		if (nv) {
-			int rc = fs->io->read_batch(fs->io, fs->data_fd, v, nv);
+			/* One piece: a plain pread beats an io_uring round trip. */
+			int rc = nv == 1 ? flex_io_read_full(fs->io, fs->data_fd, v[0].buf, v[0].len,
+							     v[0].off)
+					 : fs->io->read_batch(fs->io, fs->data_fd, v, nv);
 			if (rc)
 				return rc == -ENODATA ? FLEX_ECORRUPT : rc;
 		}

@@ -48,9 +48,11 @@ struct flexspace_options {
 	 * extent is a 32nd of it, which guarantees that garbage collection
 	 * always frees room for at least one extent. */
 	uint32_t segment_size;
-	/* Logical-log bytes after which the tree is committed and the log
-	 * reset.  0 means 8 MiB.  Range: 64 KiB .. 1 GiB.  Larger means fewer
-	 * tree commits and slower recovery. */
+	/* Logical-log bytes (buffered in memory until a sync, plus those in
+	 * LOG) after which the tree is committed and the log reset.  0 means
+	 * 8 MiB.  Range: 64 KiB .. 1 GiB.  It bounds the log buffer's memory
+	 * (about 1.4x this); larger means fewer tree commits and slower
+	 * recovery. */
 	uint64_t log_limit;
 	/* Garbage collection starts when the data file holds more than this
 	 * many bytes for each byte of live data (space amplification), counted
