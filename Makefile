@@ -140,9 +140,11 @@ stress:
 	FLEX_TEST_SCALE=50 $(BUILD:build/release=build/debug)/test/test_flextree_tiny --jobs 2
 
 # ---- benchmarks, tools -------------------------------------------------------
+# Benchmarks that run peers link them (Debian packages, see setup.sh).
+$(BUILD)/bench/flexdb_bench: BENCH_LDLIBS := -lrocksdb
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lm
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lm $(BENCH_LDLIBS)
 # The tools are thin clients of the public API; the REPLs use readline.
 $(BUILD)/bin/%: $(BUILD)/cli/%.o $(LIBS_A)
 	@mkdir -p $(dir $@)
@@ -150,8 +152,12 @@ $(BUILD)/bin/%: $(BUILD)/cli/%.o $(LIBS_A)
 
 bench: $(BENCHES)
 	$(BUILD)/bench/flextree_bench
+	$(BUILD)/bench/flexspace_bench
+	$(BUILD)/bench/flexdb_bench
 bench-quick: $(BENCHES)
 	$(BUILD)/bench/flextree_bench --quick
+	$(BUILD)/bench/flexspace_bench --quick
+	$(BUILD)/bench/flexdb_bench --quick
 
 # ---- install -----------------------------------------------------------------
 define PCFILE

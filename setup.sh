@@ -11,7 +11,8 @@ if [ "${1:-}" != "--no-install" ]; then
 	[ "$(id -u)" -eq 0 ] || SUDO=sudo
 	$SUDO apt-get update
 	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-		build-essential pkg-config liburing-dev libjemalloc-dev libxxhash-dev libcriterion-dev libreadline-dev
+		build-essential pkg-config liburing-dev libjemalloc-dev libxxhash-dev libcriterion-dev libreadline-dev \
+		librocksdb-dev
 fi
 
 make -j"$(nproc)"
