@@ -21,3 +21,10 @@ echo "== demo: a FlexTree file built, edited and inspected"
 tree_file="${FLEX_DEMO_DIR:-/tmp}/flextree-demo.ft"
 rm -f "$tree_file"
 build/release/bin/flextree-inspect --demo "$tree_file"
+echo
+echo "== demo: flexdb-cli on a default store in ${FLEX_DEMO_DIR:-/tmp}/flexdb-demo"
+store="${FLEX_DEMO_DIR:-/tmp}/flexdb-demo"
+rm -rf "$store"
+build/release/bin/flexdb-cli "$store" -c 'put apple red; put banana yellow; put "key\x00with nul" 0x00ff; scan; get apple; count; check'
+echo
+echo "Try it:  build/release/bin/flexdb-cli $store     (type help)"

@@ -1,0 +1,887 @@
+/*
+ * cli_common.h - what flexdb-cli and flexspace-cli share: the argument
+ * syntax, the output escaping, number parsing, and the REPL / script /
+ * -c driver with readline, history, completion and .timer.
+ *
+ * Every cli/NAME.c is its own program (the Makefile links each alone with
+ * the libraries), so this is a header of static functions; CLI_FN marks
+ * them unused-tolerant because each tool uses a different subset.
+ *
+ * Argument syntax (docs/CLI.md):
+ *   bare word   any run of bytes other than blanks, '"' , ';' and '\';
+ *               "0x"/"0X" followed by an even number of hex digits is
+ *               those bytes (0x00ff01 is three bytes)
+ *   "quoted"    C escapes \n \t \r \0 \\ \" \xHH (exactly two hex digits)
+ *   ;           separates commands on one line
+ *   #           at the start of a word begins a comment
+ * A line that fails to parse runs none of its commands.  Output uses the
+ * same syntax (cli_put_escaped), so it can be pasted back as input.
+ */
+#ifndef CLI_COMMON_H
+#define CLI_COMMON_H
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <readline/history.h>
+#include <readline/readline.h>
+
+#include "flex_common.h"
+
+#define CLI_FN static __attribute__((unused))
+
+/* ---- growable byte buffer ------------------------------------------------ */
+
+struct cli_buf {
+	unsigned char *p;
+	size_t len, cap;
+};
+
+CLI_FN void cli_buf_reserve(struct cli_buf *b, size_t more)
+{
+	if (b->len + more <= b->cap)
+		return;
+	size_t cap = b->cap ? b->cap : 64;
+	while (cap < b->len + more)
+		cap *= 2;
+	unsigned char *p = realloc(b->p, cap);
+	if (!p) {
+		fprintf(stderr, "out of memory\n");
+		exit(3);
+	}
+	b->p = p;
+	b->cap = cap;
+}
+
+CLI_FN void cli_buf_add(struct cli_buf *b, const void *data, size_t n)
+{
+	cli_buf_reserve(b, n + 1);
+	if (n)
+		memcpy(b->p + b->len, data, n);
+	b->len += n;
+	b->p[b->len] = '\0'; /* always NUL-terminated for text use */
+}
+
+CLI_FN void cli_buf_addc(struct cli_buf *b, unsigned char c)
+{
+	cli_buf_add(b, &c, 1);
+}
+
+CLI_FN void cli_buf_free(struct cli_buf *b)
+{
+	free(b->p);
+	b->p = NULL;
+	b->len = b->cap = 0;
+}
+
+/* ---- output escaping ------------------------------------------------------ */
+
+static int cli_hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* A byte string may be printed bare when reading the bare word back gives
+ * the same bytes: non-empty, printable ASCII without blanks, quotes,
+ * backslashes or ';', not starting with '#' and not looking like 0x hex. */
+static int cli_bare_ok(const unsigned char *s, size_t n)
+{
+	if (n == 0 || s[0] == '#')
+		return 0;
+	if (n >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] <= 0x20 || s[i] >= 0x7f || s[i] == '"' || s[i] == '\\' || s[i] == ';')
+			return 0;
+	return 1;
+}
+
+/* Appends the escaped form of s to b (bare when possible, else quoted). */
+CLI_FN void cli_escape(struct cli_buf *b, const void *data, size_t n)
+{
+	const unsigned char *s = data;
+	if (cli_bare_ok(s, n)) {
+		cli_buf_add(b, s, n);
+		return;
+	}
+	static const char hex[] = "0123456789abcdef";
+	cli_buf_reserve(b, n * 4 + 3);
+	unsigned char *o = b->p + b->len;
+	*o++ = '"';
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = s[i];
+		switch (c) {
+		case '\n':
+			*o++ = '\\';
+			*o++ = 'n';
+			break;
+		case '\t':
+			*o++ = '\\';
+			*o++ = 't';
+			break;
+		case '\r':
+			*o++ = '\\';
+			*o++ = 'r';
+			break;
+		case '\\':
+			*o++ = '\\';
+			*o++ = '\\';
+			break;
+		case '"':
+			*o++ = '\\';
+			*o++ = '"';
+			break;
+		default:
+			if (c < 0x20 || c >= 0x7f) {
+				*o++ = '\\';
+				*o++ = 'x';
+				*o++ = (unsigned char)hex[c >> 4];
+				*o++ = (unsigned char)hex[c & 15];
+			} else {
+				*o++ = c;
+			}
+		}
+	}
+	*o++ = '"';
+	*o = '\0';
+	b->len = (size_t)(o - b->p);
+}
+
+CLI_FN void cli_put_escaped(FILE *f, const void *data, size_t n)
+{
+	struct cli_buf b = {0};
+	cli_escape(&b, data, n);
+	fwrite(b.p, 1, b.len, f);
+	cli_buf_free(&b);
+}
+
+/* ---- parsing ------------------------------------------------------------------ */
+
+enum cli_kind { CLI_BARE, CLI_QUOTED, CLI_HEX };
+
+struct cli_token {
+	enum cli_kind kind;
+	char *text;	     /* NUL-terminated source text (bare words, hex) or NULL */
+	unsigned char *data; /* the decoded bytes, NUL-terminated */
+	size_t len;
+	/* Set for an odd number of hex digits (0x100): fine as a number, an
+	 * error as bytes; the line is rejected unless the command takes a
+	 * number at that position (cli_cmd.nums). */
+	const char *bad;
+};
+
+struct cli_command {
+	struct cli_token *tok;
+	size_t n, cap;
+};
+
+struct cli_line {
+	struct cli_command *cmd;
+	size_t n, cap;
+};
+
+CLI_FN void cli_line_free(struct cli_line *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		for (size_t j = 0; j < l->cmd[i].n; j++) {
+			free(l->cmd[i].tok[j].text);
+			free(l->cmd[i].tok[j].data);
+		}
+		free(l->cmd[i].tok);
+	}
+	free(l->cmd);
+	memset(l, 0, sizeof(*l));
+}
+
+static int cli_is_blank(int c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
+}
+
+static int cli_is_end(int c)
+{
+	return c == '\0' || cli_is_blank(c) || c == ';';
+}
+
+/* Parses one token at *pp (not at a blank, ';', '#' or end).  On success
+ * fills t, advances *pp past it and returns 0; else writes err and
+ * returns -1.  end is one past the last byte of the input. */
+static int cli_parse_token(const char **pp, const char *end, struct cli_token *t, char *err,
+			   size_t errsz)
+{
+	const char *p = *pp;
+	struct cli_buf b = {0};
+	memset(t, 0, sizeof(*t));
+	if (*p == '"') {
+		p++;
+		for (;;) {
+			if (p >= end) {
+				snprintf(err, errsz, "unterminated quoted string");
+				goto fail;
+			}
+			unsigned char c = (unsigned char)*p++;
+			if (c == '"')
+				break;
+			if (c != '\\') {
+				cli_buf_addc(&b, c);
+				continue;
+			}
+			if (p >= end) {
+				snprintf(err, errsz, "unterminated quoted string");
+				goto fail;
+			}
+			c = (unsigned char)*p++;
+			switch (c) {
+			case 'n':
+				cli_buf_addc(&b, '\n');
+				break;
+			case 't':
+				cli_buf_addc(&b, '\t');
+				break;
+			case 'r':
+				cli_buf_addc(&b, '\r');
+				break;
+			case '0':
+				cli_buf_addc(&b, '\0');
+				break;
+			case '\\':
+				cli_buf_addc(&b, '\\');
+				break;
+			case '"':
+				cli_buf_addc(&b, '"');
+				break;
+			case 'x': {
+				int h = p < end ? cli_hexval((unsigned char)p[0]) : -1;
+				int l = p + 1 < end ? cli_hexval((unsigned char)p[1]) : -1;
+				if (h < 0 || l < 0) {
+					snprintf(err, errsz, "\\x needs exactly two hex digits");
+					goto fail;
+				}
+				cli_buf_addc(&b, (unsigned char)(h * 16 + l));
+				p += 2;
+				break;
+			}
+			default:
+				if (c >= 0x21 && c < 0x7f)
+					snprintf(err, errsz, "unknown escape \\%c", c);
+				else
+					snprintf(err, errsz, "unknown escape \\\\x%02x", c);
+				goto fail;
+			}
+		}
+		if (p < end && !cli_is_end((unsigned char)*p)) {
+			snprintf(err, errsz, "text right after a closing quote");
+			goto fail;
+		}
+		t->kind = CLI_QUOTED;
+	} else {
+		const char *s = p;
+		while (p < end && !cli_is_end((unsigned char)*p)) {
+			if (*p == '"') {
+				snprintf(err, errsz,
+					 "quote inside a bare word (quote the whole word)");
+				goto fail;
+			}
+			if (*p == '\\') {
+				snprintf(err, errsz,
+					 "backslash outside quotes (escapes work in \"...\")");
+				goto fail;
+			}
+			p++;
+		}
+		size_t n = (size_t)(p - s);
+		t->text = malloc(n + 1);
+		if (!t->text) {
+			snprintf(err, errsz, "out of memory");
+			goto fail;
+		}
+		memcpy(t->text, s, n);
+		t->text[n] = '\0';
+		if (n >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+			if (n == 2) {
+				snprintf(err, errsz, "0x needs hex digits");
+				goto fail;
+			}
+			for (size_t i = 2; i < n; i++) {
+				if (cli_hexval((unsigned char)s[i]) < 0) {
+					snprintf(err, errsz, "bad hex digit in %s",
+						 n > 40 ? "0x..." : t->text);
+					goto fail;
+				}
+			}
+			if ((n - 2) % 2)
+				t->bad = "odd number of hex digits";
+			for (size_t i = 2; i + 1 < n; i += 2)
+				cli_buf_addc(&b,
+					     (unsigned char)(cli_hexval((unsigned char)s[i]) * 16 +
+							     cli_hexval((unsigned char)s[i + 1])));
+			t->kind = CLI_HEX;
+		} else {
+			cli_buf_add(&b, s, n);
+			t->kind = CLI_BARE;
+		}
+	}
+	if (!b.p)
+		cli_buf_add(&b, "", 0);
+	t->data = b.p;
+	t->len = b.len;
+	*pp = p;
+	return 0;
+fail:
+	free(t->text);
+	t->text = NULL;
+	cli_buf_free(&b);
+	return -1;
+}
+
+static struct cli_command *cli_line_newcmd(struct cli_line *l)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 4;
+		struct cli_command *c = realloc(l->cmd, cap * sizeof(*c));
+		if (!c)
+			return NULL;
+		l->cmd = c;
+		l->cap = cap;
+	}
+	memset(&l->cmd[l->n], 0, sizeof(l->cmd[0]));
+	return &l->cmd[l->n++];
+}
+
+/* Splits a line of n bytes into commands and tokens.  Returns 0, or -1
+ * with a message in err (and *l empty): then nothing of the line runs.
+ * Empty commands (";;", blank or comment lines) are dropped. */
+CLI_FN int cli_parse_line(const char *line, size_t n, struct cli_line *l, char *err, size_t errsz)
+{
+	const char *p = line, *end = line + n;
+	struct cli_command *cur = NULL;
+	memset(l, 0, sizeof(*l));
+	if (memchr(line, '\0', n)) {
+		snprintf(err, errsz, "NUL byte in the input line (write it as \"\\0\" or \\x00)");
+		return -1;
+	}
+	while (p < end) {
+		unsigned char c = (unsigned char)*p;
+		if (cli_is_blank(c)) {
+			p++;
+			continue;
+		}
+		if (c == ';') {
+			cur = NULL;
+			p++;
+			continue;
+		}
+		if (c == '#')
+			break;
+		if (!cur && !(cur = cli_line_newcmd(l)))
+			goto oom;
+		if (cur->n == cur->cap) {
+			size_t cap = cur->cap ? cur->cap * 2 : 4;
+			struct cli_token *t = realloc(cur->tok, cap * sizeof(*t));
+			if (!t)
+				goto oom;
+			cur->tok = t;
+			cur->cap = cap;
+		}
+		if (cli_parse_token(&p, end, &cur->tok[cur->n], err, errsz)) {
+			cli_line_free(l);
+			return -1;
+		}
+		cur->n++;
+	}
+	return 0;
+oom:
+	snprintf(err, errsz, "out of memory");
+	cli_line_free(l);
+	return -1;
+}
+
+/* Decodes exactly one token filling [s, s+n) into out (for file formats).
+ * Returns 0 or -1 with err. */
+CLI_FN int cli_decode_field(const char *s, size_t n, struct cli_buf *out, char *err, size_t errsz)
+{
+	struct cli_token t;
+	const char *p = s;
+	if (n == 0) {
+		snprintf(err, errsz, "empty field");
+		return -1;
+	}
+	if (cli_is_blank((unsigned char)s[0]) || s[0] == ';' || s[0] == '#' || memchr(s, '\0', n)) {
+		snprintf(err, errsz, "malformed field");
+		return -1;
+	}
+	if (cli_parse_token(&p, s + n, &t, err, errsz))
+		return -1;
+	if (p != s + n || t.bad) {
+		snprintf(err, errsz, "%s",
+			 t.bad ? t.bad : "malformed field (blank or ';' outside quotes)");
+		free(t.text);
+		free(t.data);
+		return -1;
+	}
+	out->len = 0;
+	cli_buf_add(out, t.data, t.len);
+	free(t.text);
+	free(t.data);
+	return 0;
+}
+
+/* A bare decimal number (used to tell a LIMIT from a key). */
+CLI_FN int cli_is_decimal(const struct cli_token *t)
+{
+	if (t->kind != CLI_BARE || !t->text[0])
+		return 0;
+	for (const char *p = t->text; *p; p++)
+		if (*p < '0' || *p > '9')
+			return 0;
+	return 1;
+}
+
+/* Numbers: decimal or 0x hex, written bare, optionally followed by K, M, G
+ * or T (powers of 1024).  Returns 0 or -1 with err. */
+CLI_FN int cli_parse_u64(const struct cli_token *t, uint64_t *out, char *err, size_t errsz)
+{
+	if (t->kind == CLI_QUOTED || !t->text[0]) {
+		snprintf(err, errsz, "expected a number");
+		return -1;
+	}
+	const char *s = t->text;
+	int base = 10;
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+		base = 16;
+		s += 2;
+	}
+	uint64_t v = 0;
+	const char *p = s;
+	for (; *p; p++) {
+		int d = base == 16 ? cli_hexval((unsigned char)*p)
+				   : (*p >= '0' && *p <= '9' ? *p - '0' : -1);
+		if (d < 0)
+			break;
+		if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base)
+			goto range;
+		v = v * (uint64_t)base + (uint64_t)d;
+	}
+	if (p == s)
+		goto bad;
+	if (*p) {
+		unsigned shift;
+		switch (*p) {
+		case 'k':
+		case 'K':
+			shift = 10;
+			break;
+		case 'm':
+		case 'M':
+			shift = 20;
+			break;
+		case 'g':
+		case 'G':
+			shift = 30;
+			break;
+		case 't':
+		case 'T':
+			shift = 40;
+			break;
+		default:
+			goto bad;
+		}
+		if (p[1] || base == 16)
+			goto bad;
+		if (v > (UINT64_MAX >> shift))
+			goto range;
+		v <<= shift;
+	}
+	*out = v;
+	return 0;
+bad:
+	snprintf(err, errsz, "not a number: %.40s", t->text);
+	return -1;
+range:
+	snprintf(err, errsz, "number out of range: %.40s", t->text);
+	return -1;
+}
+
+/* ---- the driver --------------------------------------------------------------- */
+
+struct cli_app;
+
+/* A command handler: args[0] is the command name; nargs counts it.  Returns
+ * 0 on success, nonzero after printing its error with cli_error(). */
+typedef int (*cli_fn)(struct cli_app *app, struct cli_token *args, size_t nargs);
+
+struct cli_cmd {
+	const char *name;
+	const char *usage; /* arguments, e.g. "KEY VALUE" */
+	int min, max;	   /* argument counts, name excluded; max -1: any */
+	const char *brief;
+	const char *help; /* longer text for `help CMD`, may be NULL */
+	cli_fn fn;
+	unsigned nums; /* bit i: argument i (1-based) may be a number */
+};
+
+struct cli_app {
+	const char *prog;    /* "flexdb-cli" */
+	const char *prompt;  /* "flexdb> " */
+	const char *history; /* file name under $HOME */
+	const struct cli_cmd *cmds;
+	const char *intro; /* shown by `help` before the list */
+	void *ctx;
+	int interactive; /* reading a terminal through readline */
+	int bail;	 /* stop at the first error */
+	int timer;
+	int quit;
+	int failed; /* some command failed */
+	long lineno;
+	const char *cur; /* command being run */
+};
+
+CLI_FN void cli_error(struct cli_app *app, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+CLI_FN void cli_error(struct cli_app *app, const char *fmt, ...)
+{
+	va_list ap;
+	fflush(stdout);
+	if (app->interactive)
+		fprintf(stderr, "error: ");
+	else if (app->lineno > 0)
+		fprintf(stderr, "%s: error at line %ld: ", app->prog, app->lineno);
+	else
+		fprintf(stderr, "%s: error: ", app->prog);
+	if (app->cur)
+		fprintf(stderr, "%s: ", app->cur);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* Reports a library status; returns 1 so handlers can `return cli_status(...)`. */
+CLI_FN int cli_status(struct cli_app *app, const char *what, int rc)
+{
+	if (what)
+		cli_error(app, "%s: %s", what, flex_strerror(rc));
+	else
+		cli_error(app, "%s", flex_strerror(rc));
+	return 1;
+}
+
+CLI_FN double cli_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Progress for long commands: a line on stderr, only when it is a tty. */
+CLI_FN void cli_progress(const char *what, uint64_t n, const char *unit)
+{
+	static int tty = -1;
+	if (tty < 0)
+		tty = isatty(STDERR_FILENO);
+	if (!tty)
+		return;
+	if (what)
+		fprintf(stderr, "\r%s: %" PRIu64 " %s...\033[K", what, n, unit);
+	else
+		fprintf(stderr, "\r\033[K");
+	fflush(stderr);
+}
+
+static const struct cli_cmd *cli_find(const struct cli_app *app, const char *name)
+{
+	for (const struct cli_cmd *c = app->cmds; c->name; c++)
+		if (!strcmp(c->name, name))
+			return c;
+	return NULL;
+}
+
+static void cli_help_one(FILE *f, const struct cli_cmd *c)
+{
+	fprintf(f, "%s%s%s\n    %s\n", c->name, c->usage[0] ? " " : "", c->usage, c->brief);
+	if (c->help)
+		fprintf(f, "%s", c->help);
+}
+
+/* The built-in commands common to both tools. */
+static const struct cli_cmd cli_builtins[] = {
+    {"help", "[CMD]", 0, 1, "list the commands, or describe CMD", NULL, NULL, 0},
+    {".timer", "on|off", 1, 1, "print the elapsed time after each command", NULL, NULL, 0},
+    {"quit", "", 0, 0, "leave (also: exit, end of input)", NULL, NULL, 0},
+    {"exit", "", 0, 0, "leave", NULL, NULL, 0},
+    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0},
+};
+
+CLI_FN void cli_print_help(FILE *f, const struct cli_app *app)
+{
+	if (app->intro)
+		fprintf(f, "%s", app->intro);
+	fprintf(f, "Commands:\n");
+	for (int pass = 0; pass < 2; pass++) {
+		for (const struct cli_cmd *c = pass ? cli_builtins : app->cmds; c->name; c++) {
+			char head[64];
+			snprintf(head, sizeof(head), "%s%s%s", c->name, c->usage[0] ? " " : "",
+				 c->usage);
+			fprintf(f, "  %-28s %s\n", head, c->brief);
+		}
+	}
+	fprintf(f,
+		"Arguments: bare words; \"quoted strings\" with \\n \\t \\r \\0 \\\\ \\\" \\xHH;\n"
+		"0x0a0b hex bytes.  ';' separates commands, '#' starts a comment.\n"
+		"Output escapes bytes the same way, so it can be pasted back.\n");
+}
+
+/* Finds the command and checks its arguments (count, byte forms) without
+ * running it.  Returns the definition, or NULL after printing an error. */
+static const struct cli_cmd *cli_resolve(struct cli_app *app, const struct cli_command *cmd)
+{
+	const struct cli_token *a = cmd->tok;
+	size_t nargs = cmd->n - 1;
+	const char *name = a[0].kind == CLI_BARE ? a[0].text : NULL;
+	const struct cli_cmd *d = name ? cli_find(app, name) : NULL;
+	app->cur = NULL;
+	if (!d && name)
+		for (d = cli_builtins; d->name && strcmp(d->name, name); d++)
+			;
+	if (!d || !d->name) {
+		struct cli_buf e = {0};
+		cli_escape(&e, a[0].data, a[0].len);
+		cli_error(app, "unknown command %s (try: help)", (char *)e.p);
+		cli_buf_free(&e);
+		return NULL;
+	}
+	app->cur = d->name;
+	if ((int)nargs < d->min || (d->max >= 0 && (int)nargs > d->max)) {
+		cli_error(app, "wrong number of arguments; usage: %s%s%s", d->name,
+			  d->usage[0] ? " " : "", d->usage);
+		return NULL;
+	}
+	for (size_t i = 1; i < cmd->n; i++) {
+		if (a[i].bad && !(i < 32 && (d->nums >> i) & 1)) {
+			cli_error(app, "argument %zu: %s: %s", i, a[i].bad, a[i].text);
+			return NULL;
+		}
+	}
+	return d;
+}
+
+static int cli_run_command(struct cli_app *app, struct cli_command *cmd)
+{
+	struct cli_token *a = cmd->tok;
+	size_t nargs = cmd->n - 1;
+	const struct cli_cmd *c = cli_resolve(app, cmd);
+	if (!c)
+		return 1;
+	const char *name = c->name;
+	if (c->fn)
+		return c->fn(app, a, cmd->n);
+	if (!strcmp(name, "quit") || !strcmp(name, "exit")) {
+		app->quit = 1;
+		return 0;
+	}
+	if (!strcmp(name, ".timer")) {
+		if (a[1].kind == CLI_BARE && !strcmp(a[1].text, "on"))
+			app->timer = 1;
+		else if (a[1].kind == CLI_BARE && !strcmp(a[1].text, "off"))
+			app->timer = 0;
+		else {
+			cli_error(app, "expected on or off");
+			return 1;
+		}
+		return 0;
+	}
+	/* help */
+	if (nargs == 0) {
+		cli_print_help(stdout, app);
+		return 0;
+	}
+	const char *what = a[1].kind == CLI_QUOTED ? "" : a[1].text;
+	const struct cli_cmd *h = cli_find(app, what);
+	if (!h)
+		for (h = cli_builtins; h->name && strcmp(h->name, what); h++)
+			;
+	if (!h || !h->name) {
+		struct cli_buf e = {0};
+		cli_escape(&e, a[1].data, a[1].len);
+		cli_error(app, "no such command: %s", (char *)e.p);
+		cli_buf_free(&e);
+		return 1;
+	}
+	cli_help_one(stdout, h);
+	return 0;
+}
+
+/* Runs one input line (n bytes).  Returns 0 when every command in it
+ * succeeded. */
+CLI_FN int cli_run_line(struct cli_app *app, const char *line, size_t n)
+{
+	struct cli_line l;
+	char err[256];
+	int bad = 0;
+	app->cur = NULL;
+	if (cli_parse_line(line, n, &l, err, sizeof(err))) {
+		cli_error(app, "%s", err);
+		app->failed = 1;
+		return 1;
+	}
+	/* the whole line is checked before any of it runs */
+	for (size_t i = 0; i < l.n; i++) {
+		if (!cli_resolve(app, &l.cmd[i])) {
+			app->failed = 1;
+			if (app->bail)
+				app->quit = 1;
+			cli_line_free(&l);
+			app->cur = NULL;
+			return 1;
+		}
+	}
+	for (size_t i = 0; i < l.n && !app->quit; i++) {
+		double t0 = cli_now();
+		int rc = cli_run_command(app, &l.cmd[i]);
+		fflush(stdout);
+		if (app->timer)
+			printf("time: %.6f s\n", cli_now() - t0);
+		app->cur = NULL;
+		if (rc) {
+			bad = 1;
+			app->failed = 1;
+			if (app->bail)
+				app->quit = 1;
+		}
+	}
+	cli_line_free(&l);
+	fflush(stdout);
+	return bad;
+}
+
+/* ---- readline: completion and history --------------------------------------- */
+
+static const struct cli_app *cli_rl_app;
+
+static char *cli_rl_gen(const char *text, int state)
+{
+	static size_t idx, len;
+	static int builtins;
+	if (!state) {
+		idx = 0;
+		builtins = 0;
+		len = strlen(text);
+	}
+	for (;;) {
+		const struct cli_cmd *c = builtins ? &cli_builtins[idx] : &cli_rl_app->cmds[idx];
+		if (!c->name) {
+			if (builtins)
+				return NULL;
+			builtins = 1;
+			idx = 0;
+			continue;
+		}
+		idx++;
+		if (!strncmp(c->name, text, len))
+			return strdup(c->name);
+	}
+}
+
+static char **cli_rl_complete(const char *text, int start, int end)
+{
+	(void)end;
+	/* the first word of a command: complete command names */
+	int i = start - 1;
+	while (i >= 0 && cli_is_blank((unsigned char)rl_line_buffer[i]))
+		i--;
+	if (i < 0 || rl_line_buffer[i] == ';')
+		return rl_completion_matches(text, cli_rl_gen);
+	/* arguments of file commands: file names (readline's default) */
+	int s = i;
+	while (s > 0 && !cli_is_blank((unsigned char)rl_line_buffer[s - 1]) &&
+	       rl_line_buffer[s - 1] != ';')
+		s--;
+	static const char *const filecmds[] = {"load", "dump", "import", "export", NULL};
+	for (const char *const *f = filecmds; *f; f++)
+		if ((size_t)(i + 1 - s) == strlen(*f) &&
+		    !strncmp(rl_line_buffer + s, *f, strlen(*f)))
+			return NULL;
+	rl_attempted_completion_over = 1;
+	return NULL;
+}
+
+static char *cli_history_path(const struct cli_app *app)
+{
+	const char *home = getenv("HOME");
+	if (!home || !home[0] || !app->history)
+		return NULL;
+	size_t n = strlen(home) + strlen(app->history) + 2;
+	char *p = malloc(n);
+	if (p)
+		snprintf(p, n, "%s/%s", home, app->history);
+	return p;
+}
+
+/* The interactive loop on a terminal. */
+CLI_FN void cli_repl(struct cli_app *app)
+{
+	char *hist = cli_history_path(app);
+	cli_rl_app = app;
+	rl_readline_name = app->prog;
+	rl_attempted_completion_function = cli_rl_complete;
+	using_history();
+	if (hist)
+		read_history(hist); /* a missing file is fine */
+	printf("%s %s (FlexDB %s). Type \"help\" for the commands.\n", app->prog,
+	       FLEX_VERSION_STRING, flex_version(NULL, NULL, NULL));
+	fflush(stdout);
+	while (!app->quit) {
+		char *line = readline(app->prompt);
+		if (!line) {
+			putchar('\n');
+			break;
+		}
+		const char *p = line;
+		while (cli_is_blank((unsigned char)*p))
+			p++;
+		if (*p) {
+			HIST_ENTRY *last = history_length > 0
+					       ? history_get(history_base + history_length - 1)
+					       : NULL;
+			if (!last || strcmp(last->line, line))
+				add_history(line);
+		}
+		cli_run_line(app, line, strlen(line));
+		free(line);
+	}
+	if (hist) {
+		stifle_history(1000);
+		write_history(hist); /* failures are ignored */
+		free(hist);
+	}
+}
+
+/* Script mode: commands from a non-terminal stream, without prompts. */
+CLI_FN void cli_script(struct cli_app *app, FILE *in)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	app->lineno = 0;
+	while (!app->quit && (n = getline(&line, &cap, in)) >= 0) {
+		app->lineno++;
+		cli_run_line(app, line, (size_t)n);
+	}
+	free(line);
+	app->lineno = 0;
+}
+
+#endif /* CLI_COMMON_H */

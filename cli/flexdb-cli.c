@@ -1,0 +1,779 @@
+/*
+ * flexdb-cli - a shell for a FlexDB store.
+ *
+ *   flexdb-cli [OPTIONS] DIR                 REPL on a terminal, else a script
+ *                                            read from standard input
+ *   flexdb-cli [OPTIONS] DIR -c 'CMD; CMD'   run the commands and exit
+ *
+ * A thin client of the public API (include/flexdb.h): every command maps
+ * to one or a few library calls.  The argument syntax, output escaping and
+ * the REPL are in cli_common.h; the commands and the dump format are
+ * documented in docs/CLI.md and by `flexdb-cli --help`.
+ *
+ * Guarantees: a line that does not parse, an unknown command or a wrong
+ * argument count runs nothing; `load` validates the whole file before its
+ * first put; `batch` ... `commit` is one flexdb_write, so all or nothing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flexdb.h"
+
+#include "cli_common.h"
+
+#define DUMP_MAGIC "flexdb-dump 1"
+#define PROGRESS_EVERY 100000u
+/* Load applies pairs in batches of about this many bytes: large enough to
+ * amortise the WAL write, small enough not to hold a whole file in memory. */
+#define LOAD_BATCH_BYTES (4u << 20)
+
+struct db_ctx {
+	struct flexdb *db;
+	struct flexdb_batch *batch; /* non-NULL between `batch` and commit/abort */
+	uint64_t batch_ops;
+	unsigned char *val; /* FLEXDB_MAX_VALUE bytes for get */
+};
+
+static struct db_ctx *ctx_of(struct cli_app *app)
+{
+	return app->ctx;
+}
+
+/* memcmp order, a shorter key first on a common prefix (flexdb.h). */
+static int key_cmp(const void *a, size_t an, const void *b, size_t bn)
+{
+	int c = memcmp(a, b, an < bn ? an : bn);
+	if (c)
+		return c;
+	return an < bn ? -1 : an > bn;
+}
+
+static int check_key(struct cli_app *app, const struct cli_token *k)
+{
+	if (k->len == 0) {
+		cli_error(app, "a key must not be empty");
+		return 1;
+	}
+	if (k->len > FLEXDB_MAX_KEY) {
+		cli_error(app, "key of %zu bytes: %s (limit %u)", k->len,
+			  flex_strerror(FLEX_ETOOBIG), FLEXDB_MAX_KEY);
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_put(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	(void)n;
+	if (check_key(app, &a[1]))
+		return 1;
+	if (a[2].len > FLEXDB_MAX_VALUE) {
+		cli_error(app, "value of %zu bytes: %s (limit %u)", a[2].len,
+			  flex_strerror(FLEX_ETOOBIG), FLEXDB_MAX_VALUE);
+		return 1;
+	}
+	int rc = c->batch ? flexdb_batch_put(c->batch, a[1].data, a[1].len, a[2].data, a[2].len)
+			  : flexdb_put(c->db, a[1].data, a[1].len, a[2].data, a[2].len);
+	if (rc)
+		return cli_status(app, NULL, rc);
+	if (c->batch)
+		c->batch_ops++;
+	return 0;
+}
+
+static int cmd_del(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	(void)n;
+	if (check_key(app, &a[1]))
+		return 1;
+	int rc = c->batch ? flexdb_batch_delete(c->batch, a[1].data, a[1].len)
+			  : flexdb_delete(c->db, a[1].data, a[1].len);
+	if (rc)
+		return cli_status(app, NULL, rc);
+	if (c->batch)
+		c->batch_ops++;
+	return 0;
+}
+
+static int cmd_get(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	(void)n;
+	if (check_key(app, &a[1]))
+		return 1;
+	size_t vlen = 0;
+	int rc = flexdb_get(c->db, a[1].data, a[1].len, c->val, FLEXDB_MAX_VALUE, &vlen);
+	if (rc == FLEXDB_NOTFOUND) {
+		printf("(not found)\n");
+		return 0;
+	}
+	if (rc)
+		return cli_status(app, NULL, rc);
+	cli_put_escaped(stdout, c->val, vlen < FLEXDB_MAX_VALUE ? vlen : FLEXDB_MAX_VALUE);
+	putchar('\n');
+	return 0;
+}
+
+/* Walks [start, end) in key order (empty start: from the first key; NULL
+ * end: to the last), at most limit pairs (0: no limit), calling fn for
+ * each; fn returns nonzero to stop.  prefix, when non-NULL, also stops at
+ * the first key without it.  Returns 0 or a library status. */
+struct walk {
+	const unsigned char *start, *end, *prefix;
+	size_t slen, elen, plen;
+	uint64_t limit;
+	uint64_t seen;
+	const char *progress; /* a verb for the progress line, or NULL */
+	int (*fn)(void *arg, const void *k, size_t kl, const void *v, size_t vl);
+	void *arg;
+};
+
+static int walk(struct flexdb *db, struct walk *w)
+{
+	struct flexdb_iter *it;
+	int rc = flexdb_iter_open(db, &it);
+	if (rc)
+		return rc;
+	rc = flexdb_iter_seek(it, w->start, w->slen);
+	while (!rc && flexdb_iter_valid(it)) {
+		size_t kl, vl;
+		const void *k = flexdb_iter_key(it, &kl);
+		if (w->end && key_cmp(k, kl, w->end, w->elen) >= 0)
+			break;
+		if (w->prefix && (kl < w->plen || memcmp(k, w->prefix, w->plen)))
+			break;
+		const void *v = flexdb_iter_value(it, &vl);
+		if (w->fn && w->fn(w->arg, k, kl, v, vl)) {
+			rc = 1;
+			break;
+		}
+		w->seen++;
+		if (w->progress && w->seen % PROGRESS_EVERY == 0)
+			cli_progress(w->progress, w->seen, "pairs");
+		if (w->limit && w->seen >= w->limit)
+			break;
+		rc = flexdb_iter_next(it);
+	}
+	if (w->progress && w->seen >= PROGRESS_EVERY)
+		cli_progress(NULL, 0, NULL);
+	flexdb_iter_close(it);
+	return rc;
+}
+
+static int print_pair(void *arg, const void *k, size_t kl, const void *v, size_t vl)
+{
+	struct cli_buf *b = arg;
+	b->len = 0;
+	cli_escape(b, k, kl);
+	cli_buf_addc(b, ' ');
+	cli_escape(b, v, vl);
+	cli_buf_addc(b, '\n');
+	return fwrite(b->p, 1, b->len, stdout) != b->len;
+}
+
+static int get_limit(struct cli_app *app, const struct cli_token *t, uint64_t *limit)
+{
+	char err[128];
+	if (cli_parse_u64(t, limit, err, sizeof(err))) {
+		cli_error(app, "LIMIT: %s", err);
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_scan(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	struct walk w = {0};
+	struct cli_buf b = {0};
+	size_t keys = n - 1;
+	/* a trailing bare decimal number is the LIMIT: `scan 10`, `scan a 10`,
+	 * `scan a b 10`; quote it to mean a key ("10"). */
+	if (keys > 0 && (keys == 3 || cli_is_decimal(&a[n - 1]))) {
+		if (get_limit(app, &a[n - 1], &w.limit))
+			return 1;
+		keys--;
+	}
+	if (keys > 2) {
+		cli_error(app, "usage: scan [START [END]] [LIMIT]");
+		return 1;
+	}
+	if (keys >= 1) {
+		w.start = a[1].data;
+		w.slen = a[1].len;
+	}
+	if (keys == 2 && a[2].len) {
+		w.end = a[2].data;
+		w.elen = a[2].len;
+	}
+	w.fn = print_pair;
+	w.arg = &b;
+	int rc = walk(c->db, &w);
+	cli_buf_free(&b);
+	if (rc < 0)
+		return cli_status(app, NULL, rc);
+	if (rc > 0) {
+		cli_error(app, "writing the output failed");
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_prefix(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	struct walk w = {0};
+	struct cli_buf b = {0};
+	if (n == 3 && get_limit(app, &a[2], &w.limit))
+		return 1;
+	w.start = w.prefix = a[1].data;
+	w.slen = w.plen = a[1].len;
+	w.fn = print_pair;
+	w.arg = &b;
+	int rc = walk(c->db, &w);
+	cli_buf_free(&b);
+	if (rc < 0)
+		return cli_status(app, NULL, rc);
+	if (rc > 0) {
+		cli_error(app, "writing the output failed");
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_count(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	struct walk w = {0};
+	if (n >= 2) {
+		w.start = a[1].data;
+		w.slen = a[1].len;
+	}
+	if (n >= 3 && a[2].len) {
+		w.end = a[2].data;
+		w.elen = a[2].len;
+	}
+	w.progress = "count";
+	int rc = walk(c->db, &w);
+	if (rc < 0)
+		return cli_status(app, NULL, rc);
+	printf("%" PRIu64 "\n", w.seen);
+	return 0;
+}
+
+static int cmd_batch(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	(void)a;
+	(void)n;
+	if (c->batch) {
+		cli_error(app, "a batch is already open (commit or abort it first)");
+		return 1;
+	}
+	c->batch = flexdb_batch_new();
+	if (!c->batch)
+		return cli_status(app, NULL, -ENOMEM);
+	c->batch_ops = 0;
+	return 0;
+}
+
+static int cmd_commit(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	(void)a;
+	(void)n;
+	if (!c->batch) {
+		cli_error(app, "no batch is open (start one with: batch)");
+		return 1;
+	}
+	int rc = flexdb_write(c->db, c->batch);
+	flexdb_batch_free(c->batch);
+	c->batch = NULL;
+	if (rc)
+		return cli_status(app, "batch not applied", rc);
+	return 0;
+}
+
+static int cmd_abort(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	(void)a;
+	(void)n;
+	if (!c->batch) {
+		cli_error(app, "no batch is open");
+		return 1;
+	}
+	flexdb_batch_free(c->batch);
+	c->batch = NULL;
+	return 0;
+}
+
+static int cmd_sync(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	int rc = flexdb_sync(ctx_of(app)->db);
+	return rc ? cli_status(app, NULL, rc) : 0;
+}
+
+static int cmd_check(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	int rc = flexdb_check(ctx_of(app)->db);
+	if (rc)
+		return cli_status(app, NULL, rc);
+	printf("ok\n");
+	return 0;
+}
+
+static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct flexdb_stats s;
+	(void)a;
+	(void)n;
+	int rc = flexdb_stats(ctx_of(app)->db, &s);
+	if (rc)
+		return cli_status(app, NULL, rc);
+#define P(name, v) printf("%-26s %" PRIu64 "\n", name, (uint64_t)(v))
+	P("keys", s.keys);
+	P("intervals_uncounted", s.intervals_uncounted);
+	P("bytes", s.bytes);
+	P("intervals", s.intervals);
+	P("cache_bytes", s.cache_bytes);
+	P("cache_hits", s.cache_hits);
+	P("cache_misses", s.cache_misses);
+	P("memtable_bytes", s.memtable_bytes);
+	P("memtable_entries", s.memtable_entries);
+	P("wal_bytes", s.wal_bytes);
+	P("committer_runs", s.committer_runs);
+	P("committed_pairs", s.committed_pairs);
+	P("writer_stalls", s.writer_stalls);
+	P("wal_syncs", s.wal_syncs);
+	P("recovered_ops", s.recovered_ops);
+	P("space.size", s.space.size);
+	P("space.extents", s.space.extents);
+	P("space.data_file_bytes", s.space.data_file_bytes);
+	P("space.live_bytes", s.space.live_bytes);
+	P("space.segment_size", s.space.segment_size);
+	P("space.segments_used", s.space.segments_used);
+	P("space.segments_free", s.space.segments_free);
+	P("space.segments_pending", s.space.segments_pending);
+	P("space.data_bytes_written", s.space.data_bytes_written);
+	P("space.log_bytes_written", s.space.log_bytes_written);
+	P("space.tree_bytes_written", s.space.tree_bytes_written);
+	P("space.tree_commits", s.space.tree_commits);
+	P("space.gc_runs", s.space.gc_runs);
+	P("space.gc_bytes_moved", s.space.gc_bytes_moved);
+	P("space.log_bytes", s.space.log_bytes);
+	P("space.syncs", s.space.syncs);
+	P("space.recovered_records", s.space.recovered_records);
+#undef P
+	return 0;
+}
+
+/* ---- dump and load ---------------------------------------------------------
+ * The format (docs/CLI.md): a first line "flexdb-dump 1"; one line per pair
+ * in key order, KEY TAB VALUE, both written as CLI arguments (bare or
+ * quoted with escapes; an escaped field never holds a raw TAB or newline);
+ * a last line "end N" with the number of pairs.  Blank lines and lines
+ * starting with '#' are ignored.  The "end" line guards against a
+ * truncated file. */
+
+static int dump_pair(void *arg, const void *k, size_t kl, const void *v, size_t vl)
+{
+	struct {
+		FILE *f;
+		struct cli_buf b;
+	} *d = arg;
+	d->b.len = 0;
+	cli_escape(&d->b, k, kl);
+	cli_buf_addc(&d->b, '\t');
+	cli_escape(&d->b, v, vl);
+	cli_buf_addc(&d->b, '\n');
+	return fwrite(d->b.p, 1, d->b.len, d->f) != d->b.len;
+}
+
+static int cmd_dump(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	struct {
+		FILE *f;
+		struct cli_buf b;
+	} d = {stdout, {0}};
+	const char *path = n == 2 ? (const char *)a[1].data : NULL;
+	if (path && strlen(path) != a[1].len) {
+		cli_error(app, "a file name cannot contain a NUL byte");
+		return 1;
+	}
+	if (path && !(d.f = fopen(path, "w")))
+		return cli_status(app, path, -errno);
+	fprintf(d.f, "%s\n", DUMP_MAGIC);
+	struct walk w = {0};
+	w.fn = dump_pair;
+	w.arg = &d;
+	w.progress = path ? "dump" : NULL; /* not mixed into the data on a tty */
+	int rc = walk(c->db, &w);
+	cli_buf_free(&d.b);
+	if (rc == 0)
+		fprintf(d.f, "end %" PRIu64 "\n", w.seen);
+	int werr = ferror(d.f) || fflush(d.f);
+	if (path && fclose(d.f))
+		werr = 1;
+	if (rc < 0)
+		return cli_status(app, NULL, rc);
+	if (rc > 0 || werr) {
+		cli_error(app, "writing %s failed: %s", path ? path : "the output",
+			  strerror(errno));
+		return 1;
+	}
+	if (path)
+		printf("dumped %" PRIu64 " pairs\n", w.seen);
+	return 0;
+}
+
+struct loader {
+	FILE *f;
+	const char *path;
+	char *line;
+	size_t cap;
+	long lineno;
+	struct cli_buf k, v;
+};
+
+/* Reads the next pair into l->k, l->v.  Returns 1 with a pair, 0 at the
+ * "end N" line (count in *end), -1 with err on a malformed or truncated
+ * file. */
+static int load_next(struct loader *l, uint64_t *end, char *err, size_t errsz)
+{
+	ssize_t n;
+	char ferr[160];
+	while ((n = getline(&l->line, &l->cap, l->f)) >= 0) {
+		l->lineno++;
+		size_t len = (size_t)n;
+		if (len && l->line[len - 1] == '\n')
+			len--;
+		if (len && l->line[len - 1] == '\r')
+			len--;
+		if (len == 0 || l->line[0] == '#')
+			continue;
+		if (!memchr(l->line, '\t', len)) {
+			/* not a pair (an escaped field has no raw TAB): "end N" */
+			char *e;
+			l->line[len] = '\0';
+			errno = 0;
+			unsigned long long v = len > 4 && !memcmp(l->line, "end ", 4) &&
+						       l->line[4] >= '0' && l->line[4] <= '9'
+						   ? strtoull(l->line + 4, &e, 10)
+						   : (e = l->line, 0);
+			if (errno || e == l->line || *e) {
+				snprintf(err, errsz,
+					 "line %ld: expected KEY<TAB>VALUE or \"end N\"",
+					 l->lineno);
+				return -1;
+			}
+			*end = v;
+			long at = l->lineno;
+			while ((n = getline(&l->line, &l->cap, l->f)) >= 0) {
+				l->lineno++;
+				if (n && l->line[0] != '#' && l->line[0] != '\n' &&
+				    l->line[0] != '\r') {
+					snprintf(err, errsz,
+						 "line %ld: text after the end line (line %ld)",
+						 l->lineno, at);
+					return -1;
+				}
+			}
+			return 0;
+		}
+		char *tab = memchr(l->line, '\t', len);
+		if (!tab || memchr(tab + 1, '\t', len - (size_t)(tab + 1 - l->line))) {
+			snprintf(err, errsz, "line %ld: expected KEY<TAB>VALUE", l->lineno);
+			return -1;
+		}
+		if (cli_decode_field(l->line, (size_t)(tab - l->line), &l->k, ferr, sizeof(ferr))) {
+			snprintf(err, errsz, "line %ld: key: %s", l->lineno, ferr);
+			return -1;
+		}
+		if (cli_decode_field(tab + 1, len - (size_t)(tab + 1 - l->line), &l->v, ferr,
+				     sizeof(ferr))) {
+			snprintf(err, errsz, "line %ld: value: %s", l->lineno, ferr);
+			return -1;
+		}
+		if (l->k.len == 0 || l->k.len > FLEXDB_MAX_KEY) {
+			snprintf(err, errsz, "line %ld: key of %zu bytes is out of range",
+				 l->lineno, l->k.len);
+			return -1;
+		}
+		if (l->v.len > FLEXDB_MAX_VALUE) {
+			snprintf(err, errsz, "line %ld: value of %zu bytes is too large", l->lineno,
+				 l->v.len);
+			return -1;
+		}
+		return 1;
+	}
+	if (ferror(l->f))
+		snprintf(err, errsz, "read error: %s", strerror(errno));
+	else
+		snprintf(err, errsz, "truncated file: no \"end N\" line");
+	return -1;
+}
+
+static int load_open(struct loader *l, char *err, size_t errsz)
+{
+	rewind(l->f);
+	l->lineno = 0;
+	ssize_t n = getline(&l->line, &l->cap, l->f);
+	if (n < 0 || strncmp(l->line, DUMP_MAGIC, strlen(DUMP_MAGIC)) ||
+	    (l->line[strlen(DUMP_MAGIC)] != '\n' && l->line[strlen(DUMP_MAGIC)] != '\0' &&
+	     l->line[strlen(DUMP_MAGIC)] != '\r')) {
+		snprintf(err, errsz, "not a dump: the first line must be \"%s\"", DUMP_MAGIC);
+		return -1;
+	}
+	l->lineno = 1;
+	return 0;
+}
+
+/* Two passes: the first validates the whole file (nothing is written when
+ * it is malformed), the second applies it in batches.  Existing keys not
+ * in the file are kept; keys in it are overwritten. */
+static int cmd_load(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	struct loader l = {0};
+	char err[256];
+	uint64_t end = 0, pairs = 0, applied = 0;
+	int rc, ret = 1;
+	(void)n;
+	if (c->batch) {
+		cli_error(app, "not inside a batch (commit or abort it first)");
+		return 1;
+	}
+	l.path = (const char *)a[1].data;
+	if (strlen(l.path) != a[1].len) {
+		cli_error(app, "a file name cannot contain a NUL byte");
+		return 1;
+	}
+	if (!(l.f = fopen(l.path, "r")))
+		return cli_status(app, l.path, -errno);
+	if (load_open(&l, err, sizeof(err)))
+		goto bad;
+	while ((rc = load_next(&l, &end, err, sizeof(err))) == 1) {
+		if (++pairs % PROGRESS_EVERY == 0)
+			cli_progress("load (checking)", pairs, "pairs");
+	}
+	if (rc < 0)
+		goto bad;
+	if (end != pairs) {
+		snprintf(err, sizeof(err),
+			 "line %ld: the end line says %" PRIu64 " pairs, the file has %" PRIu64,
+			 l.lineno, end, pairs);
+		goto bad;
+	}
+	if (load_open(&l, err, sizeof(err)))
+		goto bad;
+	struct flexdb_batch *b = flexdb_batch_new();
+	if (!b) {
+		cli_status(app, NULL, -ENOMEM);
+		goto out;
+	}
+	size_t bytes = 0;
+	while ((rc = load_next(&l, &end, err, sizeof(err))) == 1) {
+		rc = flexdb_batch_put(b, l.k.p, l.k.len, l.v.p, l.v.len);
+		if (rc)
+			break;
+		bytes += l.k.len + l.v.len + 16;
+		if (bytes >= LOAD_BATCH_BYTES) {
+			if ((rc = flexdb_write(c->db, b)))
+				break;
+			flexdb_batch_clear(b);
+			bytes = 0;
+		}
+		if (++applied % PROGRESS_EVERY == 0)
+			cli_progress("load", applied, "pairs");
+	}
+	if (rc == 0)
+		rc = flexdb_write(c->db, b);
+	flexdb_batch_free(b);
+	if (applied >= PROGRESS_EVERY)
+		cli_progress(NULL, 0, NULL);
+	if (rc < 0) {
+		cli_error(app, "%s: %s (the pairs before line %ld may have been loaded)", l.path,
+			  flex_strerror(rc), l.lineno);
+		goto out;
+	}
+	if (rc > 0 || applied != pairs) {
+		cli_error(app, "%s changed while loading", l.path);
+		goto out;
+	}
+	printf("loaded %" PRIu64 " pairs\n", pairs);
+	ret = 0;
+	goto out;
+bad:
+	if (pairs >= PROGRESS_EVERY)
+		cli_progress(NULL, 0, NULL);
+	cli_error(app, "%s: %s (nothing loaded)", l.path, err);
+out:
+	fclose(l.f);
+	free(l.line);
+	cli_buf_free(&l.k);
+	cli_buf_free(&l.v);
+	return ret;
+}
+
+/* ---- the command table -------------------------------------------------- */
+
+static const struct cli_cmd commands[] = {
+    {"put", "KEY VALUE", 2, 2, "set KEY to VALUE (queued when a batch is open)", NULL, cmd_put, 0},
+    {"get", "KEY", 1, 1, "print the value of KEY, or (not found)",
+     "    Reads the store, not an open batch.  A missing key is not an error.\n", cmd_get, 0},
+    {"del", "KEY", 1, 1, "delete KEY (absent keys are fine; queued in a batch)", NULL, cmd_del, 0},
+    {"scan", "[START [END]] [LIMIT]", 0, 3, "print KEY VALUE pairs in key order, END exclusive",
+     "    START \"\" is the first key, END \"\" no end.  A trailing bare decimal\n"
+     "    number is the LIMIT (scan 10, scan a 10, scan a z 10); quote it (\"10\")\n"
+     "    to mean a key.  With three arguments the third is always the LIMIT.\n",
+     cmd_scan, 0},
+    {"prefix", "P [LIMIT]", 1, 2, "print the pairs whose key starts with P", NULL, cmd_prefix,
+     1u << 2},
+    {"count", "[START [END]]", 0, 2, "count the keys in [START, END)", NULL, cmd_count, 0},
+    {"batch", "", 0, 0, "start an atomic batch of put and del",
+     "    put and del are queued until commit applies them all at once (one\n"
+     "    flexdb_write, atomic also across a crash) or abort drops them.  get,\n"
+     "    scan, prefix and count read the store, not the batch.  A batch still\n"
+     "    open at the end is dropped, with an error.\n",
+     cmd_batch, 0},
+    {"commit", "", 0, 0, "apply the open batch atomically", NULL, cmd_commit, 0},
+    {"abort", "", 0, 0, "drop the open batch", NULL, cmd_abort, 0},
+    {"sync", "", 0, 0, "make every change so far durable (flexdb_sync)", NULL, cmd_sync, 0},
+    {"stats", "", 0, 0, "print the store's counters, one \"name value\" a line", NULL, cmd_stats,
+     0},
+    {"check", "", 0, 0, "run the deep consistency check; prints ok", NULL, cmd_check, 0},
+    {"dump", "[FILE]", 0, 1, "write every pair in the dump format to FILE or stdout",
+     "    Format: a line \"flexdb-dump 1\", then KEY<TAB>VALUE per pair in key\n"
+     "    order, both escaped as CLI arguments, then \"end N\".  Lossless for any\n"
+     "    bytes.  Not a point-in-time snapshot if others write meanwhile.\n",
+     cmd_dump, 0},
+    {"load", "FILE", 1, 1, "put every pair of a dump (checked whole before writing)",
+     "    Keys already in the store and not in FILE are kept.  A malformed or\n"
+     "    truncated file is rejected before anything is written.\n",
+     cmd_load, 0},
+    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: flexdb-cli [OPTIONS] DIR [-c COMMANDS]...\n"
+		   "Opens (or creates) the FlexDB store in directory DIR.  On a terminal it\n"
+		   "starts an interactive shell (prompt \"flexdb> \", line editing, history in\n"
+		   "$HOME/.flexdb_history, tab completion of commands); with -c it runs\n"
+		   "COMMANDS (';'-separated; -c may be repeated) and exits; otherwise it runs\n"
+		   "the commands read from standard input without prompts.\n"
+		   "\n"
+		   "Options:\n"
+		   "  -c COMMANDS     run COMMANDS instead of reading standard input\n"
+		   "  --bail          stop at the first failing command\n"
+		   "  --sync-writes   make every put/del/commit durable before it returns\n"
+		   "  --no-create     fail when DIR holds no store\n"
+		   "  --version       print the version\n"
+		   "  --help          this text\n"
+		   "\n"
+		   "Exit status: 0 when every command succeeded, 1 when one failed (also an\n"
+		   "uncommitted batch at the end), 2 for bad options or a store that could not\n"
+		   "be opened or closed.\n"
+		   "\n");
+	struct cli_app app = {.cmds = commands};
+	cli_print_help(f, &app);
+	fprintf(f, "\nhelp CMD tells more about scan, batch, dump and load; the details are\n"
+		   "in docs/CLI.md.\n");
+}
+
+int main(int argc, char **argv)
+{
+	const char *dir = NULL;
+	/* the -c arguments, collected in place: argv[0 .. ncmds) once parsed */
+	char **cmds = argv;
+	int ncmds = 0;
+	struct flexdb_options opt = {0};
+	struct cli_app app = {
+	    .prog = "flexdb-cli",
+	    .prompt = "flexdb> ",
+	    .history = ".flexdb_history",
+	    .cmds = commands,
+	};
+	for (int i = 1; i < argc; i++) {
+		const char *s = argv[i];
+		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(s, "--version")) {
+			printf("flexdb-cli %s (library %s)\n", FLEX_VERSION_STRING,
+			       flex_version(NULL, NULL, NULL));
+			return 0;
+		} else if (!strcmp(s, "-c")) {
+			if (++i == argc) {
+				fprintf(stderr, "flexdb-cli: -c needs an argument\n");
+				return 2;
+			}
+			cmds[ncmds++] = argv[i];
+		} else if (!strcmp(s, "--bail")) {
+			app.bail = 1;
+		} else if (!strcmp(s, "--sync-writes")) {
+			opt.sync_writes = 1;
+		} else if (!strcmp(s, "--no-create")) {
+			opt.no_create = 1;
+		} else if (s[0] == '-' && s[1]) {
+			fprintf(stderr, "flexdb-cli: unknown option %s (try --help)\n", s);
+			return 2;
+		} else if (!dir) {
+			dir = s;
+		} else {
+			fprintf(stderr, "flexdb-cli: more than one directory (try --help)\n");
+			return 2;
+		}
+	}
+	if (!dir) {
+		usage(stderr);
+		return 2;
+	}
+	struct db_ctx c = {0};
+	c.val = malloc(FLEXDB_MAX_VALUE);
+	if (!c.val)
+		return 2;
+	int rc = flexdb_open(dir, &opt, &c.db);
+	if (rc) {
+		fprintf(stderr, "flexdb-cli: cannot open %s: %s\n", dir, flex_strerror(rc));
+		free(c.val);
+		return 2;
+	}
+	app.ctx = &c;
+	if (ncmds) {
+		for (int i = 0; i < ncmds && !app.quit; i++)
+			cli_run_line(&app, cmds[i], strlen(cmds[i]));
+	} else if (isatty(STDIN_FILENO)) {
+		app.interactive = 1;
+		cli_repl(&app);
+	} else {
+		cli_script(&app, stdin);
+	}
+	if (c.batch) {
+		app.cur = NULL;
+		cli_error(&app, "a batch of %" PRIu64 " operations was not committed; dropped",
+			  c.batch_ops);
+		flexdb_batch_free(c.batch);
+		if (!app.interactive)
+			app.failed = 1;
+	}
+	fflush(stdout);
+	rc = flexdb_close(c.db);
+	free(c.val);
+	if (rc) {
+		fprintf(stderr, "flexdb-cli: closing %s: %s\n", dir, flex_strerror(rc));
+		return 2;
+	}
+	if (app.interactive)
+		return 0;
+	return app.failed ? 1 : 0;
+}

@@ -1,0 +1,488 @@
+/*
+ * flexspace-cli - a shell for a FlexSpace: an editable file with byte
+ * granular insert and collapse, kept in a directory.
+ *
+ *   flexspace-cli [OPTIONS] DIR                 REPL on a terminal, else a
+ *                                               script on standard input
+ *   flexspace-cli [OPTIONS] DIR -c 'CMD; CMD'   run the commands and exit
+ *
+ * A thin client of the public API (include/flexspace.h).  Arguments and
+ * the REPL are shared with flexdb-cli (cli_common.h); docs/CLI.md has the
+ * reference.  Offsets and lengths are decimal or 0x hex with an optional
+ * K/M/G/T suffix (powers of 1024).
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "flexspace.h"
+
+#include "cli_common.h"
+
+/* Bytes moved per library call by import, export and read: big enough to
+ * amortise the call, small enough to keep memory flat for any size. */
+#define CHUNK (1u << 20)
+#define PROGRESS_BYTES (64u << 20)
+
+struct fs_ctx {
+	struct flexspace *fs;
+	unsigned char *buf; /* CHUNK bytes */
+};
+
+static struct flexspace *fs_of(struct cli_app *app)
+{
+	return ((struct fs_ctx *)app->ctx)->fs;
+}
+
+static int num(struct cli_app *app, const struct cli_token *t, const char *what, uint64_t *v)
+{
+	char err[128];
+	if (cli_parse_u64(t, v, err, sizeof(err))) {
+		cli_error(app, "%s: %s", what, err);
+		return 1;
+	}
+	return 0;
+}
+
+static const char *path_of(struct cli_app *app, const struct cli_token *t)
+{
+	if (strlen((const char *)t->data) != t->len) {
+		cli_error(app, "a file name cannot contain a NUL byte");
+		return NULL;
+	}
+	return (const char *)t->data;
+}
+
+static int cmd_import(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct fs_ctx *c = app->ctx;
+	struct stat st;
+	(void)n;
+	const char *path = path_of(app, &a[1]);
+	if (!path)
+		return 1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return cli_status(app, path, -errno);
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		cli_error(app, "%s: not a regular file", path);
+		return 1;
+	}
+	uint64_t off = 0;
+	for (;;) {
+		ssize_t r = read(fd, c->buf, CHUNK);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = -errno;
+			close(fd);
+			cli_error(app, "%s: %s (the space holds a partial copy)", path,
+				  flex_strerror(e));
+			return 1;
+		}
+		if (r == 0)
+			break;
+		ssize_t w = flexspace_write(c->fs, c->buf, off, (size_t)r);
+		if (w < 0) {
+			close(fd);
+			return cli_status(app, "write (the space holds a partial copy)", (int)w);
+		}
+		off += (uint64_t)r;
+		if (off % PROGRESS_BYTES == 0)
+			cli_progress("import", off >> 20, "MiB");
+	}
+	close(fd);
+	if (off >= PROGRESS_BYTES)
+		cli_progress(NULL, 0, NULL);
+	int rc = flexspace_truncate(c->fs, off);
+	if (rc)
+		return cli_status(app, "truncate", rc);
+	printf("imported %" PRIu64 " bytes\n", off);
+	return 0;
+}
+
+static int cmd_export(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct fs_ctx *c = app->ctx;
+	(void)n;
+	const char *path = path_of(app, &a[1]);
+	if (!path)
+		return 1;
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return cli_status(app, path, -errno);
+	uint64_t off = 0;
+	int ret = 0;
+	for (;;) {
+		ssize_t r = flexspace_read(c->fs, c->buf, off, CHUNK);
+		if (r < 0) {
+			ret = cli_status(app, "read", (int)r);
+			break;
+		}
+		if (r == 0)
+			break;
+		if (fwrite(c->buf, 1, (size_t)r, f) != (size_t)r) {
+			ret = cli_status(app, path, -errno);
+			break;
+		}
+		off += (uint64_t)r;
+		if (off % PROGRESS_BYTES == 0)
+			cli_progress("export", off >> 20, "MiB");
+	}
+	if (off >= PROGRESS_BYTES)
+		cli_progress(NULL, 0, NULL);
+	if (fclose(f) && !ret)
+		ret = cli_status(app, path, -errno);
+	if (!ret)
+		printf("exported %" PRIu64 " bytes\n", off);
+	return ret;
+}
+
+/* hexdump -C style: offset, 16 bytes in hex, the printable ones. */
+static void hexline(uint64_t off, const unsigned char *p, size_t n)
+{
+	char line[128];
+	int k = snprintf(line, sizeof(line), "%08" PRIx64 " ", off);
+	for (size_t i = 0; i < 16; i++) {
+		if (i == 8)
+			line[k++] = ' ';
+		if (i < n)
+			k += snprintf(line + k, sizeof(line) - (size_t)k, " %02x", p[i]);
+		else
+			k += snprintf(line + k, sizeof(line) - (size_t)k, "   ");
+	}
+	k += snprintf(line + k, sizeof(line) - (size_t)k, "  |");
+	for (size_t i = 0; i < n; i++)
+		line[k++] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '.';
+	line[k++] = '|';
+	line[k++] = '\n';
+	fwrite(line, 1, (size_t)k, stdout);
+}
+
+static int cmd_read(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct fs_ctx *c = app->ctx;
+	int mode = 'x';
+	size_t i = 1;
+	if (a[1].kind == CLI_BARE &&
+	    (!strcmp(a[1].text, "-r") || !strcmp(a[1].text, "-s") || !strcmp(a[1].text, "-x"))) {
+		mode = a[1].text[1];
+		i = 2;
+	}
+	if (n - i != 2) {
+		cli_error(app, "usage: read [-x|-r|-s] OFF LEN");
+		return 1;
+	}
+	uint64_t off, len;
+	if (num(app, &a[i], "OFF", &off) || num(app, &a[i + 1], "LEN", &len))
+		return 1;
+	struct cli_buf esc = {0};
+	if (mode == 's')
+		cli_buf_add(&esc, "", 0);
+	uint64_t done = 0;
+	while (done < len) {
+		size_t want = len - done < CHUNK ? (size_t)(len - done) : CHUNK;
+		ssize_t r = flexspace_read(c->fs, c->buf, off + done, want);
+		if (r < 0) {
+			cli_buf_free(&esc);
+			return cli_status(app, NULL, (int)r);
+		}
+		if (r == 0)
+			break;
+		if (mode == 'r')
+			fwrite(c->buf, 1, (size_t)r, stdout);
+		else if (mode == 's')
+			cli_buf_add(&esc, c->buf, (size_t)r);
+		else
+			for (size_t j = 0; j < (size_t)r; j += 16)
+				hexline(off + done + j, c->buf + j,
+					(size_t)r - j < 16 ? (size_t)r - j : 16);
+		done += (uint64_t)r;
+	}
+	if (mode == 's') {
+		/* one escaped string, as accepted by write and insert */
+		cli_put_escaped(stdout, esc.p, esc.len);
+		putchar('\n');
+		cli_buf_free(&esc);
+	}
+	return 0;
+}
+
+static int cmd_write(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	uint64_t off;
+	(void)n;
+	if (num(app, &a[1], "OFF", &off))
+		return 1;
+	ssize_t r = flexspace_write(fs_of(app), a[2].data, off, a[2].len);
+	return r < 0 ? cli_status(app, NULL, (int)r) : 0;
+}
+
+static int cmd_insert(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	uint64_t off;
+	(void)n;
+	if (num(app, &a[1], "OFF", &off))
+		return 1;
+	ssize_t r = flexspace_insert(fs_of(app), a[2].data, off, a[2].len);
+	return r < 0 ? cli_status(app, NULL, (int)r) : 0;
+}
+
+static int cmd_collapse(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	uint64_t off, len;
+	(void)n;
+	if (num(app, &a[1], "OFF", &off) || num(app, &a[2], "LEN", &len))
+		return 1;
+	int rc = flexspace_collapse(fs_of(app), off, len);
+	return rc ? cli_status(app, NULL, rc) : 0;
+}
+
+static int cmd_truncate(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	uint64_t size;
+	(void)n;
+	if (num(app, &a[1], "SIZE", &size))
+		return 1;
+	int rc = flexspace_truncate(fs_of(app), size);
+	return rc ? cli_status(app, NULL, rc) : 0;
+}
+
+static int cmd_size(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	printf("%" PRIu64 "\n", flexspace_size(fs_of(app)));
+	return 0;
+}
+
+static int cmd_defrag(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	uint64_t off = 0, len;
+	if (n == 2) {
+		cli_error(app, "usage: defrag [OFF LEN]");
+		return 1;
+	}
+	len = flexspace_size(fs_of(app));
+	if (n == 3 && (num(app, &a[1], "OFF", &off) || num(app, &a[2], "LEN", &len)))
+		return 1;
+	if (n == 1 && len == 0)
+		return 0;
+	int rc = flexspace_defrag(fs_of(app), off, len);
+	return rc ? cli_status(app, NULL, rc) : 0;
+}
+
+static int print_extent(void *arg, const struct flextree_extent *e)
+{
+	(void)arg;
+	if (e->poff == FLEXTREE_HOLE)
+		printf("%" PRIu64 " %" PRIu32 " hole", e->loff, e->len);
+	else
+		printf("%" PRIu64 " %" PRIu32 " %" PRIu64, e->loff, e->len, e->poff);
+	if (e->tag)
+		printf(" tag=%u", (unsigned)e->tag);
+	putchar('\n');
+	return 0;
+}
+
+static int cmd_extents(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	uint64_t off = 0, len;
+	if (n == 2) {
+		cli_error(app, "usage: extents [OFF LEN]");
+		return 1;
+	}
+	len = flexspace_size(fs_of(app));
+	if (n == 3 && (num(app, &a[1], "OFF", &off) || num(app, &a[2], "LEN", &len)))
+		return 1;
+	if (n == 1 && len == 0)
+		return 0;
+	int rc = flexspace_extents(fs_of(app), off, len, print_extent, NULL);
+	return rc ? cli_status(app, NULL, rc) : 0;
+}
+
+static int cmd_sync(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	int rc = flexspace_sync(fs_of(app));
+	return rc ? cli_status(app, NULL, rc) : 0;
+}
+
+static int cmd_check(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	int rc = flexspace_check(fs_of(app));
+	if (rc)
+		return cli_status(app, NULL, rc);
+	printf("ok\n");
+	return 0;
+}
+
+static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct flexspace_stats s;
+	(void)a;
+	(void)n;
+	int rc = flexspace_stats(fs_of(app), &s);
+	if (rc)
+		return cli_status(app, NULL, rc);
+#define P(name, v) printf("%-20s %" PRIu64 "\n", name, (uint64_t)(v))
+	P("size", s.size);
+	P("extents", s.extents);
+	P("data_file_bytes", s.data_file_bytes);
+	P("live_bytes", s.live_bytes);
+	P("segment_size", s.segment_size);
+	P("segments_used", s.segments_used);
+	P("segments_free", s.segments_free);
+	P("segments_pending", s.segments_pending);
+	P("data_bytes_written", s.data_bytes_written);
+	P("log_bytes_written", s.log_bytes_written);
+	P("tree_bytes_written", s.tree_bytes_written);
+	P("tree_commits", s.tree_commits);
+	P("gc_runs", s.gc_runs);
+	P("gc_bytes_moved", s.gc_bytes_moved);
+	P("log_bytes", s.log_bytes);
+	P("syncs", s.syncs);
+	P("recovered_records", s.recovered_records);
+#undef P
+	return 0;
+}
+
+static const struct cli_cmd commands[] = {
+    {"import", "FILE", 1, 1, "replace the content with a copy of regular file FILE",
+     "    Writes FILE from offset 0 and truncates to its size.  Not atomic: an\n"
+     "    error part-way leaves a partial copy (nothing is durable before sync).\n",
+     cmd_import, 0},
+    {"export", "FILE", 1, 1, "write the whole content to FILE", NULL, cmd_export, 0},
+    {"read", "[-x|-r|-s] OFF LEN", 2, 3, "print LEN bytes at OFF (fewer at the end)",
+     "    -x (default) a hex dump: offset, 16 bytes in hex, the printable ones;\n"
+     "    -r the raw bytes to standard output; -s one escaped string, as write\n"
+     "    and insert take it.  Holes read as zeros.\n",
+     cmd_read, 7u << 1},
+    {"write", "OFF DATA", 2, 2, "overwrite/extend with DATA at OFF (a gap becomes a hole)", NULL,
+     cmd_write, 1u << 1},
+    {"insert", "OFF DATA", 2, 2, "insert DATA at OFF; what followed moves up", NULL, cmd_insert,
+     1u << 1},
+    {"collapse", "OFF LEN", 2, 2, "remove [OFF, OFF+LEN); what followed moves down", NULL,
+     cmd_collapse, 3u << 1},
+    {"truncate", "SIZE", 1, 1, "shrink, or grow with a hole, to SIZE bytes", NULL, cmd_truncate,
+     1u << 1},
+    {"size", "", 0, 0, "print the logical size in bytes", NULL, cmd_size, 0},
+    {"extents", "[OFF LEN]", 0, 2, "list the extents: LOFF LEN POFF|hole [tag=T]", NULL,
+     cmd_extents, 3u << 1},
+    {"defrag", "[OFF LEN]", 0, 2, "rewrite a range (default: all) contiguously", NULL, cmd_defrag,
+     3u << 1},
+    {"sync", "", 0, 0, "make every change so far durable", NULL, cmd_sync, 0},
+    {"stats", "", 0, 0, "print the counters, one \"name value\" a line", NULL, cmd_stats, 0},
+    {"check", "", 0, 0, "run the deep consistency check; prints ok", NULL, cmd_check, 0},
+    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: flexspace-cli [OPTIONS] DIR [-c COMMANDS]...\n"
+		   "Opens (or creates) the FlexSpace in directory DIR.  On a terminal it\n"
+		   "starts an interactive shell (prompt \"flexspace> \", line editing, history\n"
+		   "in $HOME/.flexspace_history, tab completion of commands); with -c it runs\n"
+		   "COMMANDS (';'-separated; -c may be repeated) and exits; otherwise it runs\n"
+		   "the commands read from standard input without prompts.\n"
+		   "\n"
+		   "Options:\n"
+		   "  -c COMMANDS     run COMMANDS instead of reading standard input\n"
+		   "  --bail          stop at the first failing command\n"
+		   "  --no-create     fail when DIR holds no space\n"
+		   "  --version       print the version\n"
+		   "  --help          this text\n"
+		   "\n"
+		   "Exit status: 0 when every command succeeded, 1 when one failed, 2 for bad\n"
+		   "options or a space that could not be opened or closed.\n"
+		   "OFF, LEN and SIZE: decimal or 0x hex, with an optional K, M, G or T\n"
+		   "suffix (powers of 1024).\n"
+		   "\n");
+	struct cli_app app = {.cmds = commands};
+	cli_print_help(f, &app);
+	fprintf(f, "\nDetails: help CMD, and docs/CLI.md.\n");
+}
+
+int main(int argc, char **argv)
+{
+	const char *dir = NULL;
+	/* the -c arguments, collected in place: argv[0 .. ncmds) once parsed */
+	char **cmds = argv;
+	int ncmds = 0;
+	struct flexspace_options opt = {.create = 1};
+	struct cli_app app = {
+	    .prog = "flexspace-cli",
+	    .prompt = "flexspace> ",
+	    .history = ".flexspace_history",
+	    .cmds = commands,
+	};
+	for (int i = 1; i < argc; i++) {
+		const char *s = argv[i];
+		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(s, "--version")) {
+			printf("flexspace-cli %s (library %s)\n", FLEX_VERSION_STRING,
+			       flex_version(NULL, NULL, NULL));
+			return 0;
+		} else if (!strcmp(s, "-c")) {
+			if (++i == argc) {
+				fprintf(stderr, "flexspace-cli: -c needs an argument\n");
+				return 2;
+			}
+			cmds[ncmds++] = argv[i];
+		} else if (!strcmp(s, "--bail")) {
+			app.bail = 1;
+		} else if (!strcmp(s, "--no-create")) {
+			opt.create = 0;
+		} else if (s[0] == '-' && s[1]) {
+			fprintf(stderr, "flexspace-cli: unknown option %s (try --help)\n", s);
+			return 2;
+		} else if (!dir) {
+			dir = s;
+		} else {
+			fprintf(stderr, "flexspace-cli: more than one directory (try --help)\n");
+			return 2;
+		}
+	}
+	if (!dir) {
+		usage(stderr);
+		return 2;
+	}
+	struct fs_ctx c = {0};
+	c.buf = malloc(CHUNK);
+	if (!c.buf)
+		return 2;
+	int rc = flexspace_open(dir, &opt, &c.fs);
+	if (rc) {
+		fprintf(stderr, "flexspace-cli: cannot open %s: %s\n", dir, flex_strerror(rc));
+		free(c.buf);
+		return 2;
+	}
+	app.ctx = &c;
+	if (ncmds) {
+		for (int i = 0; i < ncmds && !app.quit; i++)
+			cli_run_line(&app, cmds[i], strlen(cmds[i]));
+	} else if (isatty(STDIN_FILENO)) {
+		app.interactive = 1;
+		cli_repl(&app);
+	} else {
+		cli_script(&app, stdin);
+	}
+	fflush(stdout);
+	rc = flexspace_close(c.fs);
+	free(c.buf);
+	if (rc) {
+		fprintf(stderr, "flexspace-cli: closing %s: %s\n", dir, flex_strerror(rc));
+		return 2;
+	}
+	if (app.interactive)
+		return 0;
+	return app.failed ? 1 : 0;
+}

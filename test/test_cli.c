@@ -1,0 +1,1449 @@
+/*
+ * test_cli.c - flexdb-cli and flexspace-cli driven as programs: golden
+ * output for every command and every argument form, the dump -> load
+ * round trip, malformed input (seeded fuzz) that must leave the store
+ * unchanged and never crash, exit statuses, and one interactive session
+ * on a pseudo-terminal (prompt, history recall, tab completion).
+ *
+ * The tools are found in $FLEX_BIN_DIR (`make test` sets it); without it
+ * every test is skipped.  The fuzz tests print their seed; FLEX_TEST_SEED
+ * replays one.  Each test works in its own mkdtemp directory in /tmp.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flex_common.h"
+#include "flexdb.h"
+
+/* ---- fixture: a temp dir per test, the tools' paths --------------------- */
+
+static char tmp[64];
+static char dbcli[4096], fscli[4096];
+
+static void setup(void)
+{
+	const char *bin = getenv("FLEX_BIN_DIR");
+	if (!bin || !bin[0])
+		return;
+	snprintf(dbcli, sizeof(dbcli), "%s/flexdb-cli", bin);
+	snprintf(fscli, sizeof(fscli), "%s/flexspace-cli", bin);
+	snprintf(tmp, sizeof(tmp), "/tmp/test_cli.XXXXXX");
+	if (!mkdtemp(tmp))
+		tmp[0] = '\0';
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st;
+	(void)flag;
+	(void)f;
+	remove(p);
+	return 0;
+}
+
+static void teardown(void)
+{
+	if (tmp[0])
+		nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(cli, .init = setup, .fini = teardown, .timeout = 60);
+
+static void need_tools(void)
+{
+	if (!dbcli[0])
+		cr_skip_test("FLEX_BIN_DIR is not set: run through `make test` or set it to "
+			     "the directory holding flexdb-cli and flexspace-cli");
+	cr_assert(tmp[0], "mkdtemp failed");
+	cr_assert(access(dbcli, X_OK) == 0, "%s is not there: build the tools first", dbcli);
+	cr_assert(access(fscli, X_OK) == 0, "%s is not there: build the tools first", fscli);
+}
+
+static const char *path(const char *name)
+{
+	static char buf[64][256]; /* a ring: enough for any one test */
+	static int i;
+	i = (i + 1) % 64;
+	snprintf(buf[i], sizeof(buf[i]), "%s/%s", tmp, name);
+	return buf[i];
+}
+
+/* ---- running a tool ----------------------------------------------------- */
+
+struct run {
+	char *out, *err;
+	size_t outlen, errlen;
+	int status; /* as from waitpid */
+};
+
+static void run_free(struct run *r)
+{
+	free(r->out);
+	free(r->err);
+	memset(r, 0, sizeof(*r));
+}
+
+static size_t cap_for(size_t n)
+{
+	size_t c = 64;
+	while (c < n)
+		c *= 2;
+	return c;
+}
+
+/* Appends k bytes to the NUL-terminated buffer *b of *n bytes; its
+ * allocation is always cap_for(*n + 1), so growth is geometric. */
+static void append(char **b, size_t *n, const char *d, size_t k)
+{
+	if (!*b || cap_for(*n + 1) < *n + k + 1) {
+		*b = realloc(*b, cap_for(*n + k + 1));
+		cr_assert(*b);
+	}
+	memcpy(*b + *n, d, k);
+	*n += k;
+	(*b)[*n] = '\0';
+}
+
+/* Runs argv (NULL-terminated) with stdin = in[0..inlen), capturing stdout
+ * and stderr. */
+static void run_argv(char *const argv[], const void *in, size_t inlen, struct run *r)
+{
+	int pin[2], pout[2], perr[2];
+	memset(r, 0, sizeof(*r));
+	append(&r->out, &r->outlen, "", 0);
+	append(&r->err, &r->errlen, "", 0);
+	cr_assert(!pipe(pin) && !pipe(pout) && !pipe(perr));
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(pin[0], 0);
+		dup2(pout[1], 1);
+		dup2(perr[1], 2);
+		close(pin[0]);
+		close(pin[1]);
+		close(pout[0]);
+		close(pout[1]);
+		close(perr[0]);
+		close(perr[1]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(pin[0]);
+	close(pout[1]);
+	close(perr[1]);
+	signal(SIGPIPE, SIG_IGN);
+	fcntl(pin[1], F_SETFL, O_NONBLOCK);
+	size_t sent = 0;
+	int win = pin[1], rout = pout[0], rerr = perr[0];
+	if (inlen == 0) {
+		close(win);
+		win = -1;
+	}
+	while (rout >= 0 || rerr >= 0) {
+		struct pollfd p[3] = {{rout, POLLIN, 0}, {rerr, POLLIN, 0}, {win, POLLOUT, 0}};
+		if (poll(p, 3, 30000) <= 0)
+			cr_assert_fail("the tool hung (30 s without output)");
+		char buf[65536];
+		for (int i = 0; i < 2; i++) {
+			if (!p[i].revents)
+				continue;
+			ssize_t k = read(p[i].fd, buf, sizeof(buf));
+			if (k <= 0) {
+				close(p[i].fd);
+				*(i ? &rerr : &rout) = -1;
+			} else if (i == 0) {
+				append(&r->out, &r->outlen, buf, (size_t)k);
+			} else {
+				append(&r->err, &r->errlen, buf, (size_t)k);
+			}
+		}
+		if (win >= 0 && p[2].revents) {
+			ssize_t k = write(win, (const char *)in + sent, inlen - sent);
+			if (k > 0)
+				sent += (size_t)k;
+			if (k < 0 && errno != EAGAIN) /* EPIPE: the tool stopped reading */
+				sent = inlen;
+			if (sent == inlen) {
+				close(win);
+				win = -1;
+			}
+		}
+	}
+	if (win >= 0)
+		close(win);
+	cr_assert(waitpid(pid, &r->status, 0) == pid);
+	cr_assert(!WIFSIGNALED(r->status), "%s killed by signal %d; stderr:\n%s", argv[0],
+		  WTERMSIG(r->status), r->err);
+}
+
+static int code(const struct run *r)
+{
+	return WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1;
+}
+
+/* tool DIR with a script on stdin */
+static void script(const char *tool, const char *dir, const char *in, struct run *r)
+{
+	char *argv[] = {(char *)tool, (char *)dir, NULL};
+	run_argv(argv, in, strlen(in), r);
+}
+
+/* tool DIR -c CMDS */
+static void cmdline(const char *tool, const char *dir, const char *cmds, struct run *r)
+{
+	char *argv[] = {(char *)tool, (char *)dir, "-c", (char *)cmds, NULL};
+	run_argv(argv, "", 0, r);
+}
+
+/* Runs a script that must succeed silently on stderr and print `want`. */
+static void golden(const char *tool, const char *dir, const char *in, const char *want)
+{
+	struct run r;
+	script(tool, dir, in, &r);
+	cr_expect_str_eq(r.out, want, "script:\n%s", in);
+	cr_expect_str_eq(r.err, "", "script:\n%s", in);
+	cr_expect_eq(code(&r), 0, "exit status %d; stderr:\n%s", code(&r), r.err);
+	run_free(&r);
+}
+
+static size_t count_lines(const char *s)
+{
+	size_t n = 0;
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+static char *dump_of(const char *dir)
+{
+	struct run r;
+	cmdline(dbcli, dir, "dump", &r);
+	cr_assert_eq(code(&r), 0, "dump failed: %s", r.err);
+	char *s = r.out;
+	r.out = NULL;
+	run_free(&r);
+	return s;
+}
+
+static char *read_file(const char *p, size_t *n)
+{
+	FILE *f = fopen(p, "rb");
+	cr_assert(f, "cannot open %s", p);
+	char *b = NULL;
+	size_t len = 0;
+	char buf[65536];
+	size_t k;
+	append(&b, &len, "", 0);
+	while ((k = fread(buf, 1, sizeof(buf), f)) > 0)
+		append(&b, &len, buf, k);
+	fclose(f);
+	if (n)
+		*n = len;
+	return b;
+}
+
+static void write_file(const char *p, const void *d, size_t n)
+{
+	FILE *f = fopen(p, "wb");
+	cr_assert(f);
+	cr_assert_eq(fwrite(d, 1, n, f), n);
+	cr_assert(!fclose(f));
+}
+
+static uint64_t seed_of(const char *what)
+{
+	const char *s = getenv("FLEX_TEST_SEED");
+	uint64_t seed =
+	    s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
+	fprintf(stderr, "test_cli %s: seed %" PRIu64 " (FLEX_TEST_SEED=%" PRIu64 " replays)\n",
+		what, seed, seed);
+	return seed;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+	*s += 0x9e3779b97f4a7c15ull;
+	uint64_t z = *s;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* The documented output escaping, written independently of the tool:
+ * bare when non-empty printable ASCII without blank, '"', '\\', ';', not
+ * starting with '#' or 0x/0X; else quoted with \n \t \r \\ \" \xHH. */
+static void esc(char **b, size_t *n, const unsigned char *s, size_t len)
+{
+	int bare =
+	    len > 0 && s[0] != '#' && !(len >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'));
+	for (size_t i = 0; bare && i < len; i++)
+		if (s[i] <= ' ' || s[i] >= 0x7f || s[i] == '"' || s[i] == '\\' || s[i] == ';')
+			bare = 0;
+	if (bare) {
+		append(b, n, (const char *)s, len);
+		return;
+	}
+	append(b, n, "\"", 1);
+	for (size_t i = 0; i < len; i++) {
+		char t[8];
+		switch (s[i]) {
+		case '\n':
+			append(b, n, "\\n", 2);
+			break;
+		case '\t':
+			append(b, n, "\\t", 2);
+			break;
+		case '\r':
+			append(b, n, "\\r", 2);
+			break;
+		case '\\':
+			append(b, n, "\\\\", 2);
+			break;
+		case '"':
+			append(b, n, "\\\"", 2);
+			break;
+		default:
+			if (s[i] < 0x20 || s[i] >= 0x7f) {
+				snprintf(t, sizeof(t), "\\x%02x", s[i]);
+				append(b, n, t, 4);
+			} else {
+				append(b, n, (const char *)&s[i], 1);
+			}
+		}
+	}
+	append(b, n, "\"", 1);
+}
+
+/* Input as 0x hex (a different form from the output), "" when empty. */
+static void hexarg(char **b, size_t *n, const unsigned char *s, size_t len)
+{
+	if (!len) {
+		append(b, n, "\"\"", 2);
+		return;
+	}
+	append(b, n, "0x", 2);
+	for (size_t i = 0; i < len; i++) {
+		char t[3];
+		snprintf(t, sizeof(t), "%02X", s[i]);
+		append(b, n, t, 2);
+	}
+}
+
+/* ======================================================================
+ * flexdb-cli: commands and golden output
+ * ====================================================================== */
+
+Test(cli, db_put_get_del)
+{
+	need_tools();
+	const char *db = path("db");
+	golden(dbcli, db,
+	       "put apple red\n"
+	       "put banana yellow\n"
+	       "get apple\n"
+	       "get cherry\n"
+	       "put apple green\n"
+	       "get apple\n"
+	       "del apple\n"
+	       "get apple\n"
+	       "del never-there\n"
+	       "get banana\n",
+	       "red\n(not found)\ngreen\n(not found)\nyellow\n");
+	/* persisted across runs */
+	golden(dbcli, db, "get banana\nget apple\n", "yellow\n(not found)\n");
+}
+
+Test(cli, db_every_escape_form)
+{
+	need_tools();
+	const char *db = path("db");
+	golden(dbcli, db,
+	       "put k01 \"a\\nb\"\n"
+	       "put k02 \"t\\tt\"\n"
+	       "put k03 \"back\\\\slash\"\n"
+	       "put k04 \"q\\\"q\"\n"
+	       "put k05 \"\\x41\\x00\\xfF\"\n"
+	       "put k06 0x00ff01\n"
+	       "put k07 \"\\r\\0\"\n"
+	       "put k08 plain-word_1.2\n"
+	       "put k09 \"\"\n"
+	       "put k10 \"has space\"\n"
+	       "put k11 \"0x41\"\n"
+	       "put k12 \"#hash\"\n"
+	       "put k13 \"semi;colon\"\n"
+	       "put k14 0X4a4B\n"
+	       "put k15 \"\\x7f\"\n"
+	       "put k16 \"\xc3\xa9\"\n"
+	       "put k17 \"\\x411\"\n"
+	       "put k18 it's#not'a#comment\n"
+	       "put \"k19\" \"quoted key\"\n",
+	       "");
+	golden(dbcli, db, "scan\n",
+	       "k01 \"a\\nb\"\n"
+	       "k02 \"t\\tt\"\n"
+	       "k03 \"back\\\\slash\"\n"
+	       "k04 \"q\\\"q\"\n"
+	       "k05 \"A\\x00\\xff\"\n"
+	       "k06 \"\\x00\\xff\\x01\"\n"
+	       "k07 \"\\r\\x00\"\n"
+	       "k08 plain-word_1.2\n"
+	       "k09 \"\"\n"
+	       "k10 \"has space\"\n"
+	       "k11 \"0x41\"\n"
+	       "k12 \"#hash\"\n"
+	       "k13 \"semi;colon\"\n"
+	       "k14 JK\n"
+	       "k15 \"\\x7f\"\n"
+	       "k16 \"\\xc3\\xa9\"\n"
+	       "k17 A1\n"
+	       "k18 it's#not'a#comment\n"
+	       "k19 \"quoted key\"\n");
+	/* output pasted back as input gives the same store */
+	struct run r;
+	script(dbcli, db, "scan\n", &r);
+	char *in = NULL;
+	size_t n = 0;
+	for (char *line = strtok(r.out, "\n"); line; line = strtok(NULL, "\n")) {
+		append(&in, &n, "put ", 4);
+		append(&in, &n, line, strlen(line));
+		append(&in, &n, "\n", 1);
+	}
+	golden(dbcli, path("db2"), in, "");
+	char *a = dump_of(db), *b = dump_of(path("db2"));
+	cr_expect_str_eq(a, b);
+	free(a);
+	free(b);
+	free(in);
+	run_free(&r);
+}
+
+Test(cli, db_binary_keys_nul_and_ff)
+{
+	need_tools();
+	const char *db = path("db");
+	golden(dbcli, db,
+	       "put 0xff v-ff\n"
+	       "put 0xffff v-ffff\n"
+	       "put 0x00 v-00\n"
+	       "put 0x0000 v-0000\n"
+	       "put 0x00ff v-00ff\n"
+	       "put a v-a\n"
+	       "put \"a\\0b\" v-a0b\n"
+	       "put \"\\xff\\x00\" 0x00ff00ff\n"
+	       "get 0x00\n"
+	       "get \"\\0\\0\"\n"
+	       "get \"\\x00\\xff\"\n"
+	       "get 0x61\n"
+	       "get 0x610062\n"
+	       "get \"\\xff\\x00\"\n"
+	       "get 0x0001\n"
+	       "scan\n",
+	       "v-00\nv-0000\nv-00ff\nv-a\nv-a0b\n\"\\x00\\xff\\x00\\xff\"\n(not found)\n"
+	       "\"\\x00\" v-00\n"
+	       "\"\\x00\\x00\" v-0000\n"
+	       "\"\\x00\\xff\" v-00ff\n"
+	       "a v-a\n"
+	       "\"a\\x00b\" v-a0b\n"
+	       "\"\\xff\" v-ff\n"
+	       "\"\\xff\\x00\" \"\\x00\\xff\\x00\\xff\"\n"
+	       "\"\\xff\\xff\" v-ffff\n");
+	golden(dbcli, db,
+	       "del 0x0000\ndel \"\\xff\"\nscan 0x00 0x01\nprefix 0xff\ncount\nsync\ncheck\n",
+	       "\"\\x00\" v-00\n"
+	       "\"\\x00\\xff\" v-00ff\n"
+	       "\"\\xff\\x00\" \"\\x00\\xff\\x00\\xff\"\n"
+	       "\"\\xff\\xff\" v-ffff\n"
+	       "6\nok\n");
+}
+
+Test(cli, db_scan_prefix_count)
+{
+	need_tools();
+	const char *db = path("db");
+	golden(dbcli, db, "put a 1; put ab 2; put abc 3; put b 4; put c 5; put d 6; put 10 7\n",
+	       "");
+	golden(dbcli, db,
+	       "scan\n"
+	       "scan 2\n"
+	       "scan b\n"
+	       "scan ab 1\n"
+	       "scan ab c\n"
+	       "scan ab c 2\n"
+	       "scan \"10\"\n"
+	       "scan \"\" b\n"
+	       "scan c \"\"\n"
+	       "scan \"\" \"\" 0\n"
+	       "scan z\n"
+	       "scan c a\n",
+	       /* scan */
+	       "10 7\na 1\nab 2\nabc 3\nb 4\nc 5\nd 6\n"
+	       /* scan 2 */
+	       "10 7\na 1\n"
+	       /* scan b */
+	       "b 4\nc 5\nd 6\n"
+	       /* scan ab 1 */
+	       "ab 2\n"
+	       /* scan ab c */
+	       "ab 2\nabc 3\nb 4\n"
+	       /* scan ab c 2 */
+	       "ab 2\nabc 3\n"
+	       /* scan "10" */
+	       "10 7\na 1\nab 2\nabc 3\nb 4\nc 5\nd 6\n"
+	       /* scan "" b */
+	       "10 7\na 1\nab 2\nabc 3\n"
+	       /* scan c "" */
+	       "c 5\nd 6\n"
+	       /* scan "" "" 0: no limit */
+	       "10 7\na 1\nab 2\nabc 3\nb 4\nc 5\nd 6\n");
+	golden(dbcli, db,
+	       "prefix a\nprefix ab 1\nprefix abcd\nprefix 1\n"
+	       "count\ncount b\ncount ab c\ncount \"\" b\ncount x\n",
+	       "a 1\nab 2\nabc 3\n"
+	       "ab 2\n"
+	       "10 7\n"
+	       "7\n3\n3\n4\n0\n");
+}
+
+Test(cli, db_batch_commit_abort)
+{
+	need_tools();
+	const char *db = path("db");
+	golden(dbcli, db,
+	       "put a old\n"
+	       "batch\n"
+	       "put a new\n"
+	       "put b 2\n"
+	       "del a\n"
+	       "put a newer\n"
+	       "get a\n" /* the store, not the batch */
+	       "get b\n"
+	       "commit\n"
+	       "get a\n"
+	       "get b\n"
+	       "batch\n"
+	       "put c 3\n"
+	       "del b\n"
+	       "abort\n"
+	       "scan\n",
+	       "old\n(not found)\nnewer\n2\na newer\nb 2\n");
+	/* misuse: each an error, none changes the store */
+	struct run r;
+	script(dbcli, db,
+	       "commit\nabort\nbatch\nbatch\nload /nonexistent\nput x 1\ncommit\n"
+	       "get x\n",
+	       &r);
+	cr_expect_str_eq(r.out, "1\n");
+	cr_expect_eq(count_lines(r.err), 4, "stderr:\n%s", r.err);
+	cr_expect(strstr(r.err, "line 1: commit: no batch is open"), "%s", r.err);
+	cr_expect(strstr(r.err, "line 4: batch: a batch is already open"), "%s", r.err);
+	cr_expect(strstr(r.err, "line 5: load: not inside a batch"), "%s", r.err);
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	/* a batch left open at the end is dropped, and the status says so */
+	script(dbcli, db, "batch\nput y 1\ndel a\n", &r);
+	cr_expect(strstr(r.err, "batch of 2 operations was not committed"), "%s", r.err);
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	golden(dbcli, db, "scan\n", "a newer\nb 2\nx 1\n");
+	/* -c with a batch */
+	cmdline(dbcli, db, "batch; put p 1; put q 2; commit; count p r", &r);
+	cr_expect_str_eq(r.out, "2\n");
+	cr_expect_eq(code(&r), 0);
+	run_free(&r);
+}
+
+Test(cli, db_sync_stats_check_timer)
+{
+	need_tools();
+	const char *db = path("db");
+	struct run r;
+	script(dbcli, db, "put a 1\nsync\ncheck\nstats\n", &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect(!strncmp(r.out, "ok\nkeys ", 8), "%s", r.out);
+	cr_expect(strstr(r.out, "\nmemtable_entries "), "%s", r.out);
+	cr_expect(strstr(r.out, "\nspace.segment_size "), "%s", r.out);
+	for (const char *p = r.out + 3; *p; p = strchr(p, '\n') + 1) {
+		char name[64];
+		unsigned long long v;
+		cr_expect_eq(sscanf(p, "%63s %llu", name, &v), 2, "stats line: %.40s", p);
+	}
+	run_free(&r);
+	/* .timer: a time line after each command while on */
+	script(dbcli, db, ".timer on\nget a\n.timer off\nget a\n.timer maybe\n", &r);
+	double t1, t2;
+	cr_expect_eq(sscanf(r.out, "time: %lf s\n1\ntime: %lf s\n1\n", &t1, &t2), 2, "%s", r.out);
+	cr_expect_eq(count_lines(r.out), 4, "%s", r.out);
+	cr_expect(strstr(r.err, ".timer: expected on or off"), "%s", r.err);
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+}
+
+Test(cli, db_help_usage_options)
+{
+	need_tools();
+	static const char *const all[] = {"put",    "get",   "del",    "scan",	"prefix",
+					  "count",  "batch", "commit", "abort", "sync",
+					  "stats",  "check", "dump",   "load",	"help",
+					  ".timer", "quit",  "exit",   NULL};
+	struct run r;
+	char *h[] = {dbcli, "--help", NULL};
+	run_argv(h, "", 0, &r);
+	cr_expect_eq(code(&r), 0);
+	for (const char *const *c = all; *c; c++) {
+		char pat[32];
+		snprintf(pat, sizeof(pat), "\n  %s ", *c);
+		cr_expect(strstr(r.out, pat), "--help does not list %s", *c);
+	}
+	cr_expect(strstr(r.out, "-c COMMANDS"), "%s", r.out);
+	cr_expect(strstr(r.out, "Exit status"), "%s", r.out);
+	cr_expect(strstr(r.out, "\\xHH"), "%s", r.out);
+	run_free(&r);
+	const char *db = path("db");
+	script(dbcli, db, "help\nhelp scan\nhelp .timer\nhelp nosuch\n", &r);
+	for (const char *const *c = all; *c; c++) {
+		char pat[32];
+		snprintf(pat, sizeof(pat), "\n  %s ", *c);
+		cr_expect(strstr(r.out, pat), "help does not list %s", *c);
+	}
+	cr_expect(strstr(r.out, "\nscan [START [END]] [LIMIT]\n"), "%s", r.out);
+	cr_expect(strstr(r.out, "\n.timer on|off\n"), "%s", r.out);
+	cr_expect(strstr(r.err, "help: no such command: nosuch"), "%s", r.err);
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	/* usage errors: status 2 */
+	char *a1[] = {dbcli, NULL};
+	char *a2[] = {dbcli, "--frobnicate", (char *)db, NULL};
+	char *a3[] = {dbcli, (char *)db, "-c", NULL};
+	char *a4[] = {dbcli, (char *)db, (char *)db, NULL};
+	char *a5[] = {dbcli, "--no-create", (char *)path("missing"), "-c", "count", NULL};
+	char *a6[] = {dbcli, "--version", NULL};
+	char *const *cases[] = {a1, a2, a3, a4, a5};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		run_argv(cases[i], "", 0, &r);
+		cr_expect_eq(code(&r), 2, "case %zu: status %d", i, code(&r));
+		cr_expect(r.errlen > 0, "case %zu: no message", i);
+		run_free(&r);
+	}
+	run_argv(a6, "", 0, &r);
+	cr_expect_eq(code(&r), 0);
+	cr_expect(strstr(r.out, FLEX_VERSION_STRING), "%s", r.out);
+	run_free(&r);
+	cr_expect(access(path("missing"), F_OK) != 0, "--no-create created the store");
+}
+
+Test(cli, db_exit_status_and_errors)
+{
+	need_tools();
+	const char *db = path("db");
+	struct run r;
+	cmdline(dbcli, db, "put a 1; get a; sync", &r);
+	cr_expect_eq(code(&r), 0);
+	cr_expect_str_eq(r.out, "1\n");
+	run_free(&r);
+	/* a failure does not stop the rest, but sets the status */
+	cmdline(dbcli, db, "get \"\"; put b 2; get b", &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect_str_eq(r.out, "2\n");
+	cr_expect_str_eq(r.err, "flexdb-cli: error: get: a key must not be empty\n");
+	run_free(&r);
+	/* a line is checked whole (names, argument counts, forms) before it runs */
+	cmdline(dbcli, db, "put c 3; get; put d 4", &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect_str_eq(r.out, "");
+	cr_expect_str_eq(r.err,
+			 "flexdb-cli: error: get: wrong number of arguments; usage: get KEY\n");
+	run_free(&r);
+	script(dbcli, db, "put c 3; put d 0x123\nput c 3; nosuch\nget c\n", &r);
+	cr_expect_str_eq(r.out, "(not found)\n");
+	cr_expect_str_eq(
+	    r.err, "flexdb-cli: error at line 1: put: argument 2: odd number of hex digits: 0x123\n"
+		   "flexdb-cli: error at line 2: unknown command nosuch (try: help)\n");
+	run_free(&r);
+	/* several -c, --bail */
+	char *av[] = {dbcli, "--bail",		(char *)db, "-c",      "get a",
+		      "-c",  "nosuch; put c 3", "-c",	    "put d 4", NULL};
+	run_argv(av, "", 0, &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect_str_eq(r.out, "1\n");
+	run_free(&r);
+	golden(dbcli, db, "get c\nget d\n", "(not found)\n(not found)\n");
+	/* library errors carry flex_strerror's text */
+	char *big = malloc(FLEXDB_MAX_KEY + 64), want[256];
+	strcpy(big, "put ");
+	memset(big + 4, 'k', FLEXDB_MAX_KEY + 1);
+	strcpy(big + 4 + FLEXDB_MAX_KEY + 1, " v\nget a\n");
+	script(dbcli, db, big, &r);
+	snprintf(want, sizeof(want),
+		 "flexdb-cli: error at line 1: put: key of %u bytes: %s (limit %u)\n",
+		 FLEXDB_MAX_KEY + 1, flex_strerror(FLEX_ETOOBIG), FLEXDB_MAX_KEY);
+	cr_expect_str_eq(r.err, want);
+	cr_expect_str_eq(r.out, "1\n");
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	free(big);
+	/* quit ends a script; comments, blank lines, ';' */
+	golden(dbcli, db, "# a comment\n\n  get a ; ; get b # trailing comment\nquit\nget a\n",
+	       "1\n2\n");
+	golden(dbcli, db, "exit\nnosuch\n", "");
+	/* the unsupported things are errors with a clear text */
+	script(dbcli, db,
+	       "put \"\" v\nget \"\"\nscan a b c\nprefix a b\nload "
+	       "\"/nonexistent/f\"\n",
+	       &r);
+	cr_expect_eq(count_lines(r.err), 5, "%s", r.err);
+	cr_expect(strstr(r.err, "line 1: put: a key must not be empty"), "%s", r.err);
+	cr_expect(strstr(r.err, "line 3: scan: LIMIT: not a number: c"), "%s", r.err);
+	snprintf(want, sizeof(want), "line 5: load: /nonexistent/f: %s\n", flex_strerror(-ENOENT));
+	cr_expect(strstr(r.err, want), "%s", r.err);
+	cr_expect_str_eq(r.out, "");
+	run_free(&r);
+}
+
+/* ======================================================================
+ * dump and load
+ * ====================================================================== */
+
+struct pair {
+	unsigned char *k, *v;
+	size_t kl, vl;
+};
+
+static int pair_cmp(const void *a, const void *b)
+{
+	const struct pair *x = a, *y = b;
+	int c = memcmp(x->k, y->k, x->kl < y->kl ? x->kl : y->kl);
+	return c ? c : (x->kl > y->kl) - (x->kl < y->kl);
+}
+
+Test(cli, db_dump_load_round_trip)
+{
+	need_tools();
+	uint64_t s = seed_of("dump/load");
+	enum { N = 600 };
+	struct pair *p = calloc(N, sizeof(*p));
+	size_t np = 0;
+	for (size_t i = 0; i < N; i++) {
+		struct pair q;
+		uint64_t shape = rnd(&s) % 16;
+		q.kl = shape == 0 ? FLEXDB_MAX_KEY : 1 + rnd(&s) % (shape < 8 ? 4 : 40);
+		q.vl = shape == 1 ? 100000 : shape == 2 ? 0 : rnd(&s) % 60;
+		q.k = malloc(q.kl);
+		q.v = malloc(q.vl + 1);
+		for (size_t j = 0; j < q.kl; j++) {
+			uint64_t c = rnd(&s) % 8;
+			q.k[j] = c == 0	  ? 0
+				 : c == 1 ? 0xff
+				 : c < 4  ? (unsigned char)rnd(&s)
+					  : (unsigned char)('a' + rnd(&s) % 4);
+		}
+		for (size_t j = 0; j < q.vl; j++)
+			q.v[j] = (unsigned char)(shape & 4 ? rnd(&s) : ' ' + rnd(&s) % 95);
+		/* keep the last value of a repeated key, like the store */
+		size_t j;
+		for (j = 0; j < np; j++)
+			if (p[j].kl == q.kl && !memcmp(p[j].k, q.k, q.kl))
+				break;
+		if (j < np) {
+			free(p[j].k);
+			free(p[j].v);
+		} else {
+			np++;
+		}
+		p[j] = q;
+	}
+	/* put them (hex input; both forms of ; and newline separation) */
+	char *in = NULL;
+	size_t inl = 0;
+	for (size_t i = 0; i < N && i < np; i++) {
+		append(&in, &inl, "put ", 4);
+		hexarg(&in, &inl, p[i].k, p[i].kl);
+		append(&in, &inl, " ", 1);
+		hexarg(&in, &inl, p[i].v, p[i].vl);
+		append(&in, &inl, i % 3 ? ";" : "\n", 1);
+	}
+	append(&in, &inl, "\n", 1);
+	const char *db = path("db"), *db2 = path("db2"), *f1 = path("d1.txt"), *f2 = path("d2.txt");
+	golden(dbcli, db, in, "");
+	free(in);
+	/* the expected dump, from the model and the documented format */
+	qsort(p, np, sizeof(*p), pair_cmp);
+	char *want = NULL;
+	size_t wl = 0;
+	append(&want, &wl, "flexdb-dump 1\n", 14);
+	for (size_t i = 0; i < np; i++) {
+		esc(&want, &wl, p[i].k, p[i].kl);
+		append(&want, &wl, "\t", 1);
+		esc(&want, &wl, p[i].v, p[i].vl);
+		append(&want, &wl, "\n", 1);
+	}
+	char endl[64];
+	snprintf(endl, sizeof(endl), "end %zu\n", np);
+	append(&want, &wl, endl, strlen(endl));
+
+	char cmd[512], out[128];
+	snprintf(cmd, sizeof(cmd), "dump \"%s\"", f1);
+	snprintf(out, sizeof(out), "dumped %zu pairs\n", np);
+	struct run r;
+	cmdline(dbcli, db, cmd, &r);
+	cr_expect_str_eq(r.out, out);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	run_free(&r);
+	size_t l1;
+	char *d1 = read_file(f1, &l1);
+	cr_assert_eq(l1, wl, "dump is %zu bytes, expected %zu", l1, wl);
+	cr_assert(!memcmp(d1, want, wl), "dump differs from the model");
+	char *stdout_dump = dump_of(db);
+	cr_expect_str_eq(stdout_dump, d1, "dump to stdout and to a file differ");
+
+	/* load into a fresh store, dump again: identical */
+	snprintf(cmd, sizeof(cmd), "load %s; count; check; dump %s", f1, f2);
+	char out2[128];
+	snprintf(out2, sizeof(out2), "loaded %zu pairs\n%zu\nok\ndumped %zu pairs\n", np, np, np);
+	cmdline(dbcli, db2, cmd, &r);
+	cr_expect_str_eq(r.out, out2);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	run_free(&r);
+	char *d2 = read_file(f2, NULL);
+	cr_expect_str_eq(d2, d1, "the reloaded store differs");
+	/* key by key through get, a sample */
+	for (size_t i = 0; i < np; i += np / 20 + 1) {
+		char *g = NULL, *gw = NULL;
+		size_t gl = 0, gwl = 0;
+		append(&g, &gl, "get ", 4);
+		esc(&g, &gl, p[i].k, p[i].kl);
+		append(&g, &gl, "\n", 1);
+		esc(&gw, &gwl, p[i].v, p[i].vl);
+		append(&gw, &gwl, "\n", 1);
+		golden(dbcli, db2, g, gw);
+		free(g);
+		free(gw);
+	}
+	/* load over existing keys overwrites them and keeps the others */
+	golden(dbcli, db2, "put 0x01 one\n", "");
+	snprintf(cmd, sizeof(cmd), "load %s\ncount\n", f1);
+	size_t had01 = 0; /* was key 0x01 among the random ones? */
+	for (size_t i = 0; i < np; i++)
+		had01 |= p[i].kl == 1 && p[i].k[0] == 1;
+	snprintf(out2, sizeof(out2), "loaded %zu pairs\n%zu\n", np, np + 1 - had01);
+	golden(dbcli, db2, cmd, out2);
+
+	free(want);
+	free(d1);
+	free(d2);
+	free(stdout_dump);
+	for (size_t i = 0; i < np; i++) {
+		free(p[i].k);
+		free(p[i].v);
+	}
+	free(p);
+}
+
+Test(cli, db_load_rejects_malformed_files)
+{
+	need_tools();
+	const char *db = path("db");
+	golden(dbcli, db, "put keep me\nput a 1\n", "");
+	char *before = dump_of(db);
+	static const char *const bad[] = {
+	    "",
+	    "flexdb-dump 2\nend 0\n",
+	    "flexdb-dump 1\n",				/* no end line: truncated */
+	    "flexdb-dump 1\nx\t1\n",			/* truncated */
+	    "flexdb-dump 1\nx\t1\nend 2\n",		/* wrong count */
+	    "flexdb-dump 1\nx\t1\nend 1\ny\t2\n",	/* after the end */
+	    "flexdb-dump 1\nx\t1\ny 2\nend 2\n",	/* no tab */
+	    "flexdb-dump 1\nx\t1\t2\nend 1\n",		/* two tabs */
+	    "flexdb-dump 1\nx\t1\n\"\"\t2\nend 2\n",	/* empty key */
+	    "flexdb-dump 1\nx\t1\ny\t\"\\q\"\nend 2\n", /* bad escape */
+	    "flexdb-dump 1\nx\t1\ny\t\"abc\nend 2\n",	/* unterminated */
+	    "flexdb-dump 1\nx\t1\n0x0\t2\nend 2\n",	/* odd hex */
+	    "flexdb-dump 1\nx\t1\ny\ta b\nend 2\n",	/* blank in a bare word */
+	    "flexdb-dump 1\nx\t1\ny\t\nend 2\n",	/* empty field */
+	    "flexdb-dump 1\nx\t1\nend -1\n",
+	    "flexdb-dump 1\nx\t1\nend 1x\n",
+	    "not a dump\n",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_file(path("bad.txt"), bad[i], strlen(bad[i]));
+		char cmd[300];
+		snprintf(cmd, sizeof(cmd), "load %s", path("bad.txt"));
+		struct run r;
+		cmdline(dbcli, db, cmd, &r);
+		cr_expect_eq(code(&r), 1, "case %zu accepted", i);
+		cr_expect(strstr(r.err, "nothing loaded"), "case %zu: %s", i, r.err);
+		cr_expect_str_eq(r.out, "", "case %zu", i);
+		run_free(&r);
+	}
+	/* hand-written files: comments, blank lines, CRLF, any input form */
+	const char *ok = "flexdb-dump 1\r\n# comment\n\nx\t0x4142\r\n\"y z\"\t\"\\t\"\nend 2\n\n";
+	write_file(path("ok.txt"), ok, strlen(ok));
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "load %s\nget x\nget \"y z\"\ndel x\ndel \"y z\"\n",
+		 path("ok.txt"));
+	golden(dbcli, db, cmd, "loaded 2 pairs\nAB\n\"\\t\"\n");
+	char *after = dump_of(db);
+	cr_expect_str_eq(after, before);
+	free(before);
+	free(after);
+}
+
+/* ======================================================================
+ * Fuzz: malformed lines change nothing and never crash
+ * ====================================================================== */
+
+static const char *const db_cmds[] = {
+    "put",   "get",   "del",  "scan", "prefix", "count",  "batch", "commit", "abort", "sync",
+    "stats", "check", "dump", "load", "help",	".timer", "quit",  "exit",   NULL};
+/* argument counts that are wrong for each of db_cmds (-1 ends) */
+static const int db_wrong[][4] = {
+    {0, 1, 3, -1},   {0, 2, 3, -1},  {0, 2, 3, -1},  {4, 5, -1, -1}, {0, 3, -1, -1},
+    {3, 4, -1, -1},  {1, 2, -1, -1}, {1, 2, -1, -1}, {1, 2, -1, -1}, {1, -1, -1, -1},
+    {1, -1, -1, -1}, {1, 2, -1, -1}, {2, 3, -1, -1}, {0, 2, -1, -1}, {2, 3, -1, -1},
+    {0, 2, -1, -1},  {1, 2, -1, -1}, {1, 3, -1, -1},
+};
+
+static void fuzz_token(char **b, size_t *n, uint64_t *s)
+{
+	char t[64];
+	switch (rnd(s) % 4) {
+	case 0: {
+		size_t l = 1 + rnd(s) % 6;
+		for (size_t i = 0; i < l; i++)
+			t[i] = "abcxyz019_-.K"[rnd(s) % 13];
+		append(b, n, t, l);
+		break;
+	}
+	case 1:
+		append(b, n, "\"a b\\n\\x00\\t\\\\\\\"\"", 17);
+		break;
+	case 2:
+		snprintf(t, sizeof(t), "0x%02x%02x", (unsigned)(rnd(s) & 255),
+			 (unsigned)(rnd(s) & 255));
+		append(b, n, t, 6);
+		break;
+	default:
+		snprintf(t, sizeof(t), "%u", (unsigned)(rnd(s) % 1000));
+		append(b, n, t, strlen(t));
+	}
+}
+
+/* One line that must fail as a whole, without changing anything. */
+static void fuzz_line(char **b, size_t *n, uint64_t *s, const char *const *cmds,
+		      const int (*wrong)[4], const char *const *sem_bad, int fs)
+{
+	static const char *const broken[] = {
+	    "\"abc",   "\"\\q\"", "\"\\x4\"", "\"\\xg0\"", "0x1g", "0xzz",    "ab\\n",
+	    "ab\"c\"", "\"a\"b",  "0x",	      "\"\\",	   "x\"",  "\"\\x\"", "\"\\U0041\"",
+	};
+	size_t ncmds = 0;
+	while (cmds[ncmds])
+		ncmds++;
+	switch (rnd(s) % 5) {
+	case 0: { /* a parse error anywhere makes the whole line run nothing */
+		if (rnd(s) % 2)
+			append(b, n, fs ? "write 0 XYZ; " : "put fz1 v1; ", fs ? 13 : 12);
+		const char *c = cmds[rnd(s) % ncmds];
+		append(b, n, c, strlen(c));
+		size_t na = rnd(s) % 4, at = rnd(s) % (na + 1);
+		for (size_t i = 0; i <= na; i++) {
+			append(b, n, " ", 1);
+			if (i == at) {
+				const char *x =
+				    broken[rnd(s) % (sizeof(broken) / sizeof(broken[0]))];
+				append(b, n, x, strlen(x));
+			} else {
+				fuzz_token(b, n, s);
+			}
+		}
+		if (rnd(s) % 2)
+			append(b, n, fs ? "; truncate 0" : "; del fz1", fs ? 12 : 9);
+		break;
+	}
+	case 1: { /* unknown command */
+		static const char *const unk[] = {"PUT",     "gett",   "delete",  "scans",
+						  "put1",    "x",      "commitx", "qui",
+						  ".timers", "--help", "ge\x01t"};
+		const char *c = unk[rnd(s) % (sizeof(unk) / sizeof(unk[0]))];
+		append(b, n, c, strlen(c));
+		for (size_t i = rnd(s) % 4; i > 0; i--) {
+			append(b, n, " ", 1);
+			fuzz_token(b, n, s);
+		}
+		break;
+	}
+	case 2: { /* a known command with a wrong argument count */
+		size_t ci = rnd(s) % ncmds, k = 0;
+		while (k < 4 && wrong[ci][k] >= 0)
+			k++;
+		int na = wrong[ci][rnd(s) % k];
+		append(b, n, cmds[ci], strlen(cmds[ci]));
+		for (int i = 0; i < na; i++) {
+			append(b, n, " ", 1);
+			fuzz_token(b, n, s);
+		}
+		break;
+	}
+	case 3: { /* well-formed but refused */
+		size_t k = 0;
+		while (sem_bad[k])
+			k++;
+		const char *c = sem_bad[rnd(s) % k];
+		append(b, n, c, strlen(c));
+		break;
+	}
+	default: { /* random bytes behind a byte that is no command */
+		char c = "\x01\x7f\xff\x1b"[rnd(s) % 4];
+		append(b, n, &c, 1);
+		for (size_t i = rnd(s) % 40; i > 0; i--) {
+			c = (char)(rnd(s) & 255);
+			if (c == '\n' || c == ';')
+				c = '"';
+			append(b, n, &c, 1);
+		}
+	}
+	}
+	append(b, n, "\n", 1);
+}
+
+Test(cli, db_fuzz_malformed_lines_change_nothing)
+{
+	need_tools();
+	uint64_t s = seed_of("flexdb-cli fuzz");
+	const char *db = path("db");
+	golden(dbcli, db, "put a 1\nput 0x00ff \"\\x00\"\nput zz \"\"\nsync\n", "");
+	char *before = dump_of(db);
+	static const char *const sem_bad[] = {
+	    "put \"\" v",
+	    "del \"\"",
+	    "get \"\"",
+	    "load /nonexistent/file",
+	    "commit",
+	    "abort",
+	    "scan a b notanumber",
+	    "prefix p 12x",
+	    ".timer maybe",
+	    "help nosuch",
+	    "load /tmp",
+	    "dump /nonexistent/dir/file",
+	    "scan 0x00 \"\" -1",
+	    "count \"\" \"\" 5x",
+	    NULL,
+	};
+	char *in = NULL;
+	size_t n = 0, lines = 1500;
+	for (size_t i = 0; i < lines; i++)
+		fuzz_line(&in, &n, &s, db_cmds, db_wrong, sem_bad, 0);
+	struct run r;
+	char *argv[] = {dbcli, (char *)db, NULL};
+	run_argv(argv, in, n, &r);
+	cr_expect_eq(code(&r), 1, "status %d", code(&r));
+	cr_expect_str_eq(r.out, "", "a malformed line printed output");
+	cr_expect_eq(count_lines(r.err), lines, "expected one error per line, got %zu",
+		     count_lines(r.err));
+	run_free(&r);
+	/* -c too: each line alone */
+	for (int i = 0; i < 15; i++) {
+		char *one = NULL;
+		size_t m = 0;
+		fuzz_line(&one, &m, &s, db_cmds, db_wrong, sem_bad, 0);
+		one[m - 1] = '\0';
+		cmdline(dbcli, db, one, &r);
+		cr_expect_eq(code(&r), 1, "-c '%s': status %d", one, code(&r));
+		run_free(&r);
+		free(one);
+	}
+	char *after = dump_of(db);
+	cr_expect_str_eq(after, before, "the store changed");
+	free(in);
+	free(before);
+	free(after);
+}
+
+/* ======================================================================
+ * flexspace-cli
+ * ====================================================================== */
+
+Test(cli, space_commands_golden)
+{
+	need_tools();
+	const char *sp = path("space");
+	write_file(path("in"), "hello\0\xffworld", 12);
+	char in[1024];
+	snprintf(in, sizeof(in),
+		 "import %s\n"
+		 "size\n"
+		 "read 0 100\n"
+		 "read -s 0 100\n"
+		 "insert 5 \" big\"\n"
+		 "read -s 0 1K\n"
+		 "collapse 0 6\n"
+		 "read -s 0 0x100\n"
+		 "write 20 0x4142\n"
+		 "size\n"
+		 "read -x 0 100\n"
+		 "read -s 8 4\n"
+		 "read -s 100 4\n"
+		 "truncate 3\n"
+		 "read -r 0 10\n"
+		 "insert 0 \"\\t\\\"\\\\\"\n"
+		 "read -s 0 10\n"
+		 "truncate 0\n"
+		 "size\n"
+		 "sync\n"
+		 "check\n",
+		 path("in"));
+	golden(fscli, sp, in,
+	       "imported 12 bytes\n"
+	       "12\n"
+	       "00000000  68 65 6c 6c 6f 00 ff 77  6f 72 6c 64              |hello..world|\n"
+	       "\"hello\\x00\\xffworld\"\n"
+	       "\"hello big\\x00\\xffworld\"\n"
+	       "\"big\\x00\\xffworld\"\n"
+	       "22\n"
+	       "00000000  62 69 67 00 ff 77 6f 72  6c 64 00 00 00 00 00 00  |big..world......|\n"
+	       "00000010  00 00 00 00 41 42                                 |....AB|\n"
+	       "\"ld\\x00\\x00\"\n"
+	       "\"\"\n"
+	       "big"
+	       "\"\\t\\\"\\\\big\"\n"
+	       "0\n"
+	       "ok\n");
+	/* extents (logical start and length; physical offsets vary), defrag */
+	struct run r;
+	script(fscli, sp, "write 0 abcdef\ninsert 3 XYZ\nwrite 20 0x00\nextents\nextents 4 3\n",
+	       &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	{
+		static const uint64_t want[][2] = {{0, 3},  {3, 3}, {6, 3}, {9, 11},
+						   {20, 1}, {3, 3}, {6, 3}};
+		const char *p = r.out;
+		for (size_t i = 0; i < 7; i++) {
+			unsigned long long lo, len;
+			char third[32];
+			cr_assert_eq(sscanf(p, "%llu %llu %31s", &lo, &len, third), 3, "%s", r.out);
+			cr_expect(lo == want[i][0] && len == want[i][1],
+				  "extent %zu: %llu %llu\n%s", i, lo, len, r.out);
+			cr_expect_eq(!strcmp(third, "hole"), i == 3, "%s", r.out);
+			p = strchr(p, '\n') + 1;
+		}
+		cr_expect_eq(*p, '\0', "%s", r.out);
+	}
+	run_free(&r);
+	const char *content =
+	    "\"abcXYZdef\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\"\n";
+	char want2[512];
+	snprintf(want2, sizeof(want2), "%s%s21\nok\n", content, content);
+	golden(fscli, sp, "read -s 0 1M\ndefrag\ndefrag 2 5\nsync\nread -s 0 1M\nsize\ncheck\n",
+	       want2);
+	script(fscli, sp, "stats\n", &r);
+	cr_expect(!strncmp(r.out, "size ", 5), "%s", r.out);
+	cr_expect(strstr(r.out, "\nextents "), "%s", r.out);
+	cr_expect(strstr(r.out, "\nsegment_size "), "%s", r.out);
+	cr_expect_eq(count_lines(r.out), 17, "%s", r.out);
+	run_free(&r);
+	/* the same through -c */
+	cmdline(fscli, sp, "size; collapse 0 3; read -s 0 3; truncate 0; size", &r);
+	cr_expect_str_eq(r.out, "21\nXYZ\n0\n");
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	run_free(&r);
+}
+
+Test(cli, space_import_export_binary)
+{
+	need_tools();
+	uint64_t s = seed_of("flexspace import/export");
+	size_t n = (3u << 20) + 12345;
+	unsigned char *d = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		d[i] = (unsigned char)rnd(&s);
+	memset(d + 1000, 0, 5000);
+	write_file(path("in.bin"), d, n);
+	const char *sp = path("space");
+	char cmd[1024], want[256];
+	/* import replaces: first a bigger content */
+	golden(fscli, sp, "truncate 5M\nwrite 0 junk\n", "");
+	snprintf(cmd, sizeof(cmd), "import %s\nsize\nexport %s\ncheck\n", path("in.bin"),
+		 path("out.bin"));
+	snprintf(want, sizeof(want), "imported %zu bytes\n%zu\nexported %zu bytes\nok\n", n, n, n);
+	golden(fscli, sp, cmd, want);
+	size_t m;
+	char *back = read_file(path("out.bin"), &m);
+	cr_assert_eq(m, n);
+	cr_expect(!memcmp(back, d, n), "export differs from the imported file");
+	free(back);
+	/* read -r gives raw bytes, across a 1 MiB chunk boundary */
+	struct run r;
+	cmdline(fscli, sp, "read -r 1048000 2000", &r);
+	cr_assert_eq(r.outlen, 2000);
+	cr_expect(!memcmp(r.out, d + 1048000, 2000));
+	run_free(&r);
+	/* read -s output pasted into insert round-trips any bytes */
+	cmdline(fscli, sp, "read -s 0 300", &r);
+	char *ins = NULL;
+	size_t il = 0;
+	append(&ins, &il, "truncate 0\ninsert 0 ", 20);
+	append(&ins, &il, r.out, r.outlen);
+	append(&ins, &il, "read -r 0 1M\n", 13);
+	run_free(&r);
+	script(fscli, path("space2"), ins, &r);
+	cr_assert_eq(r.outlen, 300, "%s", r.err);
+	cr_expect(!memcmp(r.out, d, 300));
+	run_free(&r);
+	free(ins);
+	/* import refuses what is not a regular file, and changes nothing */
+	snprintf(cmd, sizeof(cmd), "import %s\nimport /nonexistent/x\nsize\n", tmp);
+	script(fscli, sp, cmd, &r);
+	snprintf(want, sizeof(want), "%zu\n", n);
+	cr_expect_str_eq(r.out, want);
+	cr_expect(strstr(r.err, "not a regular file"), "%s", r.err);
+	cr_expect_eq(count_lines(r.err), 2, "%s", r.err);
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	free(d);
+}
+
+Test(cli, space_errors_help_exit_status)
+{
+	need_tools();
+	const char *sp = path("space");
+	struct run r;
+	char want[512];
+	script(fscli, sp, "write 0 abc\ncollapse 2 5\nread 0\ntruncate -1\nwrite x y\nsize\n", &r);
+	snprintf(want, sizeof(want),
+		 "flexspace-cli: error at line 2: collapse: %s\n"
+		 "flexspace-cli: error at line 3: read: wrong number of arguments; usage: read "
+		 "[-x|-r|-s] OFF LEN\n"
+		 "flexspace-cli: error at line 4: truncate: SIZE: not a number: -1\n"
+		 "flexspace-cli: error at line 5: write: OFF: not a number: x\n",
+		 flex_strerror(-ERANGE));
+	cr_expect_str_eq(r.err, want);
+	cr_expect_str_eq(r.out, "3\n");
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	static const char *const all[] = {"import",   "export",	  "read", "write", "insert",
+					  "collapse", "truncate", "size", "stats", "check",
+					  "defrag",   "sync",	  "help", "quit",  NULL};
+	char *h[] = {fscli, "--help", NULL};
+	run_argv(h, "", 0, &r);
+	cr_expect_eq(code(&r), 0);
+	for (const char *const *c = all; *c; c++) {
+		char pat[32];
+		snprintf(pat, sizeof(pat), "\n  %s ", *c);
+		cr_expect(strstr(r.out, pat), "--help does not list %s", *c);
+	}
+	run_free(&r);
+	script(fscli, sp, "help read\nhelp\n", &r);
+	cr_expect(!strncmp(r.out, "read [-x|-r|-s] OFF LEN\n", 24), "%s", r.out);
+	cr_expect(strstr(r.out, "\n  collapse OFF LEN "), "%s", r.out);
+	cr_expect_eq(code(&r), 0);
+	run_free(&r);
+	char *a1[] = {fscli, NULL};
+	char *a2[] = {fscli, "--no-create", (char *)path("nope"), "-c", "size", NULL};
+	char *a3[] = {fscli, "-x", (char *)sp, NULL};
+	char *const *cases[] = {a1, a2, a3};
+	for (size_t i = 0; i < 3; i++) {
+		run_argv(cases[i], "", 0, &r);
+		cr_expect_eq(code(&r), 2, "case %zu: status %d", i, code(&r));
+		run_free(&r);
+	}
+	cmdline(fscli, sp, "size; quit; truncate 0", &r);
+	cr_expect_str_eq(r.out, "3\n");
+	cr_expect_eq(code(&r), 0);
+	run_free(&r);
+	golden(fscli, sp, "size\n", "3\n");
+}
+
+static const char *const fs_cmds[] = {"import",	  "export", "read",   "write", "insert", "collapse",
+				      "truncate", "size",   "stats",  "check", "defrag", "extents",
+				      "sync",	  "help",   ".timer", "quit",  "exit",	 NULL};
+static const int fs_wrong[][4] = {
+    {0, 2, -1, -1}, {0, 2, -1, -1}, {0, 1, 4, -1},   {0, 1, 3, -1},   {0, 1, 3, -1},
+    {0, 1, 3, -1},  {0, 2, -1, -1}, {1, 2, -1, -1},  {1, -1, -1, -1}, {1, 2, -1, -1},
+    {1, 3, -1, -1}, {1, 3, -1, -1}, {1, -1, -1, -1}, {2, 3, -1, -1},  {0, 2, -1, -1},
+    {1, 2, -1, -1}, {1, 2, -1, -1},
+};
+
+Test(cli, space_fuzz_malformed_lines_change_nothing)
+{
+	need_tools();
+	uint64_t s = seed_of("flexspace-cli fuzz");
+	const char *sp = path("space");
+	golden(fscli, sp, "write 0 \"hello \\x00\\xff world\"\ninsert 3 0x0102\nsync\n", "");
+	static const char *const sem_bad[] = {
+	    "collapse 5 1000",
+	    "collapse 1000 1",
+	    "write abc 1",
+	    "insert -1 x",
+	    "truncate 1Q",
+	    "read -q 0 1",
+	    "read 0 0x",
+	    "import /nonexistent/f",
+	    "import /tmp",
+	    "export /nonexistent/dir/f",
+	    "defrag 0 1000",
+	    "write 0x1000000000000 x",
+	    "truncate 99999999999999999999",
+	    "help nosuch",
+	    ".timer 1",
+	    NULL,
+	};
+	char *in = NULL;
+	size_t n = 0, lines = 1000;
+	for (size_t i = 0; i < lines; i++)
+		fuzz_line(&in, &n, &s, fs_cmds, fs_wrong, sem_bad, 1);
+	append(&in, &n, "read -s 0 100\n", 14);
+	struct run r;
+	char *argv[] = {fscli, (char *)sp, NULL};
+	run_argv(argv, in, n, &r);
+	cr_expect_eq(code(&r), 1, "status %d", code(&r));
+	cr_expect_str_eq(r.out, "\"hel\\x01\\x02lo \\x00\\xff world\"\n");
+	cr_expect_eq(count_lines(r.err), lines, "expected one error per line, got %zu",
+		     count_lines(r.err));
+	run_free(&r);
+	golden(fscli, sp, "read -s 0 100\ncheck\n", "\"hel\\x01\\x02lo \\x00\\xff world\"\nok\n");
+	free(in);
+}
+
+/* ======================================================================
+ * Interactive: a session on a pseudo-terminal
+ * ====================================================================== */
+
+struct pty {
+	int m;
+	pid_t pid;
+	char *buf;
+	size_t len;
+};
+
+static void pty_drain(struct pty *t, int ms)
+{
+	struct pollfd p = {t->m, POLLIN, 0};
+	while (poll(&p, 1, ms) > 0) {
+		char b[4096];
+		ssize_t k = read(t->m, b, sizeof(b));
+		if (k <= 0)
+			return;
+		append(&t->buf, &t->len, b, (size_t)k);
+		ms = 50;
+	}
+}
+
+/* Waits until `what` appears in the output after position from. */
+static int pty_wait(struct pty *t, size_t from, const char *what)
+{
+	for (int i = 0; i < 100; i++) {
+		if (t->len > from && strstr(t->buf + from, what))
+			return 1;
+		struct pollfd p = {t->m, POLLIN, 0};
+		if (poll(&p, 1, 100) > 0) {
+			char b[4096];
+			ssize_t k = read(t->m, b, sizeof(b));
+			if (k <= 0)
+				return 0;
+			append(&t->buf, &t->len, b, (size_t)k);
+		}
+	}
+	return 0;
+}
+
+static void pty_send(struct pty *t, const char *s)
+{
+	size_t from = t->len;
+	cr_assert_eq(write(t->m, s, strlen(s)), (ssize_t)strlen(s));
+	/* the next prompt: the line has run */
+	cr_assert(pty_wait(t, from, "flexdb> "), "no prompt after %s; output so far:\n%s", s,
+		  t->buf);
+}
+
+Test(cli, db_interactive_pty)
+{
+	need_tools();
+	const char *db = path("db");
+	struct pty t = {0};
+	append(&t.buf, &t.len, "", 0);
+	/* a fixed readline setup, without bracketed-paste escapes in the output */
+	const char *inputrc = path("inputrc");
+	write_file(inputrc, "set enable-bracketed-paste off\n", 31);
+	t.m = posix_openpt(O_RDWR | O_NOCTTY);
+	cr_assert(t.m >= 0);
+	cr_assert(!grantpt(t.m) && !unlockpt(t.m));
+	char *slave = ptsname(t.m);
+	cr_assert(slave);
+	struct winsize ws = {.ws_row = 24, .ws_col = 100};
+	ioctl(t.m, TIOCSWINSZ, &ws);
+	t.pid = fork();
+	cr_assert(t.pid >= 0);
+	if (t.pid == 0) {
+		setsid();
+		int s = open(slave, O_RDWR); /* becomes the controlling terminal */
+		if (s < 0)
+			_exit(126);
+		ioctl(s, TIOCSCTTY, 0);
+		dup2(s, 0);
+		dup2(s, 1);
+		dup2(s, 2);
+		if (s > 2)
+			close(s);
+		close(t.m);
+		setenv("HOME", tmp, 1);
+		setenv("TERM", "xterm", 1);
+		setenv("INPUTRC", inputrc, 1);
+		execl(dbcli, dbcli, db, (char *)NULL);
+		_exit(127);
+	}
+	cr_assert(pty_wait(&t, 0, "flexdb> "), "no prompt; output:\n%s", t.buf);
+	cr_expect(strstr(t.buf, "help"), "no greeting: %s", t.buf);
+	pty_send(&t, "pu\tcompleted_key 1\r"); /* tab completes "put " */
+	pty_send(&t, "put recall_key recall_value\r");
+	pty_send(&t, "del recall_key\r");
+	size_t from = t.len;
+	pty_send(&t, "get recall_key\r");
+	cr_expect(strstr(t.buf + from, "(not found)"), "%s", t.buf + from);
+	pty_send(&t, "\x1b[A\x1b[A\x1b[A\r"); /* recalls "put recall_key recall_value" */
+	from = t.len;
+	pty_send(&t, "get\r"); /* an error does not end the session */
+	cr_expect(strstr(t.buf + from, "error: get: wrong number of arguments"), "%s",
+		  t.buf + from);
+	from = t.len;
+	pty_send(&t, "get completed_key\r");
+	cr_expect(strstr(t.buf + from, "\r\n1\r\n"), "%s", t.buf + from);
+	cr_assert_eq(write(t.m, "quit\r", 5), 5);
+	int st = 0;
+	pid_t w = 0;
+	for (int i = 0; i < 500 && w != t.pid; i++) {
+		pty_drain(&t, 20);
+		w = waitpid(t.pid, &st, WNOHANG);
+		if (w != t.pid)
+			usleep(20000);
+	}
+	if (w != t.pid) {
+		kill(t.pid, SIGKILL);
+		waitpid(t.pid, &st, 0);
+		cr_assert_fail("flexdb-cli did not quit; output:\n%s", t.buf);
+	}
+	close(t.m);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d; output:\n%s", st, t.buf);
+	/* the effects, checked from outside */
+	golden(dbcli, db, "get completed_key\nget recall_key\n", "1\nrecall_value\n");
+	/* the history file */
+	char *h = read_file(path(".flexdb_history"), NULL);
+	cr_expect(strstr(h, "put recall_key recall_value\n"), "history:\n%s", h);
+	cr_expect(strstr(h, "put completed_key 1\n"), "history:\n%s", h);
+	free(h);
+	free(t.buf);
+}
