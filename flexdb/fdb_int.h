@@ -224,7 +224,7 @@ struct fdb_store {
 	size_t cache_bytes, cache_limit;
 	uint64_t keys, bytes;
 	uint64_t uncounted; /* intervals whose pair count is not known yet */
-	atomic_ullong hits, misses;
+	atomic_ullong hits, misses, admit_tick;
 	uint8_t *rec; /* scratch for one encoded record */
 };
 
@@ -233,12 +233,14 @@ void fdb_store_close(struct fdb_store *s);
 /* Exclusive lock held: applies one put or delete to the FlexSpace. */
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
 /* Shared lock held.  Returns 0 (found: value copied as flexdb_get does),
- * FLEXDB_NOTFOUND, FDB_MISS when the interval is not cached and load is 0
- * (the caller retries holding the exclusive lock with load = 1), or an
- * error. */
-#define FDB_MISS 2
+ * FLEXDB_NOTFOUND or an error.  An uncached interval is searched in its raw
+ * bytes; *admit is set when it should be cached (fdb_store_admit). */
 int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf, size_t cap,
-		  size_t *vlen, int load);
+		  size_t *vlen, int *admit);
+/* Exclusive lock held: caches the interval holding key. */
+int fdb_store_admit(struct fdb_store *s, const void *key, uint32_t klen);
+/* A cache miss admits its interval into a full cache once in this many. */
+#define FDB_ADMIT_EVERY 16
 /* A copied pair; key then value in one allocation owned by the caller. */
 struct fdb_pair {
 	uint8_t *key;

@@ -498,13 +498,15 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 	memref_put(i);
 	if (v)
 		return rc;
+	int admit;
 	pthread_rwlock_rdlock(&db->lock);
-	rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, 0);
+	rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, &admit);
 	pthread_rwlock_unlock(&db->lock);
-	if (rc == FDB_MISS) {
-		/* Loading into the cache changes shared state. */
+	if (admit && rc >= 0) {
+		/* Caching changes shared state: exclusive lock.  A failure to
+		 * cache does not fail the lookup. */
 		pthread_rwlock_wrlock(&db->lock);
-		rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, 1);
+		fdb_store_admit(&db->store, key, (uint32_t)klen);
 		pthread_rwlock_unlock(&db->lock);
 	}
 	return rc;
