@@ -234,11 +234,16 @@ void fdb_store_close(struct fdb_store *s);
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
 /* Shared lock held.  Returns 0 (found: value copied as flexdb_get does),
  * FLEXDB_NOTFOUND or an error.  An uncached interval is searched in its raw
- * bytes; *admit is set when it should be cached (fdb_store_admit). */
+ * bytes; *admit gets FDB_ADMIT when it should be cached (fdb_store_admit)
+ * and FDB_FRAGMENTED when it is worth rewriting (fdb_store_defrag). */
+#define FDB_ADMIT 1
+#define FDB_FRAGMENTED 2
 int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf, size_t cap,
 		  size_t *vlen, int *admit);
 /* Exclusive lock held: caches the interval holding key. */
 int fdb_store_admit(struct fdb_store *s, const void *key, uint32_t klen);
+/* Exclusive lock held: rewrites the interval holding key contiguously. */
+int fdb_store_defrag(struct fdb_store *s, const void *key, uint32_t klen);
 /* A cache miss admits its interval into a full cache once in this many. */
 #define FDB_ADMIT_EVERY 16
 /* A copied pair; key then value in one allocation owned by the caller. */

@@ -33,6 +33,9 @@
 #define FDB_MERGE_BYTES (4u << 10)
 #define FDB_MERGE_PAIRS 4u
 #define FDB_ANCHOR 1
+/* A read-side miss asks for a rewrite of an interval whose extents average
+ * less than this many bytes. */
+#define FDB_FRAG_EXTENT_BYTES 1024
 #define FDB_KV_OVERHEAD (sizeof(struct fdb_kv) + 16)
 
 /* ---- cache entries -------------------------------------------------------- */
@@ -698,9 +701,19 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 			return rc;
 		rc = raw_search(raw, raw + iv->size, key, klen, buf, cap, vlen);
 		free(raw);
+		uint64_t tick = atomic_fetch_add(&s->admit_tick, 1);
 		if (s->cache_bytes + 2 * (size_t)iv->size <= s->cache_limit ||
-		    atomic_fetch_add(&s->admit_tick, 1) % FDB_ADMIT_EVERY == 0)
-			*admit = 1;
+		    tick % FDB_ADMIT_EVERY == 0)
+			*admit |= FDB_ADMIT;
+		/* Every few misses, look at how scattered the interval is: a
+		 * read of an interval whose pairs are all separate extents
+		 * costs one I/O per pair. */
+		if (tick % 4 == 0 && iv->size > 256) {
+			struct extent_count ec = {0};
+			flexspace_extents(s->fs, fdb_index_offset(&p), iv->size, count_extent, &ec);
+			if (ec.n > 2 && ec.n * FDB_FRAG_EXTENT_BYTES > iv->size)
+				*admit |= FDB_FRAGMENTED;
+		}
 		return rc;
 	}
 	atomic_fetch_add(&s->hits, 1);
@@ -719,6 +732,17 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 		return 0;
 	}
 	return FLEXDB_NOTFOUND;
+}
+
+int fdb_store_defrag(struct fdb_store *s, const void *key, uint32_t klen)
+{
+	struct fdb_ipath p;
+	struct fdb_ival *iv = fdb_index_find(s->index, key, klen, &p);
+	if (!iv || !iv->size)
+		return 0;
+	/* Logical offsets and tags do not change, so the index and any cached
+	 * entry stay valid. */
+	return flexspace_defrag(s->fs, fdb_index_offset(&p), iv->size);
 }
 
 int fdb_store_admit(struct fdb_store *s, const void *key, uint32_t klen)
