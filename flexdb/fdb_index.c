@@ -381,10 +381,39 @@ int fdb_index_append(struct fdb_index *x, struct fdb_ival *iv, uint64_t off)
 	return fdb_index_insert_after(x, &p, iv, off);
 }
 
+/* Sets the pivot above each subtree on key's search path to that
+ * subtree's first interval key.  Removing a subtree's first interval
+ * leaves the pivot below the new first key; keys in between would then be
+ * routed to a subtree none of whose intervals can hold them. */
+static void fi_refresh_pivots(struct fdb_index *x, const uint8_t *key, uint32_t klen)
+{
+	struct fi_node *n = x->root;
+	while (!n->leaf) {
+		int k = fi_route(n, key, klen);
+		if (k > 0) {
+			const struct fi_node *c = n->i.child[k];
+			while (!c->leaf)
+				c = c->i.child[0];
+			const struct fdb_ival *f = c->n ? c->l.iv[0] : NULL;
+			if (f && fdb_keycmp(n->i.pk[k], n->i.pklen[k], f->key, f->klen) != 0) {
+				uint8_t *pk;
+				uint32_t pklen;
+				if (fi_copy_key(f, &pk, &pklen) == 0) {
+					free(n->i.pk[k]);
+					n->i.pk[k] = pk;
+					n->i.pklen[k] = pklen;
+				}
+			}
+		}
+		n = n->i.child[k];
+	}
+}
+
 void fdb_index_remove(struct fdb_index *x, struct fdb_ipath *p)
 {
 	struct fi_node *l = p->leaf;
 	int j = p->j;
+	const struct fdb_ival *gone = l->l.iv[j]; /* freed by the caller, after */
 	memmove(l->l.iv + j, l->l.iv + j + 1, (l->n - j - 1) * sizeof(void *));
 	memmove(l->l.off + j, l->l.off + j + 1, (l->n - j - 1) * sizeof(uint64_t));
 	l->n--;
@@ -426,6 +455,8 @@ void fdb_index_remove(struct fdb_index *x, struct fdb_ipath *p)
 		x->root->leaf = 1; /* the index emptied: the root becomes a leaf */
 		x->height = 1;
 	}
+	if (j == 0)
+		fi_refresh_pivots(x, gone->key, gone->klen);
 }
 
 static int fi_check(const struct fi_node *n, const uint8_t *lo, uint32_t lolen, int have_lo,

@@ -37,7 +37,7 @@ struct arena_block {
 struct fdb_mt {
 	struct mt_node *head;
 	struct arena_block *blk;
-	size_t bytes;
+	_Atomic size_t bytes; /* allocated from the arena; read by stats */
 	_Atomic uint64_t count;
 	_Atomic int height;
 	uint64_t rng;
@@ -60,15 +60,17 @@ static void *arena_alloc(struct fdb_mt *m, size_t n)
 			nb->prev = b->prev;
 			b->prev = nb;
 			nb->used = n;
-			m->bytes += sizeof(*nb) + cap;
+			atomic_fetch_add_explicit(&m->bytes, n, memory_order_relaxed);
 			return nb->data;
 		}
 		nb->prev = b;
 		m->blk = b = nb;
-		m->bytes += sizeof(*nb) + cap;
 	}
+	/* Bytes handed out, not blocks: a memtable smaller than one block
+	 * must still fill gradually. */
 	void *p = b->data + b->used;
 	b->used += n;
+	atomic_fetch_add_explicit(&m->bytes, n, memory_order_relaxed);
 	return p;
 }
 
@@ -112,7 +114,7 @@ void fdb_mt_free(struct fdb_mt *m)
 
 size_t fdb_mt_bytes(const struct fdb_mt *m)
 {
-	return m->bytes;
+	return atomic_load_explicit(&((struct fdb_mt *)m)->bytes, memory_order_relaxed);
 }
 
 uint64_t fdb_mt_count(const struct fdb_mt *m)

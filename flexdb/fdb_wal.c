@@ -226,9 +226,12 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, fdb_
 			break;
 		uint32_t len = get32(rh + 4);
 		uint64_t seq = get64(rh + 8);
+		/* Sequence numbers are consecutive across all files: a gap
+		 * means a record was lost (a torn file before this one), and
+		 * nothing after it may be applied. */
 		if (get32(rh) != REC_MAGIC || len > size - off - REC_HDR ||
-		    (*last_seq && seq <= *last_seq))
-			break; /* torn or stale tail */
+		    (*last_seq && seq != *last_seq + 1))
+			break;
 		if (len > bcap) {
 			uint8_t *nb = realloc(b, len);
 			if (!nb) {

@@ -1,0 +1,1827 @@
+/*
+ * test_flexdb.c - FlexDB against a sorted-array model, its API edges,
+ * iterator semantics, and many threads on one handle.
+ *
+ * The model test runs a seeded stream of puts (values empty, small, a few
+ * KB, rarely up to 1 MiB), deletes, gets (missing keys included, buffers
+ * smaller than the value), batches with repeated keys, and seek/next and
+ * seek_for_prev/prev scans that turn around mid-way, over keys with NUL
+ * and 0xFF bytes, keys that are prefixes of each other and keys of 1 and
+ * FLEXDB_MAX_KEY bytes; it reopens the store every few thousand operations
+ * and compares everything, and calls flexdb_check.  It runs with the
+ * default options and with everything tiny (64 KiB memtables and
+ * segments, 1 MiB cache) so that the committer, interval splits and
+ * merges, eviction and FlexSpace GC run constantly.
+ *
+ * The concurrency test (writers, get readers and iterator threads on one
+ * handle) is also a plain program for ThreadSanitizer, under which
+ * Criterion itself crashes on this machine:
+ *   make SANITIZE=thread libs
+ *   cc -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Iinclude \
+ *      -DFLEXDB_TSAN_MAIN test/test_flexdb.c -o build/flexdb_tsan \
+ *      build/debug-thread/lib/libflexdb.a build/debug-thread/lib/libflexspace.a \
+ *      build/debug-thread/lib/libflextree.a -luring -lxxhash -pthread -lm
+ *   build/flexdb_tsan
+ * It prints PASS or FAIL per run; ThreadSanitizer's reports make the exit
+ * status 66.
+ *
+ * Random tests print their seed; FLEX_TEST_SEED=N replays one and
+ * FLEX_TEST_SCALE multiplies operation counts and durations.  For
+ * bisecting, -DCW/-DCR/-DCI/-DCK change the concurrency check's thread and
+ * key counts and -DFDB_TINY_* the tiny options (flexdb_model.h).
+ */
+#ifndef FLEXDB_TSAN_MAIN
+#include <criterion/criterion.h>
+#endif
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "flexdb.h"
+#include "flexdb_model.h"
+
+/* ======================================================================
+ * Concurrency: writers, readers and iterators on one handle.
+ * ====================================================================== */
+
+#ifndef CW
+#define CW 4 /* writer threads */
+#endif
+#ifndef CR
+#define CR 4 /* get readers */
+#endif
+#ifndef CI
+#define CI 2 /* iterator threads */
+#endif
+#ifndef CK
+#define CK 512 /* keys per writer */
+#endif
+#define CP 16 /* batch-written key pairs per writer */
+#define CVAL_MAGIC 0x4c415643u
+
+/* Key classes (by index mod 4): 0 never deleted, 1 deleted once for good
+ * ("mortal"), 2 and 3 put and deleted at random. */
+struct cstate {
+	struct flexdb *db;
+	uint64_t seed;
+	atomic_int stop;
+	atomic_int failed;
+	pthread_mutex_t mu;
+	char msg[512];
+	/* Per key: last completed operation, (version << 2) | kind, kind 1 =
+	 * put, 2 = delete; and whether it is dead (deleted for good). */
+	_Atomic uint64_t done[CW][CK];
+	atomic_int dead[CW][CK];
+	/* The writers' final state, for the check after the run. */
+	uint32_t lastver[CW][CK];
+	uint8_t lastkind[CW][CK];
+	atomic_ullong reads, found, iter_pairs, writes;
+	uint64_t cache_size;
+	int nk; /* keys per writer in use, <= CK */
+};
+
+static void cfail(struct cstate *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void cfail(struct cstate *s, const char *fmt, ...)
+{
+	pthread_mutex_lock(&s->mu);
+	if (!atomic_load(&s->failed)) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(s->msg, sizeof(s->msg), fmt, ap);
+		va_end(ap);
+		atomic_store(&s->failed, 1);
+	}
+	pthread_mutex_unlock(&s->mu);
+	atomic_store(&s->stop, 1);
+}
+
+static int ckey(char *b, int w, int idx)
+{
+	return snprintf(b, 32, "c%d-%05d", w, idx);
+}
+
+/* Pair keys (sorted after every c... key): "p<w>-<j>-a" and "-b", always
+ * written together by one batch; the value is the version and its hash. */
+static int pkey(char *b, int w, int j, char side)
+{
+	return snprintf(b, 32, "p%d-%03d-%c", w, j, side);
+}
+
+static void pval(uint8_t *b, uint64_t v)
+{
+	uint64_t h = XXH3_64bits(&v, 8);
+	memcpy(b, &v, 8);
+	memcpy(b + 8, &h, 8);
+}
+
+/* The version in a pair value, or -1 when it is malformed. */
+static int64_t pval_get(const uint8_t *b, size_t n)
+{
+	uint64_t v, h;
+	if (n != 16)
+		return -1;
+	memcpy(&v, b, 8);
+	memcpy(&h, b + 8, 8);
+	return XXH3_64bits(&v, 8) == h ? (int64_t)v : -1;
+}
+
+/* A value: magic, writer, key index, version, length, payload, XXH3. */
+static size_t cval_make(uint8_t *b, int w, int idx, uint32_t ver, uint64_t *r)
+{
+	uint32_t pay = (uint32_t)rnd_below(r, 100) < 3 ? 4096 + (uint32_t)rnd_below(r, 20000)
+						       : (uint32_t)rnd_below(r, 600);
+	uint32_t hdr[5] = {CVAL_MAGIC, (uint32_t)w, (uint32_t)idx, ver, pay};
+	memcpy(b, hdr, sizeof(hdr));
+	val_fill(((uint64_t)w << 48) ^ ((uint64_t)idx << 32) ^ ver, b + 20, pay);
+	uint64_t h = XXH3_64bits(b, 20 + pay);
+	memcpy(b + 20 + pay, &h, 8);
+	return 28 + pay;
+}
+
+/* Checks a value seen for key (w, idx); returns its version or -1. */
+static int64_t cval_check(struct cstate *s, const uint8_t *b, size_t n, int w, int idx,
+			  const char *who)
+{
+	uint32_t hdr[5];
+	if (n < 28) {
+		cfail(s, "%s: key c%d-%05d: value of %zu bytes is too short (torn?)", who, w, idx,
+		      n);
+		return -1;
+	}
+	memcpy(hdr, b, sizeof(hdr));
+	uint64_t h;
+	memcpy(&h, b + n - 8, 8);
+	if (hdr[0] != CVAL_MAGIC || hdr[4] + 28 != n || XXH3_64bits(b, n - 8) != h) {
+		cfail(s, "%s: key c%d-%05d: torn or damaged value (%zu bytes)", who, w, idx, n);
+		return -1;
+	}
+	if (hdr[1] != (uint32_t)w || hdr[2] != (uint32_t)idx) {
+		cfail(s, "%s: key c%d-%05d holds the value of key c%u-%05u", who, w, idx, hdr[1],
+		      hdr[2]);
+		return -1;
+	}
+	return hdr[3];
+}
+
+struct cthread {
+	struct cstate *s;
+	int id;
+};
+
+static void *cwriter(void *arg)
+{
+	struct cthread *t = arg;
+	struct cstate *s = t->s;
+	int w = t->id;
+	uint64_t r = s->seed ^ (0x1000u + (uint64_t)w);
+	uint8_t *vb = malloc(32 << 10);
+	struct flexdb_batch *b = flexdb_batch_new();
+	char k[32];
+	uint32_t ver[CK] = {0};
+	uint64_t pairver[CP] = {0};
+	while (!atomic_load(&s->stop)) {
+		int idx = (int)rnd_below(&r, (uint64_t)s->nk);
+		if (atomic_load(&s->dead[w][idx]))
+			continue;
+		int kl = ckey(k, w, idx);
+		int cls = idx % 4;
+		int rc;
+		uint64_t pick = rnd_below(&r, 100);
+		if (pick < 4) {
+			/* A batch of a few of our keys, repeats included. */
+			flexdb_batch_clear(b);
+			int nb = 2 + (int)rnd_below(&r, 6), keys[8];
+			uint8_t kinds[8];
+			uint32_t vers[8];
+			for (int j = 0; j < nb; j++) {
+				int ix = j && rnd_below(&r, 3) == 0
+					     ? keys[j - 1]
+					     : (int)rnd_below(&r, (uint64_t)s->nk);
+				if (atomic_load(&s->dead[w][ix]) || ix % 4 == 1)
+					ix = (ix & ~3) | 0; /* class 0: never deleted */
+				keys[j] = ix;
+				char bk[32];
+				int bl = ckey(bk, w, ix);
+				vers[j] = ++ver[ix];
+				if (ix % 4 >= 2 && rnd_below(&r, 3) == 0) {
+					kinds[j] = 2;
+					rc = flexdb_batch_delete(b, bk, (size_t)bl);
+				} else {
+					kinds[j] = 1;
+					size_t vn = cval_make(vb, w, ix, vers[j], &r);
+					rc = flexdb_batch_put(b, bk, (size_t)bl, vb, vn);
+				}
+				if (rc) {
+					cfail(s, "writer %d: flexdb_batch_*: %s", w,
+					      flex_strerror(rc));
+					break;
+				}
+			}
+			rc = flexdb_write(s->db, b);
+			if (rc) {
+				cfail(s, "writer %d: flexdb_write: %s (%d)", w, flex_strerror(rc),
+				      rc);
+				break;
+			}
+			for (int j = 0; j < nb; j++) {
+				atomic_store(&s->done[w][keys[j]],
+					     ((uint64_t)vers[j] << 2) | kinds[j]);
+				s->lastver[w][keys[j]] = vers[j];
+				s->lastkind[w][keys[j]] = kinds[j];
+			}
+			atomic_fetch_add(&s->writes, 1);
+			continue;
+		}
+		if (pick < 7) {
+			/* A batch over a pair (a, b) with one version: readers
+			 * must never see b older than a. */
+			int pj = (int)rnd_below(&r, CP);
+			uint64_t pv = ++pairver[pj];
+			char ka[32], kb[32];
+			uint8_t val[16];
+			int la = pkey(ka, w, pj, 'a'), lb = pkey(kb, w, pj, 'b');
+			pval(val, pv);
+			flexdb_batch_clear(b);
+			rc = flexdb_batch_put(b, ka, (size_t)la, val, 16);
+			if (!rc)
+				rc = flexdb_batch_put(b, kb, (size_t)lb, val, 16);
+			if (!rc)
+				rc = flexdb_write(s->db, b);
+			if (rc) {
+				cfail(s, "writer %d: pair batch: %s (%d)", w, flex_strerror(rc),
+				      rc);
+				break;
+			}
+			atomic_fetch_add(&s->writes, 1);
+			continue;
+		}
+		if (pick < 8) {
+			if ((rc = flexdb_sync(s->db)) != 0) {
+				cfail(s, "writer %d: flexdb_sync: %s", w, flex_strerror(rc));
+				break;
+			}
+			continue;
+		}
+		int del = 0;
+		if (cls == 1)
+			del = ver[idx] > 0 && rnd_below(&r, 100) < 3;
+		else if (cls >= 2)
+			del = rnd_below(&r, 100) < 30;
+		uint32_t v = ++ver[idx];
+		if (del) {
+			rc = flexdb_delete(s->db, k, (size_t)kl);
+		} else {
+			size_t vn = cval_make(vb, w, idx, v, &r);
+			rc = flexdb_put(s->db, k, (size_t)kl, vb, vn);
+		}
+		if (rc) {
+			cfail(s, "writer %d: %s: %s (%d)", w, del ? "delete" : "put",
+			      flex_strerror(rc), rc);
+			break;
+		}
+		atomic_store(&s->done[w][idx], ((uint64_t)v << 2) | (del ? 2u : 1u));
+		s->lastver[w][idx] = v;
+		s->lastkind[w][idx] = del ? 2 : 1;
+		if (del && cls == 1)
+			atomic_store(&s->dead[w][idx], 1);
+		atomic_fetch_add(&s->writes, 1);
+	}
+	flexdb_batch_free(b);
+	free(vb);
+	return NULL;
+}
+
+static void *creader(void *arg)
+{
+	struct cthread *t = arg;
+	struct cstate *s = t->s;
+	uint64_t r = s->seed ^ (0x2000u + (uint64_t)t->id);
+	size_t cap = 64 << 10;
+	uint8_t *buf = malloc(cap);
+	char k[32];
+	while (!atomic_load(&s->stop)) {
+		if (rnd_below(&r, 10) == 0) {
+			/* a, then b: the batch wrote a and b together, so b is
+			 * never older than the a read before it. */
+			int w = (int)rnd_below(&r, CW), pj = (int)rnd_below(&r, CP);
+			char ka[32], kb[32];
+			int la = pkey(ka, w, pj, 'a'), lb = pkey(kb, w, pj, 'b');
+			size_t na = 0, nb = 0;
+			uint8_t va[32], vb2[32];
+			int ra = flexdb_get(s->db, ka, (size_t)la, va, sizeof(va), &na);
+			int rb = flexdb_get(s->db, kb, (size_t)lb, vb2, sizeof(vb2), &nb);
+			int64_t xa = ra == 0 ? pval_get(va, na) : 0,
+				xb = rb == 0 ? pval_get(vb2, nb) : 0;
+			if ((ra != 0 && ra != FLEXDB_NOTFOUND) ||
+			    (rb != 0 && rb != FLEXDB_NOTFOUND) || xa < 0 || xb < 0) {
+				cfail(s, "get of pair %s: rc %d/%d, malformed value", ka, ra, rb);
+				break;
+			}
+			if (xb < xa) {
+				cfail(s,
+				      "pair %s: read version %" PRId64
+				      " of a, then version %" PRId64
+				      " of b: a batch was seen partly applied",
+				      ka, xa, xb);
+				break;
+			}
+			continue;
+		}
+		int w = (int)rnd_below(&r, CW), idx = (int)rnd_below(&r, (uint64_t)s->nk);
+		int kl = ckey(k, w, idx);
+		uint64_t pre = atomic_load(&s->done[w][idx]);
+		int dead = atomic_load(&s->dead[w][idx]);
+		size_t vn = 0;
+		int rc = flexdb_get(s->db, k, (size_t)kl, buf, cap, &vn);
+		atomic_fetch_add(&s->reads, 1);
+		if (rc == 0) {
+			atomic_fetch_add(&s->found, 1);
+			int64_t v = cval_check(s, buf, vn, w, idx, "get");
+			if (v < 0)
+				break;
+			if (dead) {
+				cfail(s,
+				      "get: key c%d-%05d was deleted for good but reads version "
+				      "%" PRId64 " (resurrected)",
+				      w, idx, v);
+				break;
+			}
+			uint64_t pv = pre >> 2;
+			if ((pre & 3) == 1 && (uint64_t)v < pv) {
+				cfail(s,
+				      "get: key c%d-%05d reads version %" PRId64
+				      " after version %" PRIu64 " was acknowledged (stale)",
+				      w, idx, v, pv);
+				break;
+			}
+			if ((pre & 3) == 2 && (uint64_t)v <= pv) {
+				cfail(s,
+				      "get: key c%d-%05d reads version %" PRId64
+				      " after its delete (version %" PRIu64 ") returned",
+				      w, idx, v, pv);
+				break;
+			}
+		} else if (rc == FLEXDB_NOTFOUND) {
+			if (idx % 4 == 0 && (pre & 3) == 1) {
+				cfail(s,
+				      "get: key c%d-%05d (never deleted, version %" PRIu64
+				      " acknowledged) is missing",
+				      w, idx, pre >> 2);
+				break;
+			}
+		} else {
+			cfail(s, "get: %s (%d)", flex_strerror(rc), rc);
+			break;
+		}
+	}
+	free(buf);
+	return NULL;
+}
+
+static int ckey_parse(const uint8_t *k, size_t n, int *w, int *idx)
+{
+	char b[32];
+	if (n < 3 || n > 20)
+		return -1;
+	memcpy(b, k, n);
+	b[n] = 0;
+	return sscanf(b, "c%d-%d", w, idx) == 2 && *w >= 0 && *w < CW && *idx >= 0 && *idx < CK
+		   ? 0
+		   : -1;
+}
+
+static void *citer(void *arg)
+{
+	struct cthread *t = arg;
+	struct cstate *s = t->s;
+	uint64_t r = s->seed ^ (0x3000u + (uint64_t)t->id);
+	uint8_t(*dead)[CK] = malloc(sizeof(uint8_t[CW][CK]));
+	uint8_t last[32];
+	size_t lastn = 0;
+	char k[32];
+	struct flexdb_iter *it = NULL;
+	int rc = flexdb_iter_open(s->db, &it);
+	if (rc) {
+		cfail(s, "flexdb_iter_open: %s", flex_strerror(rc));
+		free(dead);
+		return NULL;
+	}
+	while (!atomic_load(&s->stop)) {
+		for (int w = 0; w < CW; w++)
+			for (int i = 0; i < CK; i++)
+				dead[w][i] = (uint8_t)atomic_load(&s->dead[w][i]);
+		int rev = (int)rnd_below(&r, 2);
+		int kl = ckey(k, (int)rnd_below(&r, CW), (int)rnd_below(&r, (uint64_t)s->nk));
+		rc = rev ? flexdb_iter_seek_for_prev(it, k, (size_t)kl)
+			 : flexdb_iter_seek(it, k, (size_t)kl);
+		int steps = 0, maxsteps = 50 + (int)rnd_below(&r, 400);
+		lastn = 0;
+		while (!rc && flexdb_iter_valid(it) && steps < maxsteps) {
+			size_t kn, vn;
+			const uint8_t *key = flexdb_iter_key(it, &kn);
+			const uint8_t *val = flexdb_iter_value(it, &vn);
+			int w, idx;
+			if (key && kn && key[0] == 'p') {
+				/* A pair key: order only (checked below). */
+				if (lastn) {
+					int c = fkey_cmp(last, (uint32_t)lastn, key, (uint32_t)kn);
+					if (rev ? c <= 0 : c >= 0) {
+						cfail(s, "iterator: pair keys out of order");
+						break;
+					}
+				}
+				memcpy(last, key, kn);
+				lastn = kn;
+				if (pval_get(val, vn) < 0) {
+					cfail(s, "iterator: malformed pair value");
+					break;
+				}
+				steps++;
+				rc = rev ? flexdb_iter_prev(it) : flexdb_iter_next(it);
+				continue;
+			}
+			if (!key || ckey_parse(key, kn, &w, &idx)) {
+				cfail(s, "iterator: malformed key of %zu bytes", kn);
+				break;
+			}
+			if (lastn) {
+				int c = fkey_cmp(last, (uint32_t)lastn, key, (uint32_t)kn);
+				if (rev ? c <= 0 : c >= 0) {
+					cfail(s,
+					      "iterator (%s, step %d after a seek to %s): keys not "
+					      "strictly "
+					      "%s: %.*s then c%d-%05d",
+					      rev ? "prev" : "next", steps, k,
+					      rev ? "decreasing" : "increasing", (int)lastn,
+					      (const char *)last, w, idx);
+					break;
+				}
+			}
+			memcpy(last, key, kn);
+			lastn = kn;
+			if (cval_check(s, val, vn, w, idx, "iterator") < 0)
+				break;
+			if (dead[w][idx]) {
+				cfail(s,
+				      "iterator: key c%d-%05d was deleted for good before the seek "
+				      "but is returned (resurrected)",
+				      w, idx);
+				break;
+			}
+			atomic_fetch_add(&s->iter_pairs, 1);
+			steps++;
+			rc = rev ? flexdb_iter_prev(it) : flexdb_iter_next(it);
+		}
+		if (rc && !atomic_load(&s->failed))
+			cfail(s, "iterator: %s (%d)", flex_strerror(rc), rc);
+	}
+	flexdb_iter_close(it);
+	free(dead);
+	return NULL;
+}
+
+/* The state the writers left: every key as its last operation made it. */
+static int cverify_final(struct cstate *s, const char *when)
+{
+	uint8_t *buf = malloc(64 << 10);
+	char k[32];
+	int bad = 0;
+	for (int w = 0; w < CW && !bad; w++)
+		for (int i = 0; i < s->nk && !bad; i++) {
+			int kl = ckey(k, w, i);
+			size_t vn = 0;
+			int rc = flexdb_get(s->db, k, (size_t)kl, buf, 64 << 10, &vn);
+			if (s->lastkind[w][i] == 1) {
+				int64_t v = rc == 0 ? cval_check(s, buf, vn, w, i, when) : -1;
+				if (rc != 0 || v != s->lastver[w][i]) {
+					/* Say more: what iteration and the deep check see. */
+					struct flexdb_iter *it = NULL;
+					int seen = -1;
+					if (flexdb_iter_open(s->db, &it) == 0 &&
+					    flexdb_iter_seek(it, k, (size_t)kl) == 0) {
+						size_t ikn = 0;
+						const void *ik = flexdb_iter_key(it, &ikn);
+						seen =
+						    ik && ikn == (size_t)kl && !memcmp(ik, k, ikn);
+					}
+					flexdb_iter_close(it);
+					int crc = flexdb_check(s->db);
+					cfail(s,
+					      "%s: key c%d-%05d: rc %d version %" PRId64
+					      ", expected version %u (an iterator %s it; "
+					      "flexdb_check: %s)",
+					      when, w, i, rc, v, s->lastver[w][i],
+					      seen == 1	  ? "finds"
+					      : seen == 0 ? "does not find"
+							  : "failed on",
+					      flex_strerror(crc));
+					bad = 1;
+				}
+			} else if (rc != FLEXDB_NOTFOUND) {
+				cfail(s, "%s: key c%d-%05d should be absent: rc %d", when, w, i,
+				      rc);
+				bad = 1;
+			}
+		}
+	free(buf);
+	return bad;
+}
+
+/* Runs the concurrency check; 0 when clean, else 1 with msg. */
+static int conc_run(const struct flexdb_options *opt, int nk, double seconds, uint64_t seed,
+		    char *msg, size_t msgcap, char *summary, size_t sumcap)
+{
+	char dir[256];
+	fdb_tmpdir(dir, sizeof(dir), "conc");
+	struct cstate *s = calloc(1, sizeof(*s));
+	pthread_mutex_init(&s->mu, NULL);
+	s->seed = seed;
+	s->nk = nk < CK ? nk : CK;
+	s->cache_size = opt->cache_size;
+	int rc = flexdb_open(dir, opt, &s->db);
+	if (rc) {
+		snprintf(msg, msgcap, "flexdb_open: %s", flex_strerror(rc));
+		free(s);
+		tmp_remove(dir);
+		return 1;
+	}
+	pthread_t th[CW + CR + CI];
+	struct cthread ta[CW + CR + CI];
+	int n = 0;
+	for (int i = 0; i < CW; i++, n++) {
+		ta[n] = (struct cthread){s, i};
+		pthread_create(&th[n], NULL, cwriter, &ta[n]);
+	}
+	for (int i = 0; i < CR; i++, n++) {
+		ta[n] = (struct cthread){s, i};
+		pthread_create(&th[n], NULL, creader, &ta[n]);
+	}
+	for (int i = 0; i < CI; i++, n++) {
+		ta[n] = (struct cthread){s, i};
+		pthread_create(&th[n], NULL, citer, &ta[n]);
+	}
+	double t0 = now_sec();
+	uint64_t max_cache = 0;
+	while (!atomic_load(&s->stop) && now_sec() - t0 < seconds) {
+		struct flexdb_stats st;
+		usleep(20000);
+		if ((rc = flexdb_stats(s->db, &st)) != 0) {
+			cfail(s, "flexdb_stats: %s", flex_strerror(rc));
+			break;
+		}
+		if (st.cache_bytes > max_cache)
+			max_cache = st.cache_bytes;
+		if (s->cache_size && st.cache_bytes > s->cache_size)
+			cfail(s, "cache holds %" PRIu64 " bytes, over its size %" PRIu64,
+			      st.cache_bytes, s->cache_size);
+	}
+	atomic_store(&s->stop, 1);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	struct flexdb_stats st;
+	memset(&st, 0, sizeof(st));
+	flexdb_stats(s->db, &st);
+	int failed = atomic_load(&s->failed);
+	if (!failed)
+		failed = cverify_final(s, "after the run");
+	if (!failed && (rc = flexdb_check(s->db)) != 0)
+		cfail(s, "flexdb_check after the run: %s", flex_strerror(rc)), failed = 1;
+	rc = flexdb_close(s->db);
+	if (rc)
+		fprintf(stderr, "  flexdb_close after the concurrent run: %s (%d)\n",
+			flex_strerror(rc), rc);
+	if (rc && !failed)
+		cfail(s, "flexdb_close: %s", flex_strerror(rc)), failed = 1;
+	s->db = NULL;
+	if (!failed) {
+		if ((rc = flexdb_open(dir, opt, &s->db)) != 0)
+			cfail(s, "reopen: %s", flex_strerror(rc)), failed = 1;
+		else {
+			failed = cverify_final(s, "after reopening");
+			if (!failed && (rc = flexdb_check(s->db)) != 0)
+				cfail(s, "flexdb_check after reopening: %s", flex_strerror(rc)),
+				    failed = 1;
+			flexdb_close(s->db);
+		}
+	}
+	if (failed || atomic_load(&s->failed))
+		snprintf(msg, msgcap, "%s", s->msg);
+	snprintf(summary, sumcap,
+		 "%llu writes, %llu gets (%llu found), %llu pairs iterated; committer runs %" PRIu64
+		 ", writer stalls %" PRIu64 ", max cache %" PRIu64 " bytes",
+		 (unsigned long long)atomic_load(&s->writes),
+		 (unsigned long long)atomic_load(&s->reads),
+		 (unsigned long long)atomic_load(&s->found),
+		 (unsigned long long)atomic_load(&s->iter_pairs), st.committer_runs,
+		 st.writer_stalls, max_cache);
+	int ret = failed || atomic_load(&s->failed);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+	tmp_remove(dir);
+	return ret;
+}
+
+/* Tiny, except for memtables big enough to hold a few hundred writes (a
+ * memtable's arena is charged in 256 KiB blocks, so a 64 KiB one is handed
+ * to the committer after every write). */
+static struct flexdb_options conc_opts(void)
+{
+	struct flexdb_options o = fdb_tiny_opts();
+	o.memtable_size = 512u << 10;
+	return o;
+}
+
+/* The runs of the concurrency check: 512 keys per writer (a store of a
+ * few hundred intervals, a multi-level sparse index) and 48 hot keys per
+ * writer (one index leaf, heavy contention on each key). */
+struct crun {
+	const char *name;
+	int nk, sync_writes;
+	double seconds;
+};
+static const struct crun conc_runs[] = {
+    {"512 keys/writer", CK, 0, 2.5},
+    {"48 hot keys/writer", 48, 0, 2.0},
+    {"sync_writes, 48 keys/writer", 48, 1, 1.0},
+};
+
+static int conc_one(const struct crun *c, uint64_t seed, char *msg, size_t cap)
+{
+	struct flexdb_options o = conc_opts();
+	if (c->sync_writes) {
+		o = fdb_tiny_opts();
+		o.sync_writes = 1;
+	}
+	char sum[512] = "";
+	int bad = conc_run(&o, c->nk, c->seconds * test_scale(), seed, msg, cap, sum, sizeof(sum));
+	fprintf(stderr, "  concurrency (%s): %s\n", c->name, sum);
+	return bad;
+}
+
+#ifdef FLEXDB_TSAN_MAIN
+
+int main(void)
+{
+	uint64_t seed = test_seed("flexdb_tsan concurrency");
+	int bad = 0;
+	for (size_t i = 0; i < sizeof(conc_runs) / sizeof(conc_runs[0]); i++) {
+		char msg[512] = "";
+		if (conc_one(&conc_runs[i], seed + i, msg, sizeof(msg))) {
+			printf("FAIL (%s): %s\n", conc_runs[i].name, msg);
+			bad = 1;
+		}
+	}
+	printf("%s\n", bad ? "FAIL" : "PASS");
+	return bad;
+}
+
+#else /* Criterion suites */
+
+TestSuite(flexdb, .timeout = 240, .fini = fdb_tmp_cleanup);
+
+static void conc_test(int which, const char *name)
+{
+	uint64_t seed = test_seed(name);
+	char msg[512] = "";
+	int bad = conc_one(&conc_runs[which], seed, msg, sizeof(msg));
+	cr_assert(!bad, "%s seed %" PRIu64 ": %s", name, seed, msg);
+}
+
+Test(flexdb, concurrent_writers_readers_iterators_on_a_large_index, .timeout = 120)
+{
+	conc_test(0, "concurrent_large_index");
+}
+
+Test(flexdb, concurrent_writers_readers_iterators_on_hot_keys, .timeout = 120)
+{
+	conc_test(1, "concurrent_hot_keys");
+}
+
+Test(flexdb, concurrent_sync_writes_group_commit, .timeout = 120)
+{
+	conc_test(2, "concurrent_sync_writes");
+}
+
+/* ======================================================================
+ * The model test.
+ * ====================================================================== */
+
+struct mrun {
+	const char *name;
+	uint64_t seed;
+	uint64_t r;
+	char dir[256];
+	struct flexdb_options opt;
+	struct flexdb *db;
+	struct fmodel m;
+	struct keypool pool;
+	uint8_t *vbuf, *gbuf, *kbuf;
+	long op;
+	uint64_t sess_committer, sess_gc, sess_tree;
+	uint64_t committer_runs, gc_runs, tree_commits, max_cache, scans, scan_steps, turns,
+	    batches, gets, checks;
+};
+
+#define MFAIL(mr, ...)                                                                             \
+	cr_assert_fail("%s seed %" PRIu64 " op %ld: %s", (mr)->name, (mr)->seed, (mr)->op, ({      \
+			       static char m_[600];                                                \
+			       snprintf(m_, sizeof(m_), __VA_ARGS__);                              \
+			       m_;                                                                 \
+		       }))
+
+/* A key: mostly from the pool, sometimes fresh random bytes (which are
+ * also often prefixes or extensions of pool keys). */
+static const uint8_t *m_key(struct mrun *mr, uint32_t *kn)
+{
+	uint64_t k = rnd_below(&mr->r, 100);
+	if (k < 85) {
+		const struct fkey *f = &mr->pool.keys[rnd_below(&mr->r, mr->pool.n)];
+		*kn = f->n;
+		return f->k;
+	}
+	if (k < 92) {
+		/* A pool key with a byte appended or removed. */
+		const struct fkey *f = &mr->pool.keys[rnd_below(&mr->r, mr->pool.n)];
+		uint32_t n = f->n;
+		memcpy(mr->kbuf, f->k, n);
+		if (n < FLEXDB_MAX_KEY && (n == 1 || rnd_below(&mr->r, 2)))
+			mr->kbuf[n++] = (uint8_t)(rnd_below(&mr->r, 2) ? 0x00 : 0xff);
+		else
+			n--;
+		*kn = n;
+		return mr->kbuf;
+	}
+	uint32_t n = 1 + (uint32_t)rnd_below(&mr->r, 12);
+	static const uint8_t alpha[5] = {0x00, 'k', 'e', 'y', 0xff};
+	for (uint32_t i = 0; i < n; i++)
+		mr->kbuf[i] = alpha[rnd_below(&mr->r, 5)];
+	*kn = n;
+	return mr->kbuf;
+}
+
+/* A key present in the model (when it has any). */
+static const uint8_t *m_existing(struct mrun *mr, uint32_t *kn)
+{
+	if (!mr->m.n)
+		return m_key(mr, kn);
+	const struct ment *e = &mr->m.e[rnd_below(&mr->r, mr->m.n)];
+	*kn = e->kn;
+	return e->k;
+}
+
+static void m_open(struct mrun *mr)
+{
+	int rc = flexdb_open(mr->dir, &mr->opt, &mr->db);
+	if (rc)
+		MFAIL(mr, "flexdb_open: %s (%d)", flex_strerror(rc), rc);
+}
+
+static void m_stats(struct mrun *mr)
+{
+	struct flexdb_stats st;
+	int rc = flexdb_stats(mr->db, &st);
+	if (rc)
+		MFAIL(mr, "flexdb_stats: %s", flex_strerror(rc));
+	uint64_t limit = mr->opt.cache_size ? mr->opt.cache_size : (64u << 20);
+	if (st.cache_bytes > limit)
+		MFAIL(mr, "cache holds %" PRIu64 " bytes, over cache_size %" PRIu64, st.cache_bytes,
+		      limit);
+	if (st.cache_bytes > mr->max_cache)
+		mr->max_cache = st.cache_bytes;
+	/* Per handle: summed over sessions at each close. */
+	mr->sess_committer = st.committer_runs;
+	mr->sess_gc = st.space.gc_runs;
+	mr->sess_tree = st.space.tree_commits;
+}
+
+static void m_check(struct mrun *mr)
+{
+	int rc = flexdb_check(mr->db);
+	mr->checks++;
+	if (rc)
+		MFAIL(mr, "flexdb_check: %s (%d)", flex_strerror(rc), rc);
+}
+
+static void m_get_one(struct mrun *mr, const uint8_t *k, uint32_t kn)
+{
+	char kd[128];
+	const struct ment *e = fm_get(&mr->m, k, kn);
+	size_t vn = 12345;
+	uint64_t how = rnd_below(&mr->r, 10);
+	size_t cap = FLEXDB_MAX_VALUE;
+	if (how == 0)
+		cap = 0;
+	else if (how == 1 && e)
+		cap = rnd_below(&mr->r, (uint64_t)e->vn + 1);
+	int rc = flexdb_get(mr->db, k, kn, cap ? mr->gbuf : NULL, cap, how == 2 ? NULL : &vn);
+	mr->gets++;
+	if (!e) {
+		if (rc != FLEXDB_NOTFOUND)
+			MFAIL(mr, "get %s: rc %d (%s), the key is absent",
+			      key_desc(k, kn, kd, sizeof(kd)), rc, flex_strerror(rc));
+		return;
+	}
+	if (rc != 0)
+		MFAIL(mr, "get %s: rc %d (%s), expected a value of %u bytes",
+		      key_desc(k, kn, kd, sizeof(kd)), rc, flex_strerror(rc), e->vn);
+	if (how != 2 && vn != e->vn)
+		MFAIL(mr, "get %s: length %zu, expected %u", key_desc(k, kn, kd, sizeof(kd)), vn,
+		      e->vn);
+	size_t cmp = cap < e->vn ? cap : e->vn;
+	if (cmp && memcmp(mr->gbuf, e->v, cmp))
+		MFAIL(mr, "get %s: wrong value bytes (%u bytes, cap %zu)",
+		      key_desc(k, kn, kd, sizeof(kd)), e->vn, cap);
+}
+
+/* Compares an iterator position with the model's (pos in [0, n) or off
+ * the ends). */
+static void m_iter_cmp(struct mrun *mr, struct flexdb_iter *it, long pos, const char *what)
+{
+	char kd[128];
+	int valid = flexdb_iter_valid(it);
+	if (pos < 0 || pos >= (long)mr->m.n) {
+		if (valid) {
+			size_t kn;
+			const void *k = flexdb_iter_key(it, &kn);
+			MFAIL(mr, "%s: iterator valid at %s, the model is past its end", what,
+			      key_desc(k, kn, kd, sizeof(kd)));
+		}
+		return;
+	}
+	const struct ment *e = &mr->m.e[pos];
+	if (!valid)
+		MFAIL(mr, "%s: iterator invalid, the model is at %s (position %ld of %zu)", what,
+		      key_desc(e->k, e->kn, kd, sizeof(kd)), pos, mr->m.n);
+	size_t kn = 0, vn = 0;
+	const uint8_t *k = flexdb_iter_key(it, &kn);
+	const uint8_t *v = flexdb_iter_value(it, &vn);
+	if (!k || kn != e->kn || memcmp(k, e->k, kn)) {
+		char kd2[128];
+		MFAIL(mr, "%s: iterator at %s, the model at %s", what,
+		      k ? key_desc(k, kn, kd2, sizeof(kd2)) : "NULL",
+		      key_desc(e->k, e->kn, kd, sizeof(kd)));
+	}
+	if (vn != e->vn || (vn && (!v || memcmp(v, e->v, vn))))
+		MFAIL(mr, "%s: value of %s differs (%zu bytes, model %u)", what,
+		      key_desc(e->k, e->kn, kd, sizeof(kd)), vn, e->vn);
+}
+
+static void m_scan(struct mrun *mr)
+{
+	struct flexdb_iter *it;
+	int rc = flexdb_iter_open(mr->db, &it);
+	if (rc)
+		MFAIL(mr, "flexdb_iter_open: %s", flex_strerror(rc));
+	uint32_t kn = 0;
+	const uint8_t *k = NULL;
+	uint64_t how = rnd_below(&mr->r, 10);
+	if (how == 0)
+		kn = 0;
+	else if (how < 5)
+		k = m_existing(mr, &kn);
+	else
+		k = m_key(mr, &kn);
+	int rev = (int)rnd_below(&mr->r, 2);
+	long pos;
+	if (!rev) {
+		rc = flexdb_iter_seek(it, k, kn);
+		pos = kn ? (long)fm_lower(&mr->m, k, kn) : 0;
+	} else {
+		rc = flexdb_iter_seek_for_prev(it, k, kn);
+		if (!kn) {
+			pos = (long)mr->m.n - 1;
+		} else {
+			size_t lo = fm_lower(&mr->m, k, kn);
+			if (lo < mr->m.n && fkey_cmp(mr->m.e[lo].k, mr->m.e[lo].kn, k, kn) == 0)
+				pos = (long)lo;
+			else
+				pos = (long)lo - 1;
+		}
+	}
+	if (rc)
+		MFAIL(mr, "%s: %s (%d)", rev ? "seek_for_prev" : "seek", flex_strerror(rc), rc);
+	m_iter_cmp(mr, it, pos, rev ? "seek_for_prev" : "seek");
+	long steps = rnd_below(&mr->r, 8) == 0 ? 300 : 1 + (long)rnd_below(&mr->r, 40);
+	for (long s = 0; s < steps && pos >= 0 && pos < (long)mr->m.n; s++) {
+		if (rnd_below(&mr->r, 100) < 12) {
+			rev = !rev;
+			mr->turns++;
+		}
+		rc = rev ? flexdb_iter_prev(it) : flexdb_iter_next(it);
+		if (rc)
+			MFAIL(mr, "%s: %s (%d)", rev ? "prev" : "next", flex_strerror(rc), rc);
+		pos += rev ? -1 : 1;
+		m_iter_cmp(mr, it, pos, rev ? "prev" : "next");
+		mr->scan_steps++;
+	}
+	flexdb_iter_close(it);
+	mr->scans++;
+}
+
+/* Everything: a full scan against the model, every key by get, check. */
+static void m_full(struct mrun *mr)
+{
+	struct why w;
+	uint64_t d;
+	size_t n;
+	if (store_digest(mr->db, &d, &n, NULL, &w))
+		MFAIL(mr, "full scan: %s", w.msg);
+	if (n != mr->m.n || d != mr->m.digest) {
+		/* Find the first difference for the message. */
+		struct fmodel got = {0};
+		store_digest(mr->db, &d, &n, &got, &w);
+		size_t i = 0;
+		while (i < got.n && i < mr->m.n && got.e[i].kn == mr->m.e[i].kn &&
+		       !memcmp(got.e[i].k, mr->m.e[i].k, got.e[i].kn) &&
+		       got.e[i].vn == mr->m.e[i].vn &&
+		       !memcmp(got.e[i].v, mr->m.e[i].v, got.e[i].vn))
+			i++;
+		char a[128] = "(end)", b[128] = "(end)";
+		if (i < got.n)
+			key_desc(got.e[i].k, got.e[i].kn, a, sizeof(a));
+		if (i < mr->m.n)
+			key_desc(mr->m.e[i].k, mr->m.e[i].kn, b, sizeof(b));
+		fm_free(&got);
+		MFAIL(
+		    mr,
+		    "full scan: %zu pairs, model %zu; first difference at %zu: store %s, model %s",
+		    n, mr->m.n, i, a, b);
+	}
+	for (size_t i = 0; i < mr->m.n; i++)
+		m_get_one(mr, mr->m.e[i].k, mr->m.e[i].kn);
+	m_check(mr);
+	m_stats(mr);
+}
+
+static void m_reopen(struct mrun *mr)
+{
+	m_stats(mr);
+	mr->committer_runs += mr->sess_committer;
+	mr->gc_runs += mr->sess_gc;
+	mr->tree_commits += mr->sess_tree;
+	int rc = flexdb_close(mr->db);
+	mr->db = NULL;
+	if (rc)
+		MFAIL(mr, "flexdb_close: %s (%d)", flex_strerror(rc), rc);
+	m_open(mr);
+	m_full(mr);
+}
+
+static void m_batch(struct mrun *mr, struct flexdb_batch *b)
+{
+	/* The batch's ops, applied to a model copy only once it succeeded. */
+	int nb = 1 + (int)rnd_below(&mr->r, 20);
+	struct bop {
+		uint8_t *k;
+		uint32_t kn;
+		uint8_t *v;
+		uint32_t vn;
+		int del;
+	} ops[20];
+	flexdb_batch_clear(b);
+	for (int j = 0; j < nb; j++) {
+		const uint8_t *k;
+		uint32_t kn;
+		if (j && rnd_below(&mr->r, 3) == 0) {
+			int src = (int)rnd_below(&mr->r, (uint64_t)j); /* a repeated key */
+			k = ops[src].k;
+			kn = ops[src].kn;
+		} else {
+			k = rnd_below(&mr->r, 2) ? m_existing(mr, &kn) : m_key(mr, &kn);
+		}
+		ops[j].k = malloc(kn);
+		memcpy(ops[j].k, k, kn);
+		ops[j].kn = kn;
+		ops[j].del = rnd_below(&mr->r, 100) < 30;
+		ops[j].vn = ops[j].del ? 0 : val_len(&mr->r, 0);
+		ops[j].v = malloc(ops[j].vn ? ops[j].vn : 1);
+		val_fill(rnd(&mr->r), ops[j].v, ops[j].vn);
+		int rc = ops[j].del ? flexdb_batch_delete(b, ops[j].k, kn)
+				    : flexdb_batch_put(b, ops[j].k, kn, ops[j].v, ops[j].vn);
+		if (rc)
+			MFAIL(mr, "flexdb_batch_%s: %s", ops[j].del ? "delete" : "put",
+			      flex_strerror(rc));
+	}
+	int rc = flexdb_write(mr->db, b);
+	if (rc)
+		MFAIL(mr, "flexdb_write of %d ops: %s (%d)", nb, flex_strerror(rc), rc);
+	for (int j = 0; j < nb; j++) {
+		if (ops[j].del)
+			fm_del(&mr->m, ops[j].k, ops[j].kn);
+		else
+			fm_put(&mr->m, ops[j].k, ops[j].kn, ops[j].v, ops[j].vn);
+	}
+	/* Later operations on the same key won: check the batch's keys. */
+	for (int j = 0; j < nb; j++)
+		m_get_one(mr, ops[j].k, ops[j].kn);
+	for (int j = 0; j < nb; j++) {
+		free(ops[j].k);
+		free(ops[j].v);
+	}
+	mr->batches++;
+}
+
+static void model_run(const char *name, struct flexdb_options opt, long nops, int bigpm)
+{
+	struct mrun *mr = calloc(1, sizeof(*mr));
+	mr->name = name;
+	mr->seed = test_seed(name);
+	mr->r = mr->seed;
+	mr->opt = opt;
+	fdb_tmpdir(mr->dir, sizeof(mr->dir), "model");
+	pool_make(&mr->pool, 1200, mr->seed ^ 0x706f6f6cu);
+	mr->vbuf = malloc(FLEXDB_MAX_VALUE);
+	mr->gbuf = malloc(FLEXDB_MAX_VALUE);
+	mr->kbuf = malloc(FLEXDB_MAX_KEY + 1);
+	struct flexdb_batch *b = flexdb_batch_new();
+	cr_assert(b);
+	m_open(mr);
+	long next_reopen = 1500 + (long)rnd_below(&mr->r, 2500);
+	double t0 = now_sec();
+	for (mr->op = 0; mr->op < nops; mr->op++) {
+		uint64_t k = rnd_below(&mr->r, 1000);
+		const uint8_t *key;
+		uint32_t kn;
+		int rc;
+		if (k < 380) {
+			key = m_key(mr, &kn);
+			uint32_t vn = val_len(&mr->r, bigpm);
+			val_fill(rnd(&mr->r), mr->vbuf, vn);
+			rc = flexdb_put(mr->db, key, kn,
+					vn || rnd_below(&mr->r, 2) ? mr->vbuf : NULL, vn);
+			if (rc)
+				MFAIL(mr, "put (%u-byte value): %s (%d)", vn, flex_strerror(rc),
+				      rc);
+			fm_put(&mr->m, key, kn, mr->vbuf, vn);
+			if (rnd_below(&mr->r, 4) == 0)
+				m_get_one(mr, key, kn);
+		} else if (k < 520) {
+			key = rnd_below(&mr->r, 10) < 8 ? m_existing(mr, &kn) : m_key(mr, &kn);
+			/* The key may point into the model entry: copy it. */
+			uint8_t *kc = malloc(kn);
+			memcpy(kc, key, kn);
+			rc = flexdb_delete(mr->db, kc, kn);
+			if (rc)
+				MFAIL(mr, "delete: %s (%d)", flex_strerror(rc), rc);
+			fm_del(&mr->m, kc, kn);
+			if (rnd_below(&mr->r, 4) == 0)
+				m_get_one(mr, kc, kn);
+			free(kc);
+		} else if (k < 760) {
+			key = rnd_below(&mr->r, 10) < 6 ? m_existing(mr, &kn) : m_key(mr, &kn);
+			m_get_one(mr, key, kn);
+		} else if (k < 840) {
+			m_batch(mr, b);
+		} else if (k < 960) {
+			m_scan(mr);
+		} else if (k < 965) {
+			m_check(mr);
+		} else if (k < 975) {
+			rc = flexdb_sync(mr->db);
+			if (rc)
+				MFAIL(mr, "flexdb_sync: %s (%d)", flex_strerror(rc), rc);
+		} else {
+			m_stats(mr);
+		}
+		if (mr->op == next_reopen) {
+			m_reopen(mr);
+			next_reopen += 1500 + (long)rnd_below(&mr->r, 2500);
+		}
+	}
+	m_full(mr);
+	m_reopen(mr);
+	struct flexdb_stats st;
+	flexdb_stats(mr->db, &st);
+	fprintf(stderr,
+		"  %s: %ld ops in %.1f s, %zu keys, %" PRIu64 " gets, %" PRIu64 " scans (%" PRIu64
+		" steps, %" PRIu64 " turns), %" PRIu64 " batches, %" PRIu64
+		" checks; committer runs %" PRIu64 ", max cache %" PRIu64 ", intervals %" PRIu64
+		", GC runs %" PRIu64 ", tree commits %" PRIu64 "\n",
+		name, nops, now_sec() - t0, mr->m.n, mr->gets, mr->scans, mr->scan_steps, mr->turns,
+		mr->batches, mr->checks, mr->committer_runs, mr->max_cache, st.intervals,
+		mr->gc_runs, mr->tree_commits);
+	if (opt.memtable_size)
+		cr_expect(mr->committer_runs > 0, "%s: the committer never ran", name);
+	cr_assert_eq(flexdb_close(mr->db), 0);
+	flexdb_batch_free(b);
+	tmp_remove(mr->dir);
+	fm_free(&mr->m);
+	pool_free(&mr->pool);
+	free(mr->vbuf);
+	free(mr->gbuf);
+	free(mr->kbuf);
+	free(mr);
+}
+
+Test(flexdb, model_random_ops_tiny_config_with_reopens)
+{
+	model_run("model_tiny", fdb_tiny_opts(), scaled(50000), 2);
+}
+
+/* Memtables that hold a few hundred writes (a memtable's arena is charged
+ * in 256 KiB blocks), so that the writer keeps filling one while the
+ * committer applies the other. */
+Test(flexdb, model_random_ops_committer_overlapping_writes)
+{
+	struct flexdb_options o = fdb_tiny_opts();
+	o.memtable_size = 1u << 20;
+	model_run("model_overlap", o, scaled(40000), 2);
+}
+
+Test(flexdb, model_random_ops_default_config_with_reopens)
+{
+	model_run("model_default", fdb_default_opts(), scaled(40000), 2);
+}
+
+/* A fixed single-threaded stream (no reader, so every commit is the same
+ * from run to run): 4096 keys, values of 0..4999 bytes, a quarter of the
+ * operations deletes, committed in large sorted memtables.  The store has
+ * hundreds of intervals, so the sparse index has several leaves and the
+ * index paths for removed and split intervals all run. */
+Test(flexdb, large_sorted_commits_keep_keys_unique_and_ordered)
+{
+	char dir[256];
+	fdb_tmpdir(dir, sizeof(dir), "bigcommit");
+	struct flexdb_options o = fdb_tiny_opts();
+	o.memtable_size = 32u << 20;
+	struct flexdb *db;
+	cr_assert_eq(flexdb_open(dir, &o, &db), 0);
+	uint64_t r = 4;
+	uint8_t *v = malloc(5000);
+	char k[32];
+	long n = 57737, failed_at = -1;
+	int rc = 0;
+	for (long i = 0; i < n; i++) {
+		int kl = snprintf(k, sizeof(k), "c0-%05d", (int)(rnd(&r) % 4096));
+		uint32_t vl = (uint32_t)(rnd(&r) % 5000);
+		memset(v, (int)(i & 0xff), vl);
+		rc = rnd(&r) % 4 == 0 ? flexdb_delete(db, k, (size_t)kl)
+				      : flexdb_put(db, k, (size_t)kl, v, vl);
+		if (rc) {
+			failed_at = i;
+			break;
+		}
+	}
+	free(v);
+	cr_expect_eq(rc, 0, "op %ld failed: %s (the committer failed before)", failed_at,
+		     flex_strerror(rc));
+	rc = flexdb_close(db);
+	cr_expect_eq(rc, 0, "close: %s", flex_strerror(rc));
+	rc = flexdb_open(dir, &o, &db);
+	cr_assert_eq(rc, 0, "reopen: %s", flex_strerror(rc));
+	rc = flexdb_check(db);
+	cr_expect_eq(rc, 0, "flexdb_check: %s", flex_strerror(rc));
+	struct why w;
+	uint64_t d;
+	size_t cnt;
+	cr_expect(!store_digest(db, &d, &cnt, NULL, &w), "%s", w.msg);
+	flexdb_close(db);
+	tmp_remove(dir);
+}
+
+/* ======================================================================
+ * API edges.
+ * ====================================================================== */
+
+struct tdb {
+	char dir[256];
+	struct flexdb *db;
+};
+
+static void tdb_open(struct tdb *t, const char *tag, const struct flexdb_options *o)
+{
+	fdb_tmpdir(t->dir, sizeof(t->dir), tag);
+	int rc = flexdb_open(t->dir, o, &t->db);
+	cr_assert_eq(rc, 0, "flexdb_open: %s", flex_strerror(rc));
+}
+
+static void tdb_reopen(struct tdb *t, const struct flexdb_options *o)
+{
+	cr_assert_eq(flexdb_close(t->db), 0);
+	t->db = NULL;
+	int rc = flexdb_open(t->dir, o, &t->db);
+	cr_assert_eq(rc, 0, "reopen: %s", flex_strerror(rc));
+}
+
+static void tdb_done(struct tdb *t)
+{
+	if (t->db)
+		cr_assert_eq(flexdb_close(t->db), 0);
+	t->db = NULL;
+	tmp_remove(t->dir);
+}
+
+static void put_s(struct flexdb *db, const char *k, const char *v)
+{
+	int rc = flexdb_put(db, k, strlen(k), v, strlen(v));
+	cr_assert_eq(rc, 0, "put %s: %s", k, flex_strerror(rc));
+}
+
+static void expect_val(struct flexdb *db, const void *k, size_t kn, const void *v, size_t vn)
+{
+	uint8_t buf[256];
+	size_t got = 999;
+	int rc = flexdb_get(db, k, kn, buf, sizeof(buf), &got);
+	cr_assert_eq(rc, 0, "get: rc %d (%s)", rc, flex_strerror(rc));
+	cr_assert_eq(got, vn, "value length %zu, expected %zu", got, vn);
+	cr_assert(vn == 0 || !memcmp(buf, v, vn), "wrong value");
+}
+
+static void expect_absent(struct flexdb *db, const void *k, size_t kn)
+{
+	uint8_t buf[16];
+	size_t got;
+	int rc = flexdb_get(db, k, kn, buf, sizeof(buf), &got);
+	cr_assert_eq(rc, FLEXDB_NOTFOUND, "get: rc %d, expected FLEXDB_NOTFOUND", rc);
+}
+
+Test(flexdb, invalid_arguments_are_rejected)
+{
+	struct tdb t;
+	tdb_open(&t, "args", NULL);
+	struct flexdb *db = t.db;
+	uint8_t big[FLEXDB_MAX_KEY + 1];
+	memset(big, 'k', sizeof(big));
+	size_t vn;
+	cr_expect_eq(flexdb_put(NULL, "a", 1, "v", 1), -EINVAL);
+	cr_expect_eq(flexdb_put(db, NULL, 1, "v", 1), -EINVAL);
+	cr_expect_eq(flexdb_put(db, "a", 0, "v", 1), -EINVAL);
+	cr_expect_eq(flexdb_put(db, "n", 1, NULL, 1), -EINVAL, "NULL value with length 1");
+	cr_expect_eq(flexdb_delete(NULL, "a", 1), -EINVAL);
+	cr_expect_eq(flexdb_delete(db, NULL, 1), -EINVAL);
+	cr_expect_eq(flexdb_delete(db, "a", 0), -EINVAL);
+	cr_expect_eq(flexdb_get(NULL, "a", 1, NULL, 0, &vn), -EINVAL);
+	cr_expect_eq(flexdb_get(db, NULL, 1, NULL, 0, &vn), -EINVAL);
+	cr_expect_eq(flexdb_get(db, "a", 0, NULL, 0, &vn), -EINVAL);
+	cr_expect_eq(flexdb_sync(NULL), -EINVAL);
+	cr_expect_eq(flexdb_put(db, big, FLEXDB_MAX_KEY + 1, "v", 1), FLEX_ETOOBIG);
+	cr_expect_eq(flexdb_delete(db, big, FLEXDB_MAX_KEY + 1), FLEX_ETOOBIG);
+	cr_expect_eq(flexdb_get(db, big, FLEXDB_MAX_KEY + 1, NULL, 0, &vn), FLEX_ETOOBIG);
+	uint8_t *hv = calloc(1, FLEXDB_MAX_VALUE + 1);
+	cr_expect_eq(flexdb_put(db, "a", 1, hv, FLEXDB_MAX_VALUE + 1), FLEX_ETOOBIG);
+	/* The limits themselves are fine. */
+	cr_expect_eq(flexdb_put(db, big, FLEXDB_MAX_KEY, hv, FLEXDB_MAX_VALUE), 0);
+	cr_expect_eq(flexdb_get(db, big, FLEXDB_MAX_KEY, NULL, 0, &vn), 0);
+	cr_expect_eq(vn, FLEXDB_MAX_VALUE);
+	/* Batches check the same way and stay usable. */
+	struct flexdb_batch *b = flexdb_batch_new();
+	cr_expect_eq(flexdb_batch_put(NULL, "a", 1, "v", 1), -EINVAL);
+	cr_expect_eq(flexdb_batch_put(b, NULL, 1, "v", 1), -EINVAL);
+	cr_expect_eq(flexdb_batch_put(b, "a", 0, "v", 1), -EINVAL);
+	cr_expect_eq(flexdb_batch_delete(b, "a", 0), -EINVAL);
+	cr_expect_eq(flexdb_batch_put(b, big, FLEXDB_MAX_KEY + 1, "v", 1), FLEX_ETOOBIG);
+	cr_expect_eq(flexdb_batch_put(b, "a", 1, hv, FLEXDB_MAX_VALUE + 1), FLEX_ETOOBIG);
+	cr_expect_eq(flexdb_write(NULL, b), -EINVAL);
+	cr_expect_eq(flexdb_write(db, NULL), -EINVAL);
+	cr_expect_eq(flexdb_write(db, b), 0, "an empty batch is a no-op");
+	cr_expect_eq(flexdb_batch_put(b, "x", 1, "1", 1), 0);
+	cr_expect_eq(flexdb_write(db, b), 0);
+	expect_val(db, "x", 1, "1", 1);
+	/* Nothing rejected above reached the store. */
+	expect_absent(db, "a", 1);
+	flexdb_batch_free(b);
+	flexdb_batch_free(NULL);
+	free(hv);
+	/* Iterator arguments. */
+	struct flexdb_iter *it = (struct flexdb_iter *)&t;
+	cr_expect_eq(flexdb_iter_open(NULL, &it), -EINVAL);
+	cr_expect_null(it);
+	cr_expect_eq(flexdb_iter_open(db, NULL), -EINVAL);
+	cr_assert_eq(flexdb_iter_open(db, &it), 0);
+	cr_expect_eq(flexdb_iter_seek(it, NULL, 3), -EINVAL);
+	cr_expect_eq(flexdb_iter_seek_for_prev(it, big, FLEXDB_MAX_KEY + 1), FLEX_ETOOBIG);
+	flexdb_iter_close(it);
+	flexdb_iter_close(NULL);
+	cr_expect_eq(flexdb_iter_valid(NULL), 0);
+	struct flexdb_stats st;
+	cr_expect_eq(flexdb_stats(NULL, &st), -EINVAL);
+	cr_expect_eq(flexdb_stats(db, NULL), -EINVAL);
+	cr_expect_eq(flexdb_check(NULL), -EINVAL);
+	cr_expect_eq(flexdb_close(NULL), 0);
+	tdb_done(&t);
+}
+
+Test(flexdb, empty_value_is_a_value_not_a_delete)
+{
+	struct tdb t;
+	tdb_open(&t, "empty", NULL);
+	cr_assert_eq(flexdb_put(t.db, "e1", 2, NULL, 0), 0);
+	cr_assert_eq(flexdb_put(t.db, "e2", 2, "", 0), 0);
+	struct flexdb_batch *b = flexdb_batch_new();
+	cr_assert_eq(flexdb_batch_put(b, "e3", 2, NULL, 0), 0);
+	cr_assert_eq(flexdb_batch_put(b, "e4", 2, "zz", 2), 0);
+	cr_assert_eq(flexdb_batch_put(b, "e4", 2, "", 0), 0); /* later wins: empty */
+	cr_assert_eq(flexdb_write(t.db, b), 0);
+	flexdb_batch_free(b);
+	for (int round = 0; round < 2; round++) {
+		/* Round 0 reads the memtable, round 1 the FlexSpace. */
+		for (int i = 1; i <= 4; i++) {
+			char k[4] = {'e', (char)('0' + i), 0, 0};
+			size_t vn = 77;
+			cr_expect_eq(flexdb_get(t.db, k, 2, NULL, 0, &vn), 0, "round %d key %s",
+				     round, k);
+			cr_expect_eq(vn, 0);
+		}
+		struct flexdb_iter *it;
+		cr_assert_eq(flexdb_iter_open(t.db, &it), 0);
+		cr_assert_eq(flexdb_iter_seek(it, NULL, 0), 0);
+		int n = 0;
+		while (flexdb_iter_valid(it)) {
+			size_t vn = 9;
+			flexdb_iter_value(it, &vn);
+			cr_expect_eq(vn, 0);
+			n++;
+			cr_assert_eq(flexdb_iter_next(it), 0);
+		}
+		cr_expect_eq(n, 4, "round %d: iteration shows %d of the 4 empty values", round, n);
+		flexdb_iter_close(it);
+		tdb_reopen(&t, NULL);
+	}
+	tdb_done(&t);
+}
+
+Test(flexdb, get_copies_a_prefix_and_reports_the_full_length)
+{
+	struct tdb t;
+	tdb_open(&t, "prefix", NULL);
+	const char *v = "0123456789abcdef";
+	put_s(t.db, "k", v);
+	for (int round = 0; round < 2; round++) {
+		char buf[32];
+		memset(buf, '#', sizeof(buf));
+		size_t vn = 0;
+		cr_expect_eq(flexdb_get(t.db, "k", 1, buf, 5, &vn), 0);
+		cr_expect_eq(vn, 16, "round %d", round);
+		cr_expect(!memcmp(buf, "01234", 5) && buf[5] == '#', "round %d: prefix copy",
+			  round);
+		vn = 0;
+		cr_expect_eq(flexdb_get(t.db, "k", 1, NULL, 0, &vn), 0);
+		cr_expect_eq(vn, 16);
+		cr_expect_eq(flexdb_get(t.db, "k", 1, buf, sizeof(buf), NULL), 0);
+		cr_expect(!memcmp(buf, v, 16));
+		cr_expect_eq(flexdb_get(t.db, "k", 1, NULL, 4, &vn), -EINVAL,
+			     "NULL buffer with a nonzero cap");
+		cr_expect_eq(flexdb_get(t.db, "kk", 2, NULL, 0, NULL), FLEXDB_NOTFOUND);
+		cr_expect_eq(flexdb_get(t.db, "j", 1, NULL, 0, NULL), FLEXDB_NOTFOUND);
+		tdb_reopen(&t, NULL);
+	}
+	tdb_done(&t);
+}
+
+Test(flexdb, batch_later_operations_on_a_key_win)
+{
+	struct tdb t;
+	tdb_open(&t, "batch", NULL);
+	put_s(t.db, "gone", "old");
+	struct flexdb_batch *b = flexdb_batch_new();
+	cr_assert_eq(flexdb_batch_put(b, "a", 1, "1", 1), 0);
+	cr_assert_eq(flexdb_batch_delete(b, "a", 1), 0);
+	cr_assert_eq(flexdb_batch_put(b, "a", 1, "2", 1), 0);
+	cr_assert_eq(flexdb_batch_put(b, "b", 1, "1", 1), 0);
+	cr_assert_eq(flexdb_batch_delete(b, "b", 1), 0);
+	cr_assert_eq(flexdb_batch_delete(b, "gone", 4), 0);
+	cr_assert_eq(flexdb_batch_put(b, "c", 1, "x", 1), 0);
+	cr_assert_eq(flexdb_batch_put(b, "c", 1, "yy", 2), 0);
+	cr_assert_eq(flexdb_write(t.db, b), 0);
+	for (int round = 0; round < 2; round++) {
+		expect_val(t.db, "a", 1, "2", 1);
+		expect_absent(t.db, "b", 1);
+		expect_absent(t.db, "gone", 4);
+		expect_val(t.db, "c", 1, "yy", 2);
+		tdb_reopen(&t, NULL);
+	}
+	/* The batch is unchanged by flexdb_write and can be applied again;
+	 * clear empties it. */
+	put_s(t.db, "a", "3");
+	cr_assert_eq(flexdb_write(t.db, b), 0);
+	expect_val(t.db, "a", 1, "2", 1);
+	flexdb_batch_clear(b);
+	cr_assert_eq(flexdb_batch_put(b, "d", 1, "4", 1), 0);
+	cr_assert_eq(flexdb_write(t.db, b), 0);
+	expect_val(t.db, "d", 1, "4", 1);
+	expect_val(t.db, "c", 1, "yy", 2);
+	flexdb_batch_free(b);
+	tdb_done(&t);
+}
+
+Test(flexdb, second_open_is_busy_in_this_process_and_another)
+{
+	struct tdb t;
+	tdb_open(&t, "busy", NULL);
+	struct flexdb *db2 = (struct flexdb *)&t;
+	cr_expect_eq(flexdb_open(t.dir, NULL, &db2), FLEX_EBUSY);
+	cr_expect_null(db2);
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		struct flexdb *d = NULL;
+		int rc = flexdb_open(t.dir, NULL, &d);
+		_exit(rc == FLEX_EBUSY && d == NULL ? 0 : 1);
+	}
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "a forked process could open the store held by its parent");
+	/* The first handle still works, and after close the store opens. */
+	put_s(t.db, "k", "v");
+	cr_assert_eq(flexdb_close(t.db), 0);
+	t.db = NULL;
+	cr_assert_eq(flexdb_open(t.dir, NULL, &t.db), 0);
+	expect_val(t.db, "k", 1, "v", 1);
+	tdb_done(&t);
+}
+
+Test(flexdb, open_rejects_bad_options_and_missing_stores)
+{
+	char dir[256];
+	fdb_tmpdir(dir, sizeof(dir), "opts");
+	char sub[300];
+	snprintf(sub, sizeof(sub), "%s/store", dir);
+	struct flexdb *db = (struct flexdb *)dir;
+	struct flexdb_options o = fdb_default_opts();
+	o.no_create = 1;
+	cr_expect_eq(flexdb_open(sub, &o, &db), -ENOENT);
+	cr_expect_null(db);
+	struct stat st;
+	cr_expect_neq(stat(sub, &st), 0, "no_create created the directory");
+	struct {
+		const char *what;
+		struct flexdb_options o;
+	} bad[8];
+	int nb = 0;
+	for (int i = 0; i < 8; i++)
+		bad[i].o = fdb_default_opts();
+	bad[nb].what = "cache_size below 1 MiB";
+	bad[nb++].o.cache_size = (1u << 20) - 1;
+	bad[nb].what = "cache_size above 1 TiB";
+	bad[nb++].o.cache_size = ((uint64_t)1 << 40) + 1;
+	bad[nb].what = "memtable_size below 64 KiB";
+	bad[nb++].o.memtable_size = (64u << 10) - 1;
+	bad[nb].what = "memtable_size above 4 GiB";
+	bad[nb++].o.memtable_size = ((uint64_t)4 << 30) + 1;
+	bad[nb].what = "segment_size not a power of two";
+	bad[nb++].o.space.segment_size = 100000;
+	bad[nb].what = "log_limit below 64 KiB";
+	bad[nb++].o.space.log_limit = 1000;
+	bad[nb].what = "gc_ratio below 1.1";
+	bad[nb++].o.space.gc_ratio = 1.01;
+	for (int i = 0; i < nb; i++) {
+		db = (struct flexdb *)dir;
+		int rc = flexdb_open(sub, &bad[i].o, &db);
+		cr_expect_eq(rc, FLEX_EOPTION, "%s: rc %d (%s)", bad[i].what, rc,
+			     flex_strerror(rc));
+		cr_expect_null(db, "%s: *out not NULL", bad[i].what);
+	}
+	cr_expect_eq(flexdb_open(NULL, NULL, &db), -EINVAL);
+	cr_expect_eq(flexdb_open(sub, NULL, NULL), -EINVAL);
+	/* The limits themselves are accepted. */
+	o = fdb_default_opts();
+	o.cache_size = 1u << 20;
+	o.memtable_size = 64u << 10;
+	cr_assert_eq(flexdb_open(sub, &o, &db), 0);
+	put_s(db, "k", "v");
+	cr_assert_eq(flexdb_close(db), 0);
+	o.no_create = 1;
+	cr_assert_eq(flexdb_open(sub, &o, &db), 0, "no_create on an existing store");
+	expect_val(db, "k", 1, "v", 1);
+	cr_assert_eq(flexdb_close(db), 0);
+	tmp_remove(dir);
+}
+
+/* ======================================================================
+ * Iterators.
+ * ====================================================================== */
+
+Test(flexdb, iterator_on_an_empty_store_is_invalid_everywhere)
+{
+	struct tdb t;
+	tdb_open(&t, "iterempty", NULL);
+	for (int round = 0; round < 3; round++) {
+		struct flexdb_iter *it;
+		cr_assert_eq(flexdb_iter_open(t.db, &it), 0);
+		cr_expect_eq(flexdb_iter_valid(it), 0, "fresh iterator valid");
+		cr_expect_eq(flexdb_iter_seek(it, NULL, 0), 0);
+		cr_expect_eq(flexdb_iter_valid(it), 0);
+		cr_expect_eq(flexdb_iter_seek(it, "m", 1), 0);
+		cr_expect_eq(flexdb_iter_valid(it), 0);
+		cr_expect_eq(flexdb_iter_seek_for_prev(it, NULL, 0), 0);
+		cr_expect_eq(flexdb_iter_valid(it), 0);
+		cr_expect_eq(flexdb_iter_seek_for_prev(it, "\xff\xff", 2), 0);
+		cr_expect_eq(flexdb_iter_valid(it), 0);
+		size_t n = 5;
+		cr_expect_null(flexdb_iter_key(it, &n));
+		cr_expect_null(flexdb_iter_value(it, &n));
+		flexdb_iter_next(it);
+		cr_expect_eq(flexdb_iter_valid(it), 0);
+		flexdb_iter_prev(it);
+		cr_expect_eq(flexdb_iter_valid(it), 0);
+		flexdb_iter_close(it);
+		/* Round 1: every key deleted (tombstones in the memtable over
+		 * pairs in the FlexSpace); round 2: after a reopen. */
+		if (round == 0) {
+			for (int i = 0; i < 300; i++) {
+				char k[16];
+				snprintf(k, sizeof(k), "k%04d", i);
+				put_s(t.db, k, "v");
+			}
+			tdb_reopen(&t, NULL);
+			for (int i = 0; i < 300; i++) {
+				char k[16];
+				snprintf(k, sizeof(k), "k%04d", i);
+				cr_assert_eq(flexdb_delete(t.db, k, 5), 0);
+			}
+		} else if (round == 1) {
+			tdb_reopen(&t, NULL);
+		}
+	}
+	tdb_done(&t);
+}
+
+/* Walks [from the first key] forwards and backwards, expecting exactly
+ * keys[0..n) in order. */
+static void expect_keys(struct flexdb *db, const char *const *keys, const size_t *lens, int n,
+			const char *what)
+{
+	struct flexdb_iter *it;
+	cr_assert_eq(flexdb_iter_open(db, &it), 0);
+	cr_assert_eq(flexdb_iter_seek(it, NULL, 0), 0);
+	for (int i = 0; i < n; i++) {
+		size_t kn;
+		const void *k = flexdb_iter_key(it, &kn);
+		cr_assert(k && kn == lens[i] && !memcmp(k, keys[i], kn), "%s: forward position %d",
+			  what, i);
+		cr_assert_eq(flexdb_iter_next(it), 0);
+	}
+	cr_assert_eq(flexdb_iter_valid(it), 0, "%s: more keys than expected", what);
+	cr_assert_eq(flexdb_iter_seek_for_prev(it, NULL, 0), 0);
+	for (int i = n - 1; i >= 0; i--) {
+		size_t kn;
+		const void *k = flexdb_iter_key(it, &kn);
+		cr_assert(k && kn == lens[i] && !memcmp(k, keys[i], kn), "%s: backward position %d",
+			  what, i);
+		cr_assert_eq(flexdb_iter_prev(it), 0);
+	}
+	cr_assert_eq(flexdb_iter_valid(it), 0, "%s: more keys than expected backwards", what);
+	flexdb_iter_close(it);
+}
+
+Test(flexdb, binary_keys_sort_by_memcmp_shorter_first)
+{
+	struct tdb t;
+	tdb_open(&t, "binkeys", NULL);
+	static const char *const keys[] = {"\x00",  "\x00\x00",	 "\x00\xff",  "a",
+					   "a\x00", "a\x00\x00", "a\x00\x01", "a\x01",
+					   "ab",    "\xff",	 "\xff\x00",  "\xff\xff"};
+	static const size_t lens[] = {1, 2, 2, 1, 2, 3, 3, 2, 2, 1, 2, 2};
+	int n = 12;
+	/* Insert in a scrambled order. */
+	for (int i = 0; i < n; i++) {
+		int j = (i * 7) % n;
+		cr_assert_eq(flexdb_put(t.db, keys[j], lens[j], keys[j], lens[j]), 0);
+	}
+	for (int round = 0; round < 2; round++) {
+		expect_keys(t.db, keys, lens, n, round ? "FlexSpace" : "memtable");
+		struct flexdb_iter *it;
+		cr_assert_eq(flexdb_iter_open(t.db, &it), 0);
+		size_t kn;
+		const void *k;
+		/* seek: first >= key; seek_for_prev: last <= key. */
+		cr_assert_eq(flexdb_iter_seek(it, "a\x00\x00\x00", 4), 0);
+		k = flexdb_iter_key(it, &kn);
+		cr_expect(k && kn == 3 && !memcmp(k, "a\x00\x01", 3), "seek between prefixes");
+		cr_assert_eq(flexdb_iter_seek_for_prev(it, "a\x00\x00\x00", 4), 0);
+		k = flexdb_iter_key(it, &kn);
+		cr_expect(k && kn == 3 && !memcmp(k, "a\x00\x00", 3), "seek_for_prev to a prefix");
+		cr_assert_eq(flexdb_iter_seek(it, "a", 1), 0);
+		k = flexdb_iter_key(it, &kn);
+		cr_expect(k && kn == 1 && !memcmp(k, "a", 1), "seek to an exact key");
+		cr_assert_eq(flexdb_iter_prev(it), 0);
+		k = flexdb_iter_key(it, &kn);
+		cr_expect(k && kn == 2 && !memcmp(k, "\x00\xff", 2), "turning around after a seek");
+		cr_assert_eq(flexdb_iter_next(it), 0);
+		cr_assert_eq(flexdb_iter_next(it), 0);
+		k = flexdb_iter_key(it, &kn);
+		cr_expect(k && kn == 2 && !memcmp(k, "a\x00", 2), "turning around again");
+		cr_assert_eq(flexdb_iter_seek(it, "\xff\xff\x00", 3), 0);
+		cr_expect_eq(flexdb_iter_valid(it), 0, "seek past the last key");
+		cr_assert_eq(flexdb_iter_seek_for_prev(it, "\x00", 1), 0);
+		k = flexdb_iter_key(it, &kn);
+		cr_expect(k && kn == 1 && !memcmp(k, "\x00", 1), "seek_for_prev to the first key");
+		cr_assert_eq(flexdb_iter_prev(it), 0);
+		cr_expect_eq(flexdb_iter_valid(it), 0, "prev before the first key");
+		flexdb_iter_close(it);
+		tdb_reopen(&t, NULL);
+	}
+	tdb_done(&t);
+}
+
+/* Documented (flexdb.h): an iterator is not a snapshot, but keys come in
+ * strictly increasing order, each at most once; every pair returned was
+ * the key's value at some moment after the seek; a key present and
+ * unchanged from the seek to the end is always returned.  Writes after the
+ * seek (deletes, new keys, overwrites, far beyond the first chunk) may or
+ * may not be seen.  Overwrites and deletes made before the seek must be
+ * seen. */
+static void iter_changes_check(int commit_first, int reverse)
+{
+	struct tdb t;
+	struct flexdb_options o = fdb_default_opts();
+	tdb_open(&t, commit_first ? "iterfs" : "itermt", &o);
+	int n = 600;
+	char k[32], v[32];
+	for (int i = 0; i < n; i++) {
+		snprintf(k, sizeof(k), "s%05d", i * 2);
+		snprintf(v, sizeof(v), "v%d", i);
+		put_s(t.db, k, v);
+	}
+	/* Before the seek: overwrite every 7th, delete every 11th. */
+	for (int i = 0; i < n; i += 7) {
+		snprintf(k, sizeof(k), "s%05d", i * 2);
+		snprintf(v, sizeof(v), "w%d", i);
+		put_s(t.db, k, v);
+	}
+	for (int i = 5; i < n; i += 11) {
+		snprintf(k, sizeof(k), "s%05d", i * 2);
+		cr_assert_eq(flexdb_delete(t.db, k, strlen(k)), 0);
+	}
+	if (commit_first)
+		tdb_reopen(&t, &o);
+	struct flexdb_iter *it;
+	cr_assert_eq(flexdb_iter_open(t.db, &it), 0);
+	cr_assert_eq(
+	    reverse ? flexdb_iter_seek_for_prev(it, NULL, 0) : flexdb_iter_seek(it, NULL, 0), 0);
+	/* After the seek: changes around positions 300..420 (far past the
+	 * first chunk either way). */
+	uint8_t changed[1200] = {0};
+	for (int i = 300; i < 320; i++) {
+		snprintf(k, sizeof(k), "s%05d", i * 2);
+		cr_assert_eq(flexdb_delete(t.db, k, strlen(k)), 0);
+		changed[i * 2] = 1;
+		snprintf(k, sizeof(k), "s%05d", i * 2 + 1);
+		put_s(t.db, k, "new");
+		changed[i * 2 + 1] = 1;
+		snprintf(k, sizeof(k), "s%05d", (i + 100) * 2);
+		put_s(t.db, k, "overwritten");
+		changed[(i + 100) * 2] = 1;
+	}
+	cr_assert_eq(flexdb_sync(t.db), 0);
+	uint8_t seen[1200] = {0};
+	long last = reverse ? 100000 : -1;
+	while (flexdb_iter_valid(it)) {
+		size_t kn, vn;
+		const char *kk = flexdb_iter_key(it, &kn);
+		const char *vv = flexdb_iter_value(it, &vn);
+		cr_assert(kn == 6 && kk[0] == 's', "unexpected key");
+		char kb[8];
+		memcpy(kb, kk + 1, 5);
+		kb[5] = 0;
+		long x = atol(kb);
+		cr_assert(x >= 0 && x < 1200);
+		cr_assert(reverse ? x < last : x > last,
+			  "keys not strictly %s: s%05ld after s%05ld",
+			  reverse ? "decreasing" : "increasing", x, last);
+		last = x;
+		seen[x] = 1;
+		/* The value: the pre-seek one, or a newer one for keys changed
+		 * after the seek. */
+		char want[32];
+		int i = (int)(x / 2);
+		if (x % 2)
+			snprintf(want, sizeof(want), "new");
+		else if (i % 7 == 0)
+			snprintf(want, sizeof(want), "w%d", i);
+		else
+			snprintf(want, sizeof(want), "v%d", i);
+		int ok = vn == strlen(want) && !memcmp(vv, want, vn);
+		if (!ok && changed[x])
+			ok = vn == 11 && !memcmp(vv, "overwritten", 11);
+		cr_assert(ok, "s%05ld shows %.*s, expected %s%s", x, (int)vn, vv, want,
+			  changed[x] ? " or its newer value" : "");
+		cr_assert(!(i % 11 == 5 && x % 2 == 0 && !changed[x]),
+			  "s%05ld was deleted before the seek but is returned", x);
+		cr_assert(x % 2 == 0 || changed[x], "s%05ld never existed", x);
+		cr_assert_eq(reverse ? flexdb_iter_prev(it) : flexdb_iter_next(it), 0);
+	}
+	/* Every key present and unchanged from the seek on was returned. */
+	for (int i = 0; i < n; i++) {
+		int x = i * 2;
+		if (i % 11 == 5 || changed[x])
+			continue;
+		cr_assert(seen[x], "s%05d, present and unchanged since the seek, was not returned",
+			  x);
+	}
+	/* A new seek sees the writes. */
+	cr_assert_eq(flexdb_iter_seek(it, "s00601", 6), 0);
+	size_t kn;
+	const char *kk = flexdb_iter_key(it, &kn);
+	cr_expect(kk && kn == 6 && !memcmp(kk, "s00601", 6), "a new seek sees new keys");
+	flexdb_iter_close(it);
+	tdb_done(&t);
+}
+
+Test(flexdb, iterator_with_writes_after_its_seek_memtable)
+{
+	iter_changes_check(0, 0);
+	iter_changes_check(0, 1);
+}
+
+Test(flexdb, iterator_with_writes_after_its_seek_flexspace)
+{
+	iter_changes_check(1, 0);
+	iter_changes_check(1, 1);
+}
+
+/* LESSONS: an iterator that held locks deadlocked a sync or a memtable
+ * switch on its own thread.  Here one thread keeps an iterator open and
+ * positioned while it writes enough to switch memtables many times,
+ * syncs, deletes, and moves the iterator in between. */
+Test(flexdb, open_iterator_never_blocks_writes_sync_or_committer_on_its_thread, .timeout = 60)
+{
+	struct tdb t;
+	struct flexdb_options o = fdb_tiny_opts();
+	tdb_open(&t, "iterlock", &o);
+	char k[32];
+	uint8_t v[700];
+	memset(v, 'v', sizeof(v));
+	for (int i = 0; i < 2000; i += 2) {
+		snprintf(k, sizeof(k), "i%06d", i);
+		cr_assert_eq(flexdb_put(t.db, k, strlen(k), v, sizeof(v)), 0);
+	}
+	struct flexdb_iter *it;
+	cr_assert_eq(flexdb_iter_open(t.db, &it), 0);
+	cr_assert_eq(flexdb_iter_seek(it, "i000500", 7), 0);
+	cr_assert(flexdb_iter_valid(it));
+	struct flexdb_stats st0, st1;
+	flexdb_stats(t.db, &st0);
+	for (int round = 0; round < 20; round++) {
+		for (int i = 0; i < 400; i++) {
+			snprintf(k, sizeof(k), "i%06d", (round * 400 + i) * 7 % 4000);
+			if (i % 5 == 4)
+				cr_assert_eq(flexdb_delete(t.db, k, strlen(k)), 0);
+			else
+				cr_assert_eq(flexdb_put(t.db, k, strlen(k), v, sizeof(v)), 0);
+		}
+		cr_assert_eq(flexdb_sync(t.db), 0);
+		if (flexdb_iter_valid(it))
+			cr_assert_eq(round % 2 ? flexdb_iter_prev(it) : flexdb_iter_next(it), 0);
+		else
+			cr_assert_eq(flexdb_iter_seek(it, NULL, 0), 0);
+	}
+	flexdb_stats(t.db, &st1);
+	cr_expect_gt(st1.committer_runs, st0.committer_runs,
+		     "the committer did not run while the iterator was open");
+	cr_assert_eq(flexdb_iter_seek(it, NULL, 0), 0);
+	int n = 0;
+	while (flexdb_iter_valid(it)) {
+		n++;
+		cr_assert_eq(flexdb_iter_next(it), 0);
+	}
+	cr_expect_gt(n, 0);
+	flexdb_iter_close(it);
+	cr_assert_eq(flexdb_check(t.db), 0);
+	tdb_done(&t);
+}
+
+/* More deleted keys in a row than the iterator reads per chunk, in the
+ * memtable over pairs in the FlexSpace and the other way round. */
+Test(flexdb, iterator_skips_long_runs_of_deleted_keys)
+{
+	struct tdb t;
+	tdb_open(&t, "iterdel", NULL);
+	char k[32];
+	int n = 3000;
+	for (int i = 0; i < n; i++) {
+		snprintf(k, sizeof(k), "d%05d", i);
+		put_s(t.db, k, "x");
+	}
+	tdb_reopen(&t, NULL);
+	for (int i = 0; i < n; i++) {
+		if (i == 0 || i == 1500 || i == n - 1 || (i > 2000 && i < 2010))
+			continue;
+		snprintf(k, sizeof(k), "d%05d", i);
+		cr_assert_eq(flexdb_delete(t.db, k, strlen(k)), 0);
+	}
+	static const char *const keys[] = {"d00000", "d01500", "d02001", "d02002",
+					   "d02003", "d02004", "d02005", "d02006",
+					   "d02007", "d02008", "d02009", "d02999"};
+	size_t lens[12];
+	for (int i = 0; i < 12; i++)
+		lens[i] = 6;
+	expect_keys(t.db, keys, lens, 12, "tombstones in the memtable");
+	tdb_reopen(&t, NULL);
+	expect_keys(t.db, keys, lens, 12, "after commit");
+	tdb_done(&t);
+}
+
+#endif /* FLEXDB_TSAN_MAIN */
