@@ -131,7 +131,9 @@ test:
 	@$(MAKE) --no-print-directory MODE=debug test-run
 # Tests that drive the command-line tools find them through FLEX_BIN_DIR.
 test-run: $(TESTS) $(TOOLS)
-	@set -e; for t in $(TESTS); do echo "== $$t"; FLEX_BIN_DIR=$(BUILD)/bin $$t --jobs 2 $(TESTFLAGS); done
+	@set -e; for t in $(TESTS); do echo "== $$t"; \
+		FLEX_BIN_DIR=$(BUILD)/bin LSAN_OPTIONS=suppressions=$(CURDIR)/test/lsan.supp:print_suppressions=0 \
+		$$t --jobs 2 $(TESTFLAGS); done
 
 # Long randomized runs (not part of `make test`).
 stress:
