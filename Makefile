@@ -78,7 +78,7 @@ TESTS   := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(BUILD)/test/test_f
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TOOLS   := $(patsubst cli/%.c,$(BUILD)/bin/%,$(CLI_SRC))
 
-.PHONY: all libs test test-run bench bench-quick stress install uninstall clean help format
+.PHONY: all libs test test-run tsan bench bench-quick stress install uninstall clean help format
 all: libs $(TOOLS) $(BENCHES)
 libs: $(LIBS_A) $(LIBS_SO)
 
@@ -135,11 +135,20 @@ test-run: $(TESTS) $(TOOLS)
 		FLEX_BIN_DIR=$(BUILD)/bin LSAN_OPTIONS=suppressions=$(CURDIR)/test/lsan.supp:print_suppressions=0 \
 		$$t --jobs 2 $(TESTFLAGS); done
 
+# The concurrency test as a plain program under ThreadSanitizer (the
+# Criterion runner itself does not start under TSan on this platform).
+tsan:
+	@$(MAKE) --no-print-directory SANITIZE=thread libs
+	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Iinclude -DFLEXDB_TSAN_MAIN \
+		test/test_flexdb.c -o build/debug-thread/flexdb_tsan \
+		build/debug-thread/lib/libflexdb.a build/debug-thread/lib/libflexspace.a \
+		build/debug-thread/lib/libflextree.a -luring -lxxhash -pthread -lm
+	TSAN_OPTIONS=halt_on_error=1 build/debug-thread/flexdb_tsan
+
 # Long randomized runs (not part of `make test`).
 stress:
-	@$(MAKE) --no-print-directory MODE=debug $(TESTS)
-	FLEX_TEST_SCALE=50 $(BUILD:build/release=build/debug)/test/test_flextree --jobs 2
-	FLEX_TEST_SCALE=50 $(BUILD:build/release=build/debug)/test/test_flextree_tiny --jobs 2
+	@$(MAKE) --no-print-directory MODE=debug test-run TESTFLAGS="$(TESTFLAGS)" \
+		FLEX_TEST_SCALE=$${FLEX_TEST_SCALE:-50}
 
 # ---- benchmarks, tools -------------------------------------------------------
 # Benchmarks that run peers link them (Debian packages, see setup.sh).
@@ -208,6 +217,7 @@ help:
 	@echo "make              build libraries, tools and benchmarks (build/release)"
 	@echo "make test         build with assertions and run every Criterion suite"
 	@echo "make stress       long randomized runs (FLEX_TEST_SCALE=50)"
+	@echo "make tsan         the FlexDB concurrency test under ThreadSanitizer"
 	@echo "make bench        run the benchmark suite (-O2 -DNDEBUG)"
 	@echo "make bench-quick  a short benchmark pass"
 	@echo "make install      PREFIX=$(PREFIX) DESTDIR= : headers, libs, tools, pkg-config"
