@@ -74,7 +74,10 @@ endif
 LINK_A := $(filter %/libflexdb.a,$(LIBS_A)) $(filter %/libflexspace.a,$(LIBS_A)) \
 	  $(BUILD)/lib/libflextree.a
 
-TESTS   := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(BUILD)/test/test_flextree_tiny
+# The FlexTree suites also run against a tiny-capacity build of the tree.
+TINY_SRC := $(wildcard test/test_flextree*.c)
+TINY_TESTS := $(patsubst test/%.c,$(BUILD)/test/%_tiny,$(TINY_SRC))
+TESTS   := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(TINY_TESTS)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TOOLS   := $(patsubst cli/%.c,$(BUILD)/bin/%,$(CLI_SRC))
 
@@ -117,8 +120,7 @@ TINY_FLAGS := -DFT_LEAF_CAP=6 -DFT_INTERNAL_CAP=5
 $(BUILD)/tiny/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TINY_FLAGS) -MMD -MP -c $< -o $@
-$(BUILD)/test/test_flextree_tiny: $(BUILD)/tiny/test/test_flextree.o \
-		$(patsubst %.c,$(BUILD)/tiny/%.o,$(FLEXTREE_SRC))
+$(BUILD)/test/%_tiny: $(BUILD)/tiny/test/%.o $(patsubst %.c,$(BUILD)/tiny/%.o,$(FLEXTREE_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS_SYS)
 
