@@ -32,6 +32,8 @@
 #define FS_GC_BATCH 64
 /* Initial capacity of the in-memory log buffer (records). */
 #define FS_LOGBUF_RECORDS 8192
+/* Pieces at least this large bypass the segment buffer (fs_append). */
+#define FS_DIRECT_BYTES (32u << 10)
 /* Bytes of a log record on disk. */
 #define FS_REC_BYTES 24
 
@@ -74,8 +76,9 @@ struct flexspace {
 	uint32_t nfree; /* segments in state SEG_FREE */
 	uint32_t free_hint; /* no FREE segment below this index */
 
-	/* The open segment and its buffer: bytes [0, fill) hold its data,
-	 * [0, flushed) of them are already written to DATA. */
+	/* The open segment and its buffer: [0, fill) of the segment hold
+	 * data, [0, flushed) of it are already in DATA; only the buffer's
+	 * bytes [flushed, fill) are meaningful (large pieces bypass it). */
 	uint32_t open_seg; /* UINT32_MAX when none */
 	uint8_t *buf;
 	uint32_t fill;

@@ -195,8 +195,20 @@ int fs_append(struct flexspace *fs, const void *data, uint32_t len, uint64_t *po
 	}
 	uint32_t room = fs->seg_size - fs->fill;
 	uint32_t c = len < room ? len : room;
-	memcpy(fs->buf + fs->fill, data, c);
 	*poff = (uint64_t)fs->open_seg * fs->seg_size + fs->fill;
+	if (c >= FS_DIRECT_BYTES && fs->flushed == fs->fill) {
+		/* A large piece with nothing pending goes straight from the
+		 * caller's buffer to DATA: one copy instead of two.  The segment
+		 * buffer then holds only bytes at or after `flushed`. */
+		int rc = flex_io_write_full(fs->io, fs->data_fd, data, c, *poff);
+		if (rc)
+			return rc;
+		fs->flushed = fs->fill + c;
+		fs->data_unsynced = 1;
+		fs->st.data_bytes_written += c;
+	} else {
+		memcpy(fs->buf + fs->fill, data, c);
+	}
 	*got = c;
 	fs->fill += c;
 	fs->valid[fs->open_seg] += c;
@@ -324,11 +336,19 @@ int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t le
 			if (m[i].poff == FLEXTREE_HOLE) {
 				memset(dst, 0, m[i].len);
 			} else if (fs->open_seg != UINT32_MAX && m[i].poff >= open_base &&
-				   m[i].poff < open_base + fs->seg_size) {
+				   m[i].poff < open_base + fs->seg_size &&
+				   m[i].poff + m[i].len > open_base + fs->flushed) {
+				/* Not yet in DATA: from the segment buffer (whose
+				 * bytes before `flushed` may never have been copied
+				 * into it, so a piece is split there). */
 				uint64_t at = m[i].poff - open_base;
 				if (at + m[i].len > fs->fill)
 					return FLEX_ECORRUPT;
-				memcpy(dst, fs->buf + at, m[i].len);
+				uint64_t head = at < fs->flushed ? fs->flushed - at : 0;
+				if (head)
+					v[nv++] = (struct flex_iovec){.buf = dst, .len = head,
+								      .off = m[i].poff};
+				memcpy(dst + head, fs->buf + at + head, m[i].len - head);
 			} else {
 				v[nv++] = (struct flex_iovec){.buf = dst, .len = m[i].len,
 							      .off = m[i].poff};
