@@ -197,17 +197,15 @@ int fdb_index_check(const struct fdb_index *x);
 
 /* ---- the store (fdb_store.c) ----------------------------------------------- */
 
-struct fdb_kv {
-	uint8_t *key; /* key, then value, in one allocation */
-	uint32_t klen;
-	uint32_t vlen;
-	uint32_t off; /* offset of the record within its interval */
-	uint32_t size; /* record bytes */
-	uint16_t fp;
-};
-
+/* A cached interval: its raw bytes as stored in the FlexSpace (records
+ * back to back, checksums verified when they entered), the offset of each
+ * record, and each key's 16-bit fingerprint.  One allocation per array,
+ * none per pair, so the cache holds nearly its size in pairs. */
 struct fdb_cent {
-	struct fdb_kv *kv;
+	uint8_t *raw;
+	uint32_t size, rawcap;
+	uint32_t *off;
+	uint16_t *fp;
 	uint32_t n, cap;
 	size_t bytes; /* accounted against the cache size */
 	struct fdb_ival *iv;

@@ -36,7 +36,6 @@
 /* A read-side miss asks for a rewrite of an interval whose extents average
  * less than this many bytes. */
 #define FDB_FRAG_EXTENT_BYTES 1024
-#define FDB_KV_OVERHEAD (sizeof(struct fdb_kv) + 16)
 
 /* ---- cache entries -------------------------------------------------------- */
 
@@ -54,62 +53,109 @@ static void cent_free(struct fdb_cent *c)
 {
 	if (!c)
 		return;
-	for (uint32_t i = 0; i < c->n; i++)
-		free(c->kv[i].key);
-	free(c->kv);
+	free(c->raw);
+	free(c->off);
+	free(c->fp);
 	free(c);
 }
 
-static int cent_reserve(struct fdb_cent *c, uint32_t n)
+/* What an entry is charged: its raw bytes and two small arrays. */
+static size_t cent_bytes(const struct fdb_cent *c)
 {
-	if (n <= c->cap)
-		return 0;
-	uint32_t cap = c->cap ? c->cap : 8;
-	while (cap < n)
-		cap *= 2;
-	struct fdb_kv *kv = realloc(c->kv, (size_t)cap * sizeof(*kv));
-	if (!kv)
-		return -ENOMEM;
-	c->kv = kv;
-	c->cap = cap;
+	return sizeof(*c) + c->rawcap + (size_t)c->cap * (sizeof(uint32_t) + sizeof(uint16_t));
+}
+
+static int cent_reserve(struct fdb_cent *c, uint32_t n, uint32_t size)
+{
+	if (n > c->cap) {
+		uint32_t cap = c->cap ? c->cap : 16;
+		while (cap < n)
+			cap *= 2;
+		uint32_t *o = realloc(c->off, (size_t)cap * sizeof(*o));
+		if (!o)
+			return -ENOMEM;
+		c->off = o;
+		uint16_t *f = realloc(c->fp, (size_t)cap * sizeof(*f));
+		if (!f)
+			return -ENOMEM;
+		c->fp = f;
+		c->cap = cap;
+	}
+	if (size > c->rawcap) {
+		uint32_t cap = c->rawcap ? c->rawcap : 1024;
+		while (cap < size)
+			cap = cap > UINT32_MAX / 2 ? size : cap * 2;
+		uint8_t *r = realloc(c->raw, cap);
+		if (!r)
+			return -ENOMEM;
+		c->raw = r;
+		c->rawcap = cap;
+	}
 	return 0;
 }
 
-static int kv_set(struct fdb_kv *kv, const void *key, uint32_t klen, const void *val,
-		  uint32_t vlen)
+/* Pair i of an entry: its key and value inside the raw bytes (verified
+ * when they entered the entry) and its record size. */
+static void cent_pair(const struct fdb_cent *c, uint32_t i, const uint8_t **key, uint32_t *klen,
+		      const uint8_t **val, uint32_t *vlen, uint32_t *size)
 {
-	uint8_t *b = malloc((size_t)klen + vlen + 1);
-	if (!b)
-		return -ENOMEM;
-	memcpy(b, key, klen);
-	if (vlen)
-		memcpy(b + klen, val, vlen);
-	free(kv->key);
-	kv->key = b;
-	kv->klen = klen;
-	kv->vlen = vlen;
-	kv->fp = fdb_fingerprint(key, klen);
-	return 0;
-}
-
-static size_t kv_bytes(const struct fdb_kv *kv)
-{
-	return FDB_KV_OVERHEAD + kv->klen + kv->vlen;
+	const uint8_t *p = c->raw + c->off[i];
+	size_t a = fdb_varint_get(p, c->raw + c->size, klen);
+	size_t b = fdb_varint_get(p + a, c->raw + c->size, vlen);
+	*key = p + a + b;
+	*val = *key + *klen;
+	*size = (i + 1 < c->n ? c->off[i + 1] : c->size) - c->off[i];
 }
 
 /* Position of the first pair >= key; *found when equal. */
 static uint32_t cent_lower(const struct fdb_cent *c, const void *key, uint32_t klen, int *found)
 {
 	uint32_t lo = 0, hi = c->n;
+	const uint8_t *k, *v;
+	uint32_t kl, vl, sz;
 	while (lo < hi) {
 		uint32_t mid = (lo + hi) / 2;
-		if (fdb_keycmp(c->kv[mid].key, c->kv[mid].klen, key, klen) < 0)
+		cent_pair(c, mid, &k, &kl, &v, &vl, &sz);
+		if (fdb_keycmp(k, kl, key, klen) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	*found = lo < c->n && fdb_keycmp(c->kv[lo].key, c->kv[lo].klen, key, klen) == 0;
+	*found = 0;
+	if (lo < c->n) {
+		cent_pair(c, lo, &k, &kl, &v, &vl, &sz);
+		*found = fdb_keycmp(k, kl, key, klen) == 0;
+	}
 	return lo;
+}
+
+/* Replaces pairs [pos, pos + del) by the encoded record rec (rs bytes,
+ * none when rs is 0), keeping offsets and fingerprints in step. */
+static int cent_splice(struct fdb_cent *c, uint32_t pos, uint32_t del, const uint8_t *rec,
+		       uint32_t rs, uint16_t fp)
+{
+	uint32_t add = rs ? 1 : 0;
+	uint32_t at = pos < c->n ? c->off[pos] : c->size;
+	uint32_t end = pos + del < c->n ? c->off[pos + del] : c->size;
+	int64_t delta = (int64_t)rs - (int64_t)(end - at);
+	int rc = cent_reserve(c, c->n + add, (uint32_t)((int64_t)c->size + delta));
+	if (rc)
+		return rc;
+	memmove(c->raw + at + rs, c->raw + end, c->size - end);
+	if (rs)
+		memcpy(c->raw + at, rec, rs);
+	c->size = (uint32_t)((int64_t)c->size + delta);
+	uint32_t tail = c->n - pos - del;
+	memmove(c->off + pos + add, c->off + pos + del, tail * sizeof(uint32_t));
+	memmove(c->fp + pos + add, c->fp + pos + del, tail * sizeof(uint16_t));
+	if (add) {
+		c->off[pos] = at;
+		c->fp[pos] = fp;
+	}
+	c->n = c->n - del + add;
+	for (uint32_t i = pos + add; i < c->n; i++)
+		c->off[i] = (uint32_t)((int64_t)c->off[i] + delta);
+	return 0;
 }
 
 /* ---- the CLOCK ring ------------------------------------------------------- */
@@ -175,12 +221,13 @@ static void cache_drop(struct fdb_store *s, struct fdb_ival *iv)
 	iv->cache = NULL;
 }
 
-/* Adjusts an attached entry's charge after a change. */
-static void cache_charge(struct fdb_store *s, struct fdb_cent *c, ssize_t delta)
+/* Brings an entry's charge up to date after a change. */
+static void cache_recharge(struct fdb_store *s, struct fdb_cent *c)
 {
-	c->bytes = (size_t)((ssize_t)c->bytes + delta);
+	size_t now = cent_bytes(c);
 	if (c->slot != UINT32_MAX)
-		s->cache_bytes = (size_t)((ssize_t)s->cache_bytes + delta);
+		s->cache_bytes = s->cache_bytes - c->bytes + now;
+	c->bytes = now;
 }
 
 /* ---- loading an interval ---------------------------------------------------- */
@@ -196,42 +243,43 @@ static int count_extent(void *arg, const struct flextree_extent *e)
 	return 0;
 }
 
-/* Reads and decodes the interval at off; verifies every checksum, the key
- * order and the bound given by the interval's key. */
+/* Reads the interval at off into an entry; verifies every checksum, the
+ * key order and the bound given by the interval's key. */
 static int ival_decode(struct fdb_store *s, const struct fdb_ival *iv, uint64_t off,
 		       struct fdb_cent **out, int *fragmented)
 {
 	*out = NULL;
 	struct fdb_cent *c = cent_new();
-	uint8_t *buf = malloc(iv->size ? iv->size : 1);
-	int rc = c && buf ? 0 : -ENOMEM;
+	int rc = c ? cent_reserve(c, 16, iv->size ? iv->size : 1) : -ENOMEM;
 	if (!rc && iv->size) {
-		ssize_t n = flexspace_read(s->fs, buf, off, iv->size);
+		ssize_t n = flexspace_read(s->fs, c->raw, off, iv->size);
 		rc = n < 0 ? (int)n : (size_t)n != iv->size ? FLEX_ECORRUPT : 0;
 	}
-	const uint8_t *p = buf, *end = buf + iv->size;
+	if (!rc)
+		c->size = iv->size;
+	const uint8_t *p = c ? c->raw : NULL, *end = p + (c ? c->size : 0);
+	const uint8_t *pk = iv->key;
+	uint32_t pklen = iv->klen;
+	int first = 1;
 	while (!rc && p < end) {
 		size_t size;
 		const uint8_t *key, *val;
 		uint32_t klen, vlen;
 		if ((rc = fdb_rec_decode(p, end, &size, &key, &klen, &val, &vlen)) != 0)
 			break;
-		const struct fdb_kv *prev = c->n ? &c->kv[c->n - 1] : NULL;
-		if ((prev && fdb_keycmp(prev->key, prev->klen, key, klen) >= 0) ||
-		    (!prev && fdb_keycmp(iv->key, iv->klen, key, klen) > 0)) {
+		int cmp = fdb_keycmp(pk, pklen, key, klen);
+		if (first ? cmp > 0 : cmp >= 0) {
 			rc = FLEX_ECORRUPT;
 			break;
 		}
-		if ((rc = cent_reserve(c, c->n + 1)) != 0)
+		if ((rc = cent_reserve(c, c->n + 1, c->size)) != 0)
 			break;
-		struct fdb_kv *kv = &c->kv[c->n];
-		memset(kv, 0, sizeof(*kv));
-		if ((rc = kv_set(kv, key, klen, val, vlen)) != 0)
-			break;
-		kv->off = (uint32_t)(p - buf);
-		kv->size = (uint32_t)size;
-		c->bytes += kv_bytes(kv);
+		c->off[c->n] = (uint32_t)(p - c->raw);
+		c->fp[c->n] = fdb_fingerprint(key, klen);
 		c->n++;
+		pk = key;
+		pklen = klen;
+		first = 0;
 		p += size;
 	}
 	if (!rc && iv->count != FDB_COUNT_UNKNOWN && iv->count != c->n)
@@ -247,11 +295,11 @@ static int ival_decode(struct fdb_store *s, const struct fdb_ival *iv, uint64_t 
 		 * pairs split across extents count as fragmentation here. */
 		*fragmented = ec.n > (uint64_t)c->n + 2;
 	}
-	free(buf);
 	if (rc) {
 		cent_free(c);
 		return rc;
 	}
+	c->bytes = cent_bytes(c);
 	*out = c;
 	return 0;
 }
@@ -410,15 +458,20 @@ static int set_tag(struct fdb_store *s, uint64_t off, uint16_t tag)
 	return flexspace_tag_set(s->fs, off, tag);
 }
 
-/* Splits a cached interval in two at its middle pair. */
+/* Splits an interval in two at its middle pair (c is its entry, cached
+ * or private). */
 static int ival_split(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *iv,
 		      struct fdb_cent *c)
 {
 	uint32_t m = c->n / 2;
 	uint64_t off = fdb_index_offset(p);
-	struct fdb_ival *nv = ival_new(c->kv[m].key, c->kv[m].klen);
+	const uint8_t *k, *v;
+	uint32_t kl, vl, sz;
+	cent_pair(c, m, &k, &kl, &v, &vl, &sz);
+	struct fdb_ival *nv = ival_new(k, kl);
 	struct fdb_cent *nc = cent_new();
-	if (!nv || !nc || cent_reserve(nc, c->n - m)) {
+	uint32_t at = c->off[m];
+	if (!nv || !nc || cent_reserve(nc, c->n - m, c->size - at)) {
 		if (nv) {
 			free(nv->key);
 			free(nv);
@@ -426,17 +479,16 @@ static int ival_split(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival 
 		cent_free(nc);
 		return -ENOMEM;
 	}
-	uint32_t at = c->kv[m].off;
 	nc->n = c->n - m;
-	memcpy(nc->kv, c->kv + m, nc->n * sizeof(struct fdb_kv));
-	size_t moved = 0;
-	for (uint32_t i = 0; i < nc->n; i++) {
-		nc->kv[i].off -= at;
-		moved += kv_bytes(&nc->kv[i]);
-	}
-	nc->bytes += moved;
+	nc->size = c->size - at;
+	memcpy(nc->raw, c->raw + at, nc->size);
+	memcpy(nc->fp, c->fp + m, nc->n * sizeof(uint16_t));
+	for (uint32_t i = 0; i < nc->n; i++)
+		nc->off[i] = c->off[m + i] - at;
+	nc->bytes = cent_bytes(nc);
 	c->n = m;
-	cache_charge(s, c, -(ssize_t)moved);
+	c->size = at;
+	cache_recharge(s, c);
 	nv->size = iv->size - at;
 	nv->count = nc->n;
 	iv->size = at;
@@ -470,17 +522,15 @@ static int ival_maybe_merge(struct fdb_store *s, struct fdb_ipath *p, struct fdb
 	if (rc)
 		return rc;
 	/* Extend the cached entry when both are cached, else drop both. */
-	if (iv->cache && nx->cache && !cent_reserve(iv->cache, iv->cache->n + nx->cache->n)) {
-		struct fdb_cent *a = iv->cache, *b = nx->cache;
-		size_t moved = 0;
-		for (uint32_t i = 0; i < b->n; i++) {
-			a->kv[a->n + i] = b->kv[i];
-			a->kv[a->n + i].off += iv->size;
-			moved += kv_bytes(&b->kv[i]);
-		}
+	struct fdb_cent *a = iv->cache, *b = nx->cache;
+	if (a && b && !cent_reserve(a, a->n + b->n, a->size + b->size)) {
+		memcpy(a->raw + a->size, b->raw, b->size);
+		memcpy(a->fp + a->n, b->fp, b->n * sizeof(uint16_t));
+		for (uint32_t i = 0; i < b->n; i++)
+			a->off[a->n + i] = b->off[i] + a->size;
 		a->n += b->n;
-		cache_charge(s, a, (ssize_t)moved);
-		b->n = 0;
+		a->size += b->size;
+		cache_recharge(s, a);
 		cache_drop(s, nx);
 	} else {
 		cache_drop(s, iv);
@@ -526,12 +576,15 @@ static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
 	}
 	int found;
 	uint32_t pos = cent_lower(c, op->key, op->klen, &found);
-	uint64_t at = off0 + (pos < c->n ? c->kv[pos].off : iv->size);
+	uint64_t at = off0 + (pos < c->n ? c->off[pos] : iv->size);
 	int64_t delta = 0;
 	if (op->op == FDB_OP_PUT) {
 		size_t rs = fdb_rec_encode(s->rec, op->key, op->klen, op->val, op->vlen);
+		uint16_t fp = fdb_fingerprint(op->key, op->klen);
 		if (found) {
-			uint32_t old = c->kv[pos].size;
+			const uint8_t *k, *v;
+			uint32_t kl, vl, old;
+			cent_pair(c, pos, &k, &kl, &v, &vl, &old);
 			if (rs == old) {
 				ssize_t w = flexspace_write(s->fs, s->rec, at, rs);
 				rc = w < 0 ? (int)w : 0;
@@ -542,13 +595,10 @@ static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
 					rc = w < 0 ? (int)w : 0;
 				}
 			}
+			if (!rc)
+				rc = cent_splice(c, pos, 1, s->rec, (uint32_t)rs, fp);
 			if (rc)
 				goto out;
-			size_t before = kv_bytes(&c->kv[pos]);
-			if ((rc = kv_set(&c->kv[pos], op->key, op->klen, op->val, op->vlen)) != 0)
-				goto out;
-			c->kv[pos].size = (uint32_t)rs;
-			cache_charge(s, c, (ssize_t)kv_bytes(&c->kv[pos]) - (ssize_t)before);
 			delta = (int64_t)rs - old;
 		} else {
 			ssize_t w = flexspace_insert(s->fs, s->rec, at, rs);
@@ -556,22 +606,13 @@ static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
 				rc = (int)w;
 				goto out;
 			}
-			if ((rc = cent_reserve(c, c->n + 1)) != 0)
+			if ((rc = cent_splice(c, pos, 0, s->rec, (uint32_t)rs, fp)) != 0)
 				goto out;
-			memmove(c->kv + pos + 1, c->kv + pos, (c->n - pos) * sizeof(struct fdb_kv));
-			memset(&c->kv[pos], 0, sizeof(struct fdb_kv));
-			c->n++;
-			if ((rc = kv_set(&c->kv[pos], op->key, op->klen, op->val, op->vlen)) != 0)
-				goto out;
-			c->kv[pos].off = (uint32_t)(at - off0);
-			c->kv[pos].size = (uint32_t)rs;
-			cache_charge(s, c, (ssize_t)kv_bytes(&c->kv[pos]));
 			delta = (int64_t)rs;
 			iv->count++;
 			s->keys++;
 		}
-		for (uint32_t i = pos + 1; i < c->n; i++)
-			c->kv[i].off = (uint32_t)((int64_t)c->kv[i].off + delta);
+		cache_recharge(s, c);
 		/* A new or rewritten first pair must carry the anchor tag; the
 		 * pair it pushed back must not. */
 		if (pos == 0 && (rc = set_tag(s, off0, FDB_ANCHOR)) == 0 && !found && c->n > 1)
@@ -579,16 +620,15 @@ static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
 	} else {
 		if (!found)
 			goto out;
-		uint32_t old = c->kv[pos].size;
+		const uint8_t *k, *v;
+		uint32_t kl, vl, old;
+		cent_pair(c, pos, &k, &kl, &v, &vl, &old);
 		if ((rc = flexspace_collapse(s->fs, at, old)) != 0)
 			goto out;
-		cache_charge(s, c, -(ssize_t)kv_bytes(&c->kv[pos]));
-		free(c->kv[pos].key);
-		memmove(c->kv + pos, c->kv + pos + 1, (c->n - pos - 1) * sizeof(struct fdb_kv));
-		c->n--;
+		if ((rc = cent_splice(c, pos, 1, NULL, 0, 0)) != 0)
+			goto out;
+		cache_recharge(s, c);
 		delta = -(int64_t)old;
-		for (uint32_t i = pos; i < c->n; i++)
-			c->kv[i].off -= old;
 		iv->count--;
 		s->keys--;
 		if (pos == 0 && c->n > 0)
@@ -722,13 +762,17 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 	/* Fingerprints first: about one key comparison per lookup. */
 	uint16_t fp = fdb_fingerprint(key, klen);
 	for (uint32_t i = 0; i < c->n; i++) {
-		const struct fdb_kv *kv = &c->kv[i];
-		if (kv->fp != fp || fdb_keycmp(kv->key, kv->klen, key, klen) != 0)
+		if (c->fp[i] != fp)
+			continue;
+		const uint8_t *k, *v;
+		uint32_t kl, vl, sz;
+		cent_pair(c, i, &k, &kl, &v, &vl, &sz);
+		if (fdb_keycmp(k, kl, key, klen) != 0)
 			continue;
 		if (cap && buf)
-			memcpy(buf, kv->key + kv->klen, cap < kv->vlen ? cap : kv->vlen);
+			memcpy(buf, v, cap < vl ? cap : vl);
 		if (vlen)
-			*vlen = kv->vlen;
+			*vlen = vl;
 		return 0;
 	}
 	return FLEXDB_NOTFOUND;
@@ -849,9 +893,11 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 				rc = -ENOMEM;
 				break;
 			}
-			for (uint32_t i = 0; i < c->n; i++)
-				refs[i] = (struct pair_ref){c->kv[i].key, c->kv[i].key + c->kv[i].klen,
-							    c->kv[i].klen, c->kv[i].vlen};
+			for (uint32_t i = 0; i < c->n; i++) {
+				uint32_t sz;
+				cent_pair(c, i, &refs[i].key, &refs[i].klen, &refs[i].val,
+					  &refs[i].vlen, &sz);
+			}
 			cnt = c->n;
 		} else {
 			rc = ival_read_raw(s, iv, fdb_index_offset(&p), &raw);
@@ -909,9 +955,13 @@ int fdb_store_check(struct fdb_store *s)
 			rc = ival_decode(s, iv, off, &c, NULL);
 		if (!rc && c->n == 0 && fdb_index_count(s->index) > 1)
 			rc = FLEX_ECORRUPT; /* empty intervals are removed */
-		if (!rc && c->n && last &&
-		    fdb_keycmp(last, lastlen, c->kv[0].key, c->kv[0].klen) >= 0)
-			rc = FLEX_ECORRUPT;
+		const uint8_t *k0, *v0;
+		uint32_t kl0, vl0, sz0;
+		if (!rc && c->n) {
+			cent_pair(c, 0, &k0, &kl0, &v0, &vl0, &sz0);
+			if (last && fdb_keycmp(last, lastlen, k0, kl0) >= 0)
+				rc = FLEX_ECORRUPT;
+		}
 		if (!rc && off > 0) {
 			uint16_t tag;
 			uint64_t start;
@@ -921,23 +971,22 @@ int fdb_store_check(struct fdb_store *s)
 		}
 		if (!rc && iv->cache) {
 			const struct fdb_cent *k = iv->cache;
-			if (k->n != c->n)
+			if (k->n != c->n || k->size != c->size || memcmp(k->raw, c->raw, c->size) ||
+			    memcmp(k->off, c->off, c->n * sizeof(uint32_t)) ||
+			    memcmp(k->fp, c->fp, c->n * sizeof(uint16_t)))
 				rc = FLEX_ECORRUPT;
-			for (uint32_t i = 0; !rc && i < c->n; i++)
-				if (k->kv[i].off != c->kv[i].off || k->kv[i].size != c->kv[i].size ||
-				    k->kv[i].klen != c->kv[i].klen || k->kv[i].vlen != c->kv[i].vlen ||
-				    memcmp(k->kv[i].key, c->kv[i].key,
-					   (size_t)c->kv[i].klen + c->kv[i].vlen))
-					rc = FLEX_ECORRUPT;
 		}
 		if (!rc && c->n) {
+			const uint8_t *kl, *vlp;
+			uint32_t kll, vll, szl;
+			cent_pair(c, c->n - 1, &kl, &kll, &vlp, &vll, &szl);
 			free(last);
-			lastlen = c->kv[c->n - 1].klen;
-			last = malloc(lastlen);
+			lastlen = kll;
+			last = malloc(lastlen ? lastlen : 1);
 			if (!last)
 				rc = -ENOMEM;
 			else
-				memcpy(last, c->kv[c->n - 1].key, lastlen);
+				memcpy(last, kl, lastlen);
 		}
 		if (iv->count == FDB_COUNT_UNKNOWN)
 			known = 0;
