@@ -155,6 +155,7 @@ stress:
 # ---- benchmarks, tools -------------------------------------------------------
 # Benchmarks that run peers link them (Debian packages, see setup.sh).
 $(BUILD)/bench/flexdb_bench: BENCH_LDLIBS := -lrocksdb
+$(BUILD)/bench/ycsb_bench: BENCH_LDLIBS := -lrocksdb -lleveldb -llmdb
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBS_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lm $(BENCH_LDLIBS)
@@ -167,10 +168,12 @@ bench: $(BENCHES)
 	$(BUILD)/bench/flextree_bench
 	$(BUILD)/bench/flexspace_bench
 	$(BUILD)/bench/flexdb_bench
+	$(BUILD)/bench/ycsb_bench --dataset udb --num 2000000 --threads 1,2 --reps 3
 bench-quick: $(BENCHES)
 	$(BUILD)/bench/flextree_bench --quick
 	$(BUILD)/bench/flexspace_bench --quick
 	$(BUILD)/bench/flexdb_bench --quick
+	$(BUILD)/bench/ycsb_bench --quick
 
 # ---- install -----------------------------------------------------------------
 define PCFILE

@@ -1,0 +1,2198 @@
+/*
+ * ycsb_bench.c - YCSB's core workloads on FlexDB, RocksDB, LevelDB and LMDB
+ * in one program run (the FlexDB paper's section 6.3 YCSB comparison,
+ * scaled to this machine).
+ *
+ * Phases, in the order they run on one store:
+ *
+ *   load     a fresh store; key numbers 0 .. num-1 inserted once each, with
+ *            T threads each taking a contiguous range of key numbers (keys
+ *            are hashed, so every thread writes in a random key order)
+ *   ycsb-A   50% read, 50% update                 request distribution zipfian
+ *   ycsb-B   95% read, 5% update                                   zipfian
+ *   ycsb-C   100% read                                             zipfian
+ *   ycsb-D   95% read, 5% insert                                   latest
+ *   ycsb-E   95% scan (1..100 pairs, uniform), 5% insert           zipfian
+ *   ycsb-F   50% read, 50% read-modify-write                       zipfian
+ *
+ * The generators are YCSB's (bench/ycsb_gen.h says exactly how, quirks
+ * included).  Keys are CoreWorkload.buildKeyName's with insertorder=hashed:
+ * "user" + zero padding + decimal fnvhash64(keynum), the padding (YCSB's
+ * zeropadding property) chosen so that every key has the dataset's key
+ * size.  Values are one field of the dataset's value size: the key number
+ * in the first 8 bytes (reads check it), then incompressible bytes.  An
+ * update or the write of a read-modify-write replaces the whole value.
+ * Zipfian is YCSB's ScrambledZipfianGenerator over [0, records +
+ * 2 x ops x insertproportion] with draws beyond the last acknowledged
+ * insert redrawn (CoreWorkload.nextKeynum); latest is SkewedLatestGenerator
+ * over an AcknowledgedCounterGenerator shared by the client threads.
+ * Unlike separate YCSB invocations, the phases run in one sequence on one
+ * store, so each workload starts from the records the previous ones left
+ * (inserts of D and E continue the key numbers instead of re-inserting).
+ *
+ * Datasets (--dataset, the paper's Table 3 key+value sizes): zippydb 48+43,
+ * udb 27+127 (default), sys 28+396 bytes.
+ *
+ * Fairness, one knob at a time:
+ *   - memory: cache + memtables equal on every engine that has them:
+ *     FlexDB cache 64 MiB + 2 x 32 MiB memtables; RocksDB LRU block cache
+ *     64 MiB + write_buffer_size 32 MiB x max_write_buffer_number 2;
+ *     LevelDB LRU cache 64 MiB + write_buffer_size 32 MiB (one active plus
+ *     one immutable memtable: the same 2 x 32 MiB peak).  LMDB has no
+ *     user-space cache or memtable: it reads and writes through the OS page
+ *     cache (map size 64 GiB, a virtual reservation: the file grows as
+ *     used).  Not in any budget: FlexDB's sparse index, RocksDB's and
+ *     LevelDB's index and filter blocks.
+ *   - compression off everywhere; RocksDB and LevelDB get a 10-bit bloom
+ *     filter (their tuning advice; LevelDB has none by default).
+ *   - durability: no sync per write for anyone; every write is handed to
+ *     the OS before the call returns, so it survives a process crash but
+ *     not a machine crash: FlexDB sync_writes=0, RocksDB and LevelDB
+ *     default WriteOptions (sync=false), LMDB MDB_NOSYNC|MDB_NOMETASYNC
+ *     (every put is its own write transaction whose pages are written to
+ *     the file at commit, without fsync; LMDB's single-writer lock
+ *     serialises concurrent writers).
+ *   - the same keys, values, operation streams (seeded per repetition,
+ *     phase and thread, not per engine), thread count and order of phases.
+ *   - isolation: each engine's phases run in a forked child of a parent
+ *     that never opens a store, engines one after the other, the order
+ *     rotating between repetitions; medians over repetitions are reported.
+ *   - settling: after every phase that wrote, the store is brought to a
+ *     quiet state and reopened before the next phase: RocksDB flushes its
+ *     memtables and waits until no flush or compaction is pending or
+ *     running; LevelDB (no flush call in its C API) waits until level 0
+ *     has fewer than 4 files (its compaction trigger); all are then closed
+ *     (FlexDB commits its memtables; LevelDB writes its memtable to a
+ *     table when reopening) and reopened.
+ *
+ * Metrics, per engine and phase:
+ *   ops/s      operations over the wall time of the timed loop (first
+ *              thread's start to last thread's end), settling excluded
+ *   latency    every operation timed (clock_gettime MONOTONIC) into a
+ *              log-linear histogram (~3% buckets): p50, p99, p99.9, max
+ *   cpu        user+system CPU of the whole child process (background
+ *              threads included: RUSAGE_SELF) over loop + settle, per op
+ *   wa         write_bytes of /proc/self/io (bytes the child dirtied for
+ *              the block layer, every thread) over loop + settle, divided
+ *              by the key+value bytes of the phase's puts
+ *   space      allocated bytes of the store directory (du) after the
+ *              settle over the live key+value bytes
+ *   rss/peak   VmRSS at the end of the loop and VmHWM over loop + settle
+ *              (reset per phase through /proc/self/clear_refs); the parent
+ *              is small, so this is the engine's.  LMDB's count the
+ *              resident pages of its mapped file.
+ * Reopen, per engine: "clean" is the open after a quiesced close at the end
+ * of the phases; "after-kill" the open of the store after a child that
+ * wrote kill_ops updates (and kept writing) was killed with SIGKILL,
+ * timed in a fresh child; s/GB divides it by the store's du.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <leveldb/c.h>
+#include <lmdb.h>
+#include <rocksdb/c.h>
+
+#include "flexdb.h"
+#include "ycsb_gen.h"
+
+/* ---- configuration ---------------------------------------------------------- */
+
+#define MAX_REPS 9
+#define MAX_THREADS 64
+#define MAX_TC 8 /* thread counts in one run */
+/* Random bytes the values are cut from. */
+#define VALPOOL (1u << 20)
+/* LMDB's map: a reservation of address space, not of disk or memory. */
+#define LMDB_MAPSIZE ((size_t)64 << 30)
+
+enum phase { P_LOAD, P_A, P_B, P_C, P_D, P_E, P_F, NPH };
+static const char *const ph_name[NPH] = {"load",   "ycsb-A", "ycsb-B", "ycsb-C",
+					 "ycsb-D", "ycsb-E", "ycsb-F"};
+
+struct dataset {
+	const char *name;
+	uint32_t key_size, value_size;
+};
+static const struct dataset datasets[] = {
+    {"zippydb", 48, 43},
+    {"udb", 27, 127},
+    {"sys", 28, 396},
+};
+
+static struct {
+	const struct dataset *ds;
+	uint32_t key_size, value_size;
+	int zeropadding;
+	uint64_t num, ops, scan_ops, kill_ops;
+	int tcs[MAX_TC], ntc;
+	int reps, quick, plot;
+	int dist_override; /* -1: each workload's own */
+	uint64_t seed;
+	uint64_t cache_bytes, memtable_bytes;
+	int eng_on[8];
+	char base[PATH_MAX];
+	char work[PATH_MAX];
+	char out[PATH_MAX];
+	const char *plot_script;
+	char *valpool;
+	int proc_io_ok, clear_refs_ok;
+	char rocks_version[32];
+} B;
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fprintf(stderr, "ycsb_bench[%d]: ", (int)getpid());
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	exit(1);
+}
+
+/* Reports the first few per-operation errors of a process; the ops count
+ * them. */
+__attribute__((format(printf, 1, 2))) static void op_error(const char *fmt, ...)
+{
+	static int reported;
+	va_list ap;
+
+	if (__atomic_fetch_add(&reported, 1, __ATOMIC_RELAXED) >= 5)
+		return;
+	fprintf(stderr, "ycsb_bench[%d]: ", (int)getpid());
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+}
+
+__attribute__((format(printf, 3, 4))) static void xsnprintf(char *buf, size_t cap, const char *fmt,
+							    ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	int n = vsnprintf(buf, cap, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= cap)
+		die("path too long");
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static double secs_since(uint64_t t0)
+{
+	return (double)(now_ns() - t0) / 1e9;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+	struct ycsb_rng r = {x};
+
+	return ycsb_rng_next(&r);
+}
+
+/* The seed of one thread's stream in one phase: the same for every engine. */
+static uint64_t stream_seed(int rep, int tcount, int phase, int t)
+{
+	return mix64(B.seed ^ mix64(((uint64_t)rep << 48) ^ ((uint64_t)tcount << 32) ^
+				    ((uint64_t)phase << 16) ^ (uint64_t)t));
+}
+
+static size_t make_key(char *k, size_t cap, int64_t keynum)
+{
+	return ycsb_build_key(k, cap, keynum, 1, B.zeropadding);
+}
+
+/* The value of key keynum as written by version v: the key number, then
+ * pool bytes at a place that depends on both. */
+static void make_value(char *v, int64_t keynum, uint64_t version)
+{
+	uint32_t n = B.value_size;
+
+	if (n >= 8) {
+		memcpy(v, &keynum, 8);
+		v += 8;
+		n -= 8;
+	}
+	size_t off = (size_t)(((uint64_t)keynum * 2654435761u + version * 977u) % (VALPOOL - n));
+	memcpy(v, B.valpool + off, n);
+}
+
+static int value_ok(const char *v, size_t vlen, int64_t keynum)
+{
+	if (vlen != B.value_size)
+		return 0;
+	if (vlen >= 8) {
+		int64_t got;
+
+		memcpy(&got, v, 8);
+		return got == keynum;
+	}
+	return 1;
+}
+
+/* ---- latency histogram (as bench/flexdb_bench.c) ----------------------------- */
+
+#define H_SUB_BITS 5
+#define H_SUB (1 << H_SUB_BITS)
+#define H_LINEAR (2 * H_SUB)
+#define H_N (H_LINEAR + (64 - H_SUB_BITS - 1) * H_SUB)
+
+struct hist {
+	uint64_t b[H_N];
+	uint64_t n, max;
+	double sum;
+};
+
+static int h_idx(uint64_t v)
+{
+	if (v < H_LINEAR)
+		return (int)v;
+	int e = 63 - __builtin_clzll(v);
+	return H_LINEAR + (e - H_SUB_BITS - 1) * H_SUB +
+	       (int)((v >> (e - H_SUB_BITS)) & (H_SUB - 1));
+}
+
+static double h_mid(int i)
+{
+	if (i < H_LINEAR)
+		return i;
+	int e = (i - H_LINEAR) / H_SUB + H_SUB_BITS + 1;
+	int sub = (i - H_LINEAR) % H_SUB;
+	double lo = (double)((uint64_t)(H_SUB + sub) << (e - H_SUB_BITS));
+	return lo + (double)((uint64_t)1 << (e - H_SUB_BITS)) / 2;
+}
+
+static inline void h_add(struct hist *h, uint64_t v)
+{
+	h->b[h_idx(v)]++;
+	h->n++;
+	h->sum += (double)v;
+	if (v > h->max)
+		h->max = v;
+}
+
+static void h_merge(struct hist *d, const struct hist *s)
+{
+	for (int i = 0; i < H_N; i++)
+		d->b[i] += s->b[i];
+	d->n += s->n;
+	d->sum += s->sum;
+	if (s->max > d->max)
+		d->max = s->max;
+}
+
+/* Percentile in microseconds. */
+static double h_pct(const struct hist *h, double p)
+{
+	if (!h->n)
+		return NAN;
+	uint64_t want = (uint64_t)ceil(p * (double)h->n), acc = 0;
+
+	if (want < 1)
+		want = 1;
+	for (int i = 0; i < H_N; i++) {
+		acc += h->b[i];
+		if (acc >= want)
+			return h_mid(i) / 1000.0;
+	}
+	return (double)h->max / 1000.0;
+}
+
+/* ---- process measurements --------------------------------------------------------- */
+
+static uint64_t du_acc;
+
+static int du_fn(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)p;
+	(void)f;
+	if (flag == FTW_F)
+		du_acc += (uint64_t)st->st_blocks * 512;
+	return 0;
+}
+
+static uint64_t du(const char *dir)
+{
+	du_acc = 0;
+	nftw(dir, du_fn, 16, FTW_PHYS);
+	return du_acc;
+}
+
+static int rm_fn(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st;
+	(void)flag;
+	(void)f;
+	remove(p);
+	return 0;
+}
+
+static void rmtree(const char *dir)
+{
+	nftw(dir, rm_fn, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+struct pio {
+	uint64_t wb, cwb;
+};
+
+static struct pio proc_io(void)
+{
+	struct pio r = {0, 0};
+	char line[128];
+	FILE *f = fopen("/proc/self/io", "r");
+
+	if (!f)
+		return r;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long v;
+
+		if (sscanf(line, "write_bytes: %llu", &v) == 1)
+			r.wb = v;
+		else if (sscanf(line, "cancelled_write_bytes: %llu", &v) == 1)
+			r.cwb = v;
+	}
+	fclose(f);
+	return r;
+}
+
+/* Whether write_bytes follows buffered writes here (not on tmpfs, not
+ * where /proc/self/io is hidden). */
+static int probe_proc_io(void)
+{
+	char path[PATH_MAX + 16];
+	struct pio a = proc_io();
+
+	snprintf(path, sizeof(path), "%s/probe", B.work);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		return 0;
+	size_t len = 1 << 20;
+	ssize_t w = write(fd, B.valpool, len);
+	fsync(fd);
+	close(fd);
+	unlink(path);
+	struct pio b = proc_io();
+	return w == (ssize_t)len && b.wb - a.wb >= len;
+}
+
+/* VmRSS or VmHWM of this process in MiB. */
+static double vm_mib(const char *field)
+{
+	char line[128];
+	size_t fl = strlen(field);
+	double r = NAN;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return r;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long kb;
+		if (!strncmp(line, field, fl) && line[fl] == ':' &&
+		    sscanf(line + fl + 1, "%llu", &kb) == 1) {
+			r = (double)kb / 1024.0;
+			break;
+		}
+	}
+	fclose(f);
+	return r;
+}
+
+/* Resets VmHWM to the current RSS ("5" to clear_refs, Linux >= 4.0). */
+static int reset_hwm(void)
+{
+	int fd = open("/proc/self/clear_refs", O_WRONLY);
+
+	if (fd < 0)
+		return 0;
+	int ok = write(fd, "5", 1) == 1;
+	close(fd);
+	return ok;
+}
+
+static double cpu_secs(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* ---- engines ------------------------------------------------------------------------ */
+
+/* One store of one engine.  The ops return 0, 1 for "not found" (get), or
+ * -1 after reporting an error; a scan returns the pairs it read or -1.
+ * Handles are shared by the client threads; tc is a thread's own context
+ * from thread_init (LMDB's read transaction), NULL where unused. */
+struct store {
+	const struct engine *eng;
+	char path[PATH_MAX];
+	void *h;
+};
+
+struct engine {
+	const char *name;
+	void (*open)(struct store *s);
+	void (*quiesce)(struct store *s); /* wait for background work */
+	void (*close)(struct store *s);
+	void *(*thread_init)(struct store *s);
+	void (*thread_done)(struct store *s, void *tc);
+	int (*put)(struct store *s, void *tc, const char *k, size_t kl, const char *v, size_t vl);
+	int (*get)(struct store *s, void *tc, const char *k, size_t kl, char *buf, size_t cap,
+		   size_t *vl);
+	int (*scan)(struct store *s, void *tc, const char *k, size_t kl, int n, uint64_t *bytes);
+};
+
+static void *no_thread_init(struct store *s)
+{
+	(void)s;
+	return NULL;
+}
+
+static void no_thread_done(struct store *s, void *tc)
+{
+	(void)s;
+	(void)tc;
+}
+
+static void no_quiesce(struct store *s)
+{
+	(void)s;
+}
+
+/* -- FlexDB -- */
+
+static void fx_open(struct store *s)
+{
+	struct flexdb_options o;
+	struct flexdb *db;
+
+	memset(&o, 0, sizeof(o));
+	o.cache_size = B.cache_bytes;
+	o.memtable_size = B.memtable_bytes;
+	o.sync_writes = 0;
+	int rc = flexdb_open(s->path, &o, &db);
+	if (rc)
+		die("flexdb_open %s: %s", s->path, flex_strerror(rc));
+	s->h = db;
+}
+
+static void fx_close(struct store *s)
+{
+	int rc = flexdb_close(s->h);
+
+	s->h = NULL;
+	if (rc)
+		die("flexdb_close: %s", flex_strerror(rc));
+}
+
+static int fx_put(struct store *s, void *tc, const char *k, size_t kl, const char *v, size_t vl)
+{
+	(void)tc;
+	int rc = flexdb_put(s->h, k, kl, v, vl);
+	if (rc)
+		op_error("flexdb_put: %s", flex_strerror(rc));
+	return rc ? -1 : 0;
+}
+
+static int fx_get(struct store *s, void *tc, const char *k, size_t kl, char *buf, size_t cap,
+		  size_t *vl)
+{
+	(void)tc;
+	int rc = flexdb_get(s->h, k, kl, buf, cap, vl);
+	if (rc < 0) {
+		op_error("flexdb_get: %s", flex_strerror(rc));
+		return -1;
+	}
+	return rc == 0 ? 0 : 1;
+}
+
+static int fx_scan(struct store *s, void *tc, const char *k, size_t kl, int n, uint64_t *bytes)
+{
+	struct flexdb_iter *it;
+	int got = 0, rc;
+
+	(void)tc;
+	rc = flexdb_iter_open(s->h, &it);
+	if (rc) {
+		op_error("flexdb_iter_open: %s", flex_strerror(rc));
+		return -1;
+	}
+	rc = flexdb_iter_seek(it, k, kl);
+	while (!rc && got < n && flexdb_iter_valid(it)) {
+		size_t a, b;
+		flexdb_iter_key(it, &a);
+		flexdb_iter_value(it, &b);
+		*bytes += a + b;
+		if (++got < n)
+			rc = flexdb_iter_next(it);
+	}
+	flexdb_iter_close(it);
+	if (rc) {
+		op_error("flexdb iterator: %s", flex_strerror(rc));
+		return -1;
+	}
+	return got;
+}
+
+/* -- RocksDB -- */
+
+struct rocks {
+	rocksdb_t *db;
+	rocksdb_options_t *opt;
+	rocksdb_block_based_table_options_t *bbto;
+	rocksdb_cache_t *cache;
+	rocksdb_writeoptions_t *wo;
+	rocksdb_readoptions_t *ro;
+};
+
+static void rk_open(struct store *s)
+{
+	struct rocks *r = calloc(1, sizeof(*r));
+	char *err = NULL;
+
+	if (!r)
+		die("out of memory");
+	r->opt = rocksdb_options_create();
+	rocksdb_options_set_create_if_missing(r->opt, 1);
+	rocksdb_options_set_compression(r->opt, rocksdb_no_compression);
+	rocksdb_options_set_write_buffer_size(r->opt, (size_t)B.memtable_bytes);
+	rocksdb_options_set_max_write_buffer_number(r->opt, 2);
+	r->bbto = rocksdb_block_based_options_create();
+	r->cache = rocksdb_cache_create_lru((size_t)B.cache_bytes);
+	rocksdb_block_based_options_set_block_cache(r->bbto, r->cache);
+	rocksdb_block_based_options_set_filter_policy(r->bbto,
+						      rocksdb_filterpolicy_create_bloom_full(10));
+	rocksdb_options_set_block_based_table_factory(r->opt, r->bbto);
+	r->db = rocksdb_open(r->opt, s->path, &err);
+	if (err)
+		die("rocksdb_open %s: %s", s->path, err);
+	r->wo = rocksdb_writeoptions_create();
+	r->ro = rocksdb_readoptions_create();
+	s->h = r;
+}
+
+static uint64_t rk_prop(rocksdb_t *db, const char *name)
+{
+	uint64_t v = 0;
+
+	if (rocksdb_property_int(db, name, &v) != 0)
+		return 0;
+	return v;
+}
+
+static void rk_quiesce(struct store *s)
+{
+	struct rocks *r = s->h;
+	char *err = NULL;
+	rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+
+	rocksdb_flushoptions_set_wait(fo, 1);
+	rocksdb_flush(r->db, fo, &err);
+	rocksdb_flushoptions_destroy(fo);
+	if (err)
+		die("rocksdb_flush: %s", err);
+	while (rk_prop(r->db, "rocksdb.compaction-pending") ||
+	       rk_prop(r->db, "rocksdb.num-running-compactions") ||
+	       rk_prop(r->db, "rocksdb.num-running-flushes") ||
+	       rk_prop(r->db, "rocksdb.mem-table-flush-pending"))
+		usleep(5000);
+}
+
+static void rk_close(struct store *s)
+{
+	struct rocks *r = s->h;
+
+	rocksdb_close(r->db);
+	rocksdb_writeoptions_destroy(r->wo);
+	rocksdb_readoptions_destroy(r->ro);
+	rocksdb_options_destroy(r->opt);
+	rocksdb_block_based_options_destroy(r->bbto);
+	rocksdb_cache_destroy(r->cache);
+	free(r);
+	s->h = NULL;
+}
+
+static int rk_put(struct store *s, void *tc, const char *k, size_t kl, const char *v, size_t vl)
+{
+	struct rocks *r = s->h;
+	char *err = NULL;
+
+	(void)tc;
+	rocksdb_put(r->db, r->wo, k, kl, v, vl, &err);
+	if (err) {
+		op_error("rocksdb_put: %s", err);
+		rocksdb_free(err);
+		return -1;
+	}
+	return 0;
+}
+
+static int rk_get(struct store *s, void *tc, const char *k, size_t kl, char *buf, size_t cap,
+		  size_t *vl)
+{
+	struct rocks *r = s->h;
+	char *err = NULL;
+
+	(void)tc;
+	rocksdb_pinnableslice_t *ps = rocksdb_get_pinned(r->db, r->ro, k, kl, &err);
+	if (err) {
+		op_error("rocksdb_get_pinned: %s", err);
+		rocksdb_free(err);
+		return -1;
+	}
+	if (!ps)
+		return 1;
+	const char *v = rocksdb_pinnableslice_value(ps, vl);
+	memcpy(buf, v, *vl < cap ? *vl : cap);
+	rocksdb_pinnableslice_destroy(ps);
+	return 0;
+}
+
+static int rk_scan(struct store *s, void *tc, const char *k, size_t kl, int n, uint64_t *bytes)
+{
+	struct rocks *r = s->h;
+	char *err = NULL;
+	int got = 0;
+
+	(void)tc;
+	rocksdb_iterator_t *it = rocksdb_create_iterator(r->db, r->ro);
+	for (rocksdb_iter_seek(it, k, kl); got < n && rocksdb_iter_valid(it);) {
+		size_t a, b;
+		rocksdb_iter_key(it, &a);
+		rocksdb_iter_value(it, &b);
+		*bytes += a + b;
+		if (++got < n)
+			rocksdb_iter_next(it);
+	}
+	rocksdb_iter_get_error(it, &err);
+	rocksdb_iter_destroy(it);
+	if (err) {
+		op_error("rocksdb iterator: %s", err);
+		rocksdb_free(err);
+		return -1;
+	}
+	return got;
+}
+
+/* -- LevelDB -- */
+
+struct level {
+	leveldb_t *db;
+	leveldb_options_t *opt;
+	leveldb_cache_t *cache;
+	leveldb_filterpolicy_t *fp;
+	leveldb_writeoptions_t *wo;
+	leveldb_readoptions_t *ro;
+};
+
+static void lv_open(struct store *s)
+{
+	struct level *l = calloc(1, sizeof(*l));
+	char *err = NULL;
+
+	if (!l)
+		die("out of memory");
+	l->opt = leveldb_options_create();
+	leveldb_options_set_create_if_missing(l->opt, 1);
+	leveldb_options_set_compression(l->opt, leveldb_no_compression);
+	leveldb_options_set_write_buffer_size(l->opt, (size_t)B.memtable_bytes);
+	l->cache = leveldb_cache_create_lru((size_t)B.cache_bytes);
+	leveldb_options_set_cache(l->opt, l->cache);
+	l->fp = leveldb_filterpolicy_create_bloom(10);
+	leveldb_options_set_filter_policy(l->opt, l->fp);
+	l->db = leveldb_open(l->opt, s->path, &err);
+	if (err)
+		die("leveldb_open %s: %s", s->path, err);
+	l->wo = leveldb_writeoptions_create();
+	l->ro = leveldb_readoptions_create();
+	s->h = l;
+}
+
+/* LevelDB's C API has no flush and no "compaction pending" property: wait
+ * (at most 60 s) until level 0 is below its compaction trigger (4 files). */
+static void lv_quiesce(struct store *s)
+{
+	struct level *l = s->h;
+	uint64_t t0 = now_ns();
+
+	for (;;) {
+		char *v = leveldb_property_value(l->db, "leveldb.num-files-at-level0");
+		int n = v ? atoi(v) : 0;
+		leveldb_free(v);
+		if (n < 4 || secs_since(t0) > 60)
+			break;
+		usleep(5000);
+	}
+}
+
+static void lv_close(struct store *s)
+{
+	struct level *l = s->h;
+
+	leveldb_close(l->db);
+	leveldb_writeoptions_destroy(l->wo);
+	leveldb_readoptions_destroy(l->ro);
+	leveldb_options_destroy(l->opt);
+	leveldb_cache_destroy(l->cache);
+	leveldb_filterpolicy_destroy(l->fp);
+	free(l);
+	s->h = NULL;
+}
+
+static int lv_put(struct store *s, void *tc, const char *k, size_t kl, const char *v, size_t vl)
+{
+	struct level *l = s->h;
+	char *err = NULL;
+
+	(void)tc;
+	leveldb_put(l->db, l->wo, k, kl, v, vl, &err);
+	if (err) {
+		op_error("leveldb_put: %s", err);
+		leveldb_free(err);
+		return -1;
+	}
+	return 0;
+}
+
+static int lv_get(struct store *s, void *tc, const char *k, size_t kl, char *buf, size_t cap,
+		  size_t *vl)
+{
+	struct level *l = s->h;
+	char *err = NULL;
+
+	(void)tc;
+	char *v = leveldb_get(l->db, l->ro, k, kl, vl, &err);
+	if (err) {
+		op_error("leveldb_get: %s", err);
+		leveldb_free(err);
+		return -1;
+	}
+	if (!v)
+		return 1;
+	memcpy(buf, v, *vl < cap ? *vl : cap);
+	leveldb_free(v);
+	return 0;
+}
+
+static int lv_scan(struct store *s, void *tc, const char *k, size_t kl, int n, uint64_t *bytes)
+{
+	struct level *l = s->h;
+	char *err = NULL;
+	int got = 0;
+
+	(void)tc;
+	leveldb_iterator_t *it = leveldb_create_iterator(l->db, l->ro);
+	for (leveldb_iter_seek(it, k, kl); got < n && leveldb_iter_valid(it);) {
+		size_t a, b;
+		leveldb_iter_key(it, &a);
+		leveldb_iter_value(it, &b);
+		*bytes += a + b;
+		if (++got < n)
+			leveldb_iter_next(it);
+	}
+	leveldb_iter_get_error(it, &err);
+	leveldb_iter_destroy(it);
+	if (err) {
+		op_error("leveldb iterator: %s", err);
+		leveldb_free(err);
+		return -1;
+	}
+	return got;
+}
+
+/* -- LMDB -- */
+
+struct lmdb {
+	MDB_env *env;
+	MDB_dbi dbi;
+};
+
+/* A client thread's read transaction (reset between operations, renewed
+ * for each: every read sees the latest commit) and cursor. */
+struct lmdb_tc {
+	MDB_txn *rt;
+	MDB_cursor *cur;
+};
+
+static void lm_open(struct store *s)
+{
+	struct lmdb *m = calloc(1, sizeof(*m));
+	MDB_txn *t;
+	int rc;
+
+	if (!m)
+		die("out of memory");
+	if (mkdir(s->path, 0755) && errno != EEXIST)
+		die("mkdir %s: %s", s->path, strerror(errno));
+	if ((rc = mdb_env_create(&m->env)) || (rc = mdb_env_set_mapsize(m->env, LMDB_MAPSIZE)) ||
+	    (rc = mdb_env_set_maxreaders(m->env, MAX_THREADS + 8)) ||
+	    (rc = mdb_env_open(m->env, s->path, MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS, 0644)))
+		die("mdb_env_open %s: %s", s->path, mdb_strerror(rc));
+	if ((rc = mdb_txn_begin(m->env, NULL, 0, &t)) || (rc = mdb_dbi_open(t, NULL, 0, &m->dbi)) ||
+	    (rc = mdb_txn_commit(t)))
+		die("mdb_dbi_open: %s", mdb_strerror(rc));
+	s->h = m;
+}
+
+static void lm_close(struct store *s)
+{
+	struct lmdb *m = s->h;
+
+	mdb_env_close(m->env);
+	free(m);
+	s->h = NULL;
+}
+
+static void *lm_thread_init(struct store *s)
+{
+	(void)s;
+	struct lmdb_tc *tc = calloc(1, sizeof(*tc));
+	if (!tc)
+		die("out of memory");
+	return tc;
+}
+
+static void lm_thread_done(struct store *s, void *arg)
+{
+	struct lmdb_tc *tc = arg;
+
+	(void)s;
+	if (tc->cur)
+		mdb_cursor_close(tc->cur);
+	if (tc->rt)
+		mdb_txn_abort(tc->rt);
+	free(tc);
+}
+
+static MDB_txn *lm_read_begin(struct lmdb *m, struct lmdb_tc *tc)
+{
+	int rc = tc->rt ? mdb_txn_renew(tc->rt) : mdb_txn_begin(m->env, NULL, MDB_RDONLY, &tc->rt);
+
+	if (rc) {
+		op_error("lmdb read txn: %s", mdb_strerror(rc));
+		return NULL;
+	}
+	return tc->rt;
+}
+
+static int lm_put(struct store *s, void *tc, const char *k, size_t kl, const char *v, size_t vl)
+{
+	struct lmdb *m = s->h;
+	MDB_txn *t;
+	MDB_val key = {kl, (void *)k}, val = {vl, (void *)v};
+	int rc;
+
+	(void)tc;
+	if ((rc = mdb_txn_begin(m->env, NULL, 0, &t))) {
+		op_error("mdb_txn_begin: %s", mdb_strerror(rc));
+		return -1;
+	}
+	if ((rc = mdb_put(t, m->dbi, &key, &val, 0))) {
+		mdb_txn_abort(t);
+		op_error("mdb_put: %s", mdb_strerror(rc));
+		return -1;
+	}
+	if ((rc = mdb_txn_commit(t))) {
+		op_error("mdb_txn_commit: %s", mdb_strerror(rc));
+		return -1;
+	}
+	return 0;
+}
+
+static int lm_get(struct store *s, void *arg, const char *k, size_t kl, char *buf, size_t cap,
+		  size_t *vl)
+{
+	struct lmdb *m = s->h;
+	struct lmdb_tc *tc = arg;
+	MDB_val key = {kl, (void *)k}, val;
+	MDB_txn *t = lm_read_begin(m, tc);
+
+	if (!t)
+		return -1;
+	int rc = mdb_get(t, m->dbi, &key, &val);
+	if (rc == 0) {
+		*vl = val.mv_size;
+		memcpy(buf, val.mv_data, val.mv_size < cap ? val.mv_size : cap);
+	}
+	mdb_txn_reset(t);
+	if (rc && rc != MDB_NOTFOUND) {
+		op_error("mdb_get: %s", mdb_strerror(rc));
+		return -1;
+	}
+	return rc == 0 ? 0 : 1;
+}
+
+static int lm_scan(struct store *s, void *arg, const char *k, size_t kl, int n, uint64_t *bytes)
+{
+	struct lmdb *m = s->h;
+	struct lmdb_tc *tc = arg;
+	MDB_val key = {kl, (void *)k}, val;
+	MDB_txn *t = lm_read_begin(m, tc);
+	int got = 0, rc;
+
+	if (!t)
+		return -1;
+	rc = tc->cur ? mdb_cursor_renew(t, tc->cur) : mdb_cursor_open(t, m->dbi, &tc->cur);
+	if (rc) {
+		mdb_txn_reset(t);
+		op_error("lmdb cursor: %s", mdb_strerror(rc));
+		return -1;
+	}
+	for (rc = mdb_cursor_get(tc->cur, &key, &val, MDB_SET_RANGE); !rc && got < n;) {
+		*bytes += key.mv_size + val.mv_size;
+		if (++got < n)
+			rc = mdb_cursor_get(tc->cur, &key, &val, MDB_NEXT);
+	}
+	mdb_txn_reset(t);
+	if (rc && rc != MDB_NOTFOUND) {
+		op_error("mdb_cursor_get: %s", mdb_strerror(rc));
+		return -1;
+	}
+	return got;
+}
+
+/* The engines, FlexDB first (ratios are FlexDB / each peer). */
+enum { E_FLEX, E_ROCKS, E_LEVEL, E_LMDB, NENG };
+static const struct engine engines[NENG] = {
+    {"flexdb", fx_open, no_quiesce, fx_close, no_thread_init, no_thread_done, fx_put, fx_get,
+     fx_scan},
+    {"rocksdb", rk_open, rk_quiesce, rk_close, no_thread_init, no_thread_done, rk_put, rk_get,
+     rk_scan},
+    {"leveldb", lv_open, lv_quiesce, lv_close, no_thread_init, no_thread_done, lv_put, lv_get,
+     lv_scan},
+    {"lmdb", lm_open, no_quiesce, lm_close, lm_thread_init, lm_thread_done, lm_put, lm_get,
+     lm_scan},
+};
+
+/* ---- the acknowledged insert counter (YCSB's AcknowledgedCounterGenerator) --- */
+
+/* Inserts take the next key number; readers may only choose up to
+ * lastValue: the highest number below which every insert has been
+ * acknowledged.  A thread that acknowledges advances the limit when it can
+ * take the lock without waiting, as YCSB's does. */
+struct ackctr {
+	int64_t start, cap;
+	int64_t next, limit; /* atomics */
+	uint8_t *win;
+	pthread_mutex_t mu;
+};
+
+static void ack_init(struct ackctr *c, int64_t start, int64_t cap)
+{
+	c->start = start;
+	c->cap = cap;
+	c->next = start;
+	c->limit = start - 1;
+	c->win = calloc((size_t)cap + 1, 1);
+	if (!c->win)
+		die("out of memory");
+	pthread_mutex_init(&c->mu, NULL);
+}
+
+static int64_t ack_last(struct ackctr *c)
+{
+	return __atomic_load_n(&c->limit, __ATOMIC_ACQUIRE);
+}
+
+static int64_t ack_next(struct ackctr *c)
+{
+	return __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
+}
+
+static void ack_advance(struct ackctr *c)
+{
+	int64_t l = c->limit;
+
+	while (l + 1 - c->start < c->cap &&
+	       __atomic_load_n(&c->win[l + 1 - c->start], __ATOMIC_ACQUIRE))
+		l++;
+	__atomic_store_n(&c->limit, l, __ATOMIC_RELEASE);
+}
+
+static void ack_done(struct ackctr *c, int64_t v)
+{
+	if (v - c->start >= c->cap)
+		die("insert counter overflow");
+	__atomic_store_n(&c->win[v - c->start], 1, __ATOMIC_RELEASE);
+	if (pthread_mutex_trylock(&c->mu) == 0) {
+		ack_advance(c);
+		pthread_mutex_unlock(&c->mu);
+	}
+}
+
+static void ack_free(struct ackctr *c)
+{
+	pthread_mutex_destroy(&c->mu);
+	free(c->win);
+}
+
+/* ---- one phase on one store ----------------------------------------------------------- */
+
+struct meas {
+	int have;
+	double ops, secs, opsps, usop, p50, p99, p999, maxus;
+	double cpu_us, wa, wa_net, space_amp, du, rss, peak, settle_s;
+	double user_bytes, written;
+	uint64_t errors, bad, notfound, inserts, scanned;
+};
+
+struct phase_run {
+	struct store *s;
+	int phase, rep, nt;
+	const struct ycsb_workload *w;
+	enum ycsb_dist dist;
+	int64_t records; /* key numbers 0 .. records-1 exist at the start */
+	int64_t ops;	 /* operations of the phase, all threads */
+	struct ackctr ctr;
+	pthread_barrier_t bar;
+};
+
+struct job {
+	struct phase_run *pr;
+	int t;
+	int64_t begin, count;
+	struct hist h;
+	uint64_t t_start, t_end;
+	uint64_t user_bytes, errors, bad, notfound, inserts, scanned, sink;
+};
+
+/* CoreWorkload.nextKeynum. */
+static int64_t next_keynum(struct phase_run *pr, struct ycsb_rng *r, struct ycsb_scrambled *sz,
+			   struct ycsb_latest *lt)
+{
+	int64_t k;
+
+	switch (pr->dist) {
+	case YCSB_UNIFORM:
+		return ycsb_uniform(r, 0, pr->records - 1);
+	case YCSB_LATEST:
+		do
+			k = ycsb_latest_next(lt, r, ack_last(&pr->ctr));
+		while (k > ack_last(&pr->ctr));
+		return k;
+	default:
+		do
+			k = ycsb_scrambled_next(sz, r);
+		while (k > ack_last(&pr->ctr));
+		return k;
+	}
+}
+
+static void *worker(void *arg)
+{
+	struct job *j = arg;
+	struct phase_run *pr = j->pr;
+	struct store *s = pr->s;
+	const struct engine *e = s->eng;
+	struct ycsb_rng r;
+	struct ycsb_scrambled sz;
+	struct ycsb_latest lt;
+	char key[96];
+	size_t cap = B.value_size + 8;
+	char *val = malloc(cap), *rbuf = malloc(cap);
+	uint64_t version = (uint64_t)pr->phase << 40 | (uint64_t)j->t << 32;
+
+	if (!val || !rbuf)
+		die("out of memory");
+	ycsb_rng_seed(&r, stream_seed(pr->rep, pr->nt, pr->phase, j->t));
+	if (pr->w) {
+		/* CoreWorkload.init: expectednewkeys = opcount x
+		 * insertproportion x 2 (YCSB's "fudge factor"). */
+		int64_t expectednew = (int64_t)((double)pr->ops * pr->w->prop[YCSB_INSERT] * 2.0);
+		if (pr->dist == YCSB_ZIPFIAN)
+			ycsb_scrambled_init(&sz, &r, 0, pr->records + expectednew);
+		else if (pr->dist == YCSB_LATEST)
+			ycsb_latest_init(&lt, &r, ack_last(&pr->ctr));
+	}
+	void *tc = e->thread_init(s);
+	pthread_barrier_wait(&pr->bar);
+	j->t_start = now_ns();
+	for (int64_t i = 0; i < j->count; i++) {
+		if (!pr->w) { /* load */
+			int64_t kn = j->begin + i;
+			size_t kl = make_key(key, sizeof(key), kn);
+			make_value(val, kn, 0);
+			uint64_t t0 = now_ns();
+			int rc = e->put(s, tc, key, kl, val, B.value_size);
+			h_add(&j->h, now_ns() - t0);
+			j->errors += rc != 0;
+			j->user_bytes += kl + B.value_size;
+			continue;
+		}
+		enum ycsb_op op = ycsb_choose_op(pr->w, &r);
+		int64_t kn;
+		size_t kl, vl = 0;
+		int rc;
+		uint64_t t0;
+
+		switch (op) {
+		case YCSB_READ:
+			kn = next_keynum(pr, &r, &sz, &lt);
+			kl = make_key(key, sizeof(key), kn);
+			t0 = now_ns();
+			rc = e->get(s, tc, key, kl, rbuf, cap, &vl);
+			h_add(&j->h, now_ns() - t0);
+			j->errors += rc < 0;
+			j->notfound += rc == 1;
+			j->bad += rc == 0 && !value_ok(rbuf, vl, kn);
+			break;
+		case YCSB_UPDATE:
+			kn = next_keynum(pr, &r, &sz, &lt);
+			kl = make_key(key, sizeof(key), kn);
+			make_value(val, kn, ++version);
+			t0 = now_ns();
+			rc = e->put(s, tc, key, kl, val, B.value_size);
+			h_add(&j->h, now_ns() - t0);
+			j->errors += rc != 0;
+			j->user_bytes += kl + B.value_size;
+			break;
+		case YCSB_INSERT:
+			kn = ack_next(&pr->ctr);
+			kl = make_key(key, sizeof(key), kn);
+			make_value(val, kn, ++version);
+			t0 = now_ns();
+			rc = e->put(s, tc, key, kl, val, B.value_size);
+			h_add(&j->h, now_ns() - t0);
+			ack_done(&pr->ctr, kn);
+			j->errors += rc != 0;
+			j->user_bytes += kl + B.value_size;
+			j->inserts++;
+			break;
+		case YCSB_SCAN: {
+			kn = next_keynum(pr, &r, &sz, &lt);
+			int len = (int)ycsb_uniform(&r, YCSB_MIN_SCAN, YCSB_MAX_SCAN);
+			uint64_t bytes = 0;
+			kl = make_key(key, sizeof(key), kn);
+			t0 = now_ns();
+			rc = e->scan(s, tc, key, kl, len, &bytes);
+			h_add(&j->h, now_ns() - t0);
+			j->errors += rc < 0;
+			/* The start key exists: a scan reads at least it. */
+			j->bad += rc == 0;
+			if (rc > 0)
+				j->scanned += (uint64_t)rc;
+			j->sink += bytes;
+			break;
+		}
+		case YCSB_RMW:
+		default:
+			kn = next_keynum(pr, &r, &sz, &lt);
+			kl = make_key(key, sizeof(key), kn);
+			make_value(val, kn, ++version);
+			t0 = now_ns();
+			rc = e->get(s, tc, key, kl, rbuf, cap, &vl);
+			int rc2 = e->put(s, tc, key, kl, val, B.value_size);
+			h_add(&j->h, now_ns() - t0);
+			j->errors += (rc < 0) + (rc2 != 0);
+			j->notfound += rc == 1;
+			j->bad += rc == 0 && !value_ok(rbuf, vl, kn);
+			j->user_bytes += kl + B.value_size;
+			break;
+		}
+	}
+	j->t_end = now_ns();
+	e->thread_done(s, tc);
+	free(val);
+	free(rbuf);
+	return NULL;
+}
+
+/* Quiesce, close, reopen; returns the seconds. */
+static double settle(struct store *s)
+{
+	uint64_t t0 = now_ns();
+
+	s->eng->quiesce(s);
+	s->eng->close(s);
+	s->eng->open(s);
+	return secs_since(t0);
+}
+
+/* Runs one phase with nt threads; *records grows by the inserts. */
+static void run_phase(struct store *s, int phase, int rep, int nt, int64_t *records, struct meas *m)
+{
+	struct phase_run pr;
+	struct job *jobs = calloc((size_t)nt, sizeof(*jobs));
+	struct hist *h = calloc(1, sizeof(*h));
+	pthread_t th[MAX_THREADS];
+	int64_t ops;
+
+	if (!jobs || !h)
+		die("out of memory");
+	memset(&pr, 0, sizeof(pr));
+	memset(m, 0, sizeof(*m));
+	pr.s = s;
+	pr.phase = phase;
+	pr.rep = rep;
+	pr.nt = nt;
+	pr.records = *records;
+	if (phase == P_LOAD) {
+		ops = (int64_t)B.num;
+	} else {
+		pr.w = &ycsb_workloads[phase - P_A];
+		pr.dist = B.dist_override >= 0 ? (enum ycsb_dist)B.dist_override : pr.w->dist;
+		ops = (int64_t)(phase == P_E ? B.scan_ops : B.ops);
+	}
+	pr.ops = ops;
+	ack_init(&pr.ctr, *records, ops + 1);
+	pthread_barrier_init(&pr.bar, NULL, (unsigned)nt);
+
+	reset_hwm();
+	struct pio io0 = proc_io();
+	double cpu0 = cpu_secs();
+	for (int t = 0; t < nt; t++) {
+		struct job *j = &jobs[t];
+		j->pr = &pr;
+		j->t = t;
+		j->begin = ops * t / nt;
+		j->count = ops * (t + 1) / nt - j->begin;
+		if (pthread_create(&th[t], NULL, worker, j))
+			die("pthread_create failed");
+	}
+	uint64_t ts = UINT64_MAX, te = 0;
+	for (int t = 0; t < nt; t++) {
+		struct job *j = &jobs[t];
+		pthread_join(th[t], NULL);
+		h_merge(h, &j->h);
+		ts = j->t_start < ts ? j->t_start : ts;
+		te = j->t_end > te ? j->t_end : te;
+		m->user_bytes += (double)j->user_bytes;
+		m->errors += j->errors;
+		m->bad += j->bad;
+		m->notfound += j->notfound;
+		m->inserts += j->inserts;
+		m->scanned += j->scanned;
+	}
+	m->rss = vm_mib("VmRSS");
+	pthread_barrier_destroy(&pr.bar);
+	m->settle_s = NAN;
+	if (m->user_bytes > 0)
+		m->settle_s = settle(s);
+	struct pio io1 = proc_io();
+	m->peak = vm_mib("VmHWM");
+	double cpu1 = cpu_secs();
+
+	*records = phase == P_LOAD ? (int64_t)B.num : pr.ctr.next;
+	m->have = 1;
+	m->ops = (double)h->n;
+	m->secs = (double)(te - ts) / 1e9;
+	m->opsps = m->ops / m->secs;
+	m->usop = h->n ? h->sum / (double)h->n / 1000.0 : NAN;
+	m->p50 = h_pct(h, 0.50);
+	m->p99 = h_pct(h, 0.99);
+	m->p999 = h_pct(h, 0.999);
+	m->maxus = (double)h->max / 1000.0;
+	m->cpu_us = (cpu1 - cpu0) / m->ops * 1e6;
+	m->written = (double)(io1.wb - io0.wb);
+	m->wa = m->wa_net = NAN;
+	if (B.proc_io_ok && m->user_bytes > 0) {
+		m->wa = m->written / m->user_bytes;
+		m->wa_net = (m->written - (double)(io1.cwb - io0.cwb)) / m->user_bytes;
+	}
+	if (!B.clear_refs_ok)
+		m->peak = NAN;
+	m->du = (double)du(s->path);
+	m->space_amp = m->du / ((double)*records * (B.key_size + B.value_size));
+	ack_free(&pr.ctr);
+	free(h);
+	free(jobs);
+}
+
+/* ---- per-engine child processes --------------------------------------------------------- */
+
+struct result {
+	struct meas ph[NPH];
+	double reopen_s;    /* open after a quiesced close */
+	double recover_s;   /* open after SIGKILL */
+	double store_bytes; /* du when killed */
+	uint64_t recover_bad;
+	int ok;
+};
+
+/* Child: every phase on a fresh store, then a clean reopen. */
+static void child_phases(const struct engine *e, const char *path, int rep, int nt, int fd)
+{
+	struct store s = {.eng = e};
+	struct result res;
+	int64_t records = 0;
+
+	memset(&res, 0, sizeof(res));
+	xsnprintf(s.path, sizeof(s.path), "%s", path);
+	e->open(&s);
+	for (int p = 0; p < NPH; p++) {
+		run_phase(&s, p, rep, nt, &records, &res.ph[p]);
+		const struct meas *m = &res.ph[p];
+		fprintf(stderr, "    %-7s %-8s %10.0f ops/s  p99 %8.2f us  settle %.2f s%s\n",
+			ph_name[p], e->name, m->opsps, m->p99, isnan(m->settle_s) ? 0 : m->settle_s,
+			m->errors || m->bad || m->notfound ? "  CHECK FAILED" : "");
+	}
+	e->quiesce(&s);
+	e->close(&s);
+	uint64_t t0 = now_ns();
+	e->open(&s);
+	res.reopen_s = secs_since(t0);
+	e->close(&s);
+	res.ok = 1;
+	if (write(fd, &res, sizeof(res)) != (ssize_t)sizeof(res))
+		die("result pipe");
+}
+
+/* Child: updates until killed; one byte to fd after kill_ops of them. */
+static void child_writer(const struct engine *e, const char *path, int fd)
+{
+	struct store s = {.eng = e};
+	struct ycsb_rng r;
+	char key[96], *val = malloc(B.value_size + 8);
+
+	if (!val)
+		die("out of memory");
+	xsnprintf(s.path, sizeof(s.path), "%s", path);
+	e->open(&s);
+	void *tc = e->thread_init(&s);
+	ycsb_rng_seed(&r, B.seed ^ 0x6b696c6cULL);
+	for (uint64_t i = 0;; i++) {
+		int64_t kn = ycsb_uniform(&r, 0, (int64_t)B.num - 1);
+		size_t kl = make_key(key, sizeof(key), kn);
+		make_value(val, kn, 1ULL << 60 | i);
+		if (e->put(&s, tc, key, kl, val, B.value_size))
+			die("put failed in the writer");
+		if (i + 1 == B.kill_ops && write(fd, "k", 1) != 1)
+			die("pipe");
+	}
+}
+
+/* Child: times the open of the killed store, checks some keys. */
+static void child_recover(const struct engine *e, const char *path, int fd)
+{
+	struct store s = {.eng = e};
+	struct result res;
+	struct ycsb_rng r;
+	char key[96], *buf = malloc(B.value_size + 8);
+
+	memset(&res, 0, sizeof(res));
+	xsnprintf(s.path, sizeof(s.path), "%s", path);
+	uint64_t t0 = now_ns();
+	e->open(&s);
+	res.recover_s = secs_since(t0);
+	void *tc = e->thread_init(&s);
+	ycsb_rng_seed(&r, 7);
+	for (int i = 0; i < 1000; i++) {
+		int64_t kn = ycsb_uniform(&r, 0, (int64_t)B.num - 1);
+		size_t kl = make_key(key, sizeof(key), kn), vl = 0;
+		int rc = e->get(&s, tc, key, kl, buf, B.value_size + 8, &vl);
+		res.recover_bad += rc != 0 || !value_ok(buf, vl, kn);
+	}
+	e->thread_done(&s, tc);
+	e->close(&s);
+	res.ok = 1;
+	free(buf);
+	if (write(fd, &res, sizeof(res)) != (ssize_t)sizeof(res))
+		die("result pipe");
+}
+
+typedef void (*child_fn)(const struct engine *, const char *, int);
+
+/* Forks fn (or child_phases when fn is NULL); with want_kill, waits for one
+ * byte, kills the child with SIGKILL and returns 0; otherwise reads a
+ * struct result into *res and returns whether the child succeeded. */
+static int run_child(const struct engine *e, const char *path, int rep, int nt, child_fn fn,
+		     int want_kill, struct result *res)
+{
+	int pfd[2];
+
+	fflush(stdout);
+	fflush(stderr);
+	if (pipe(pfd))
+		die("pipe: %s", strerror(errno));
+	pid_t pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(pfd[0]);
+		if (fn)
+			fn(e, path, pfd[1]);
+		else
+			child_phases(e, path, rep, nt, pfd[1]);
+		_exit(0);
+	}
+	close(pfd[1]);
+	int ok = 0;
+	if (want_kill) {
+		char c;
+		ok = read(pfd[0], &c, 1) == 1;
+		kill(pid, SIGKILL);
+	} else {
+		size_t got = 0;
+		memset(res, 0, sizeof(*res));
+		while (got < sizeof(*res)) {
+			ssize_t n = read(pfd[0], (char *)res + got, sizeof(*res) - got);
+			if (n <= 0)
+				break;
+			got += (size_t)n;
+		}
+		ok = got == sizeof(*res) && res->ok;
+	}
+	close(pfd[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	if (!want_kill && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+		ok = 0;
+	return ok;
+}
+
+/* ---- results ------------------------------------------------------------------------------- */
+
+static struct result R[MAX_TC][MAX_REPS][NENG];
+/* Children that failed or operations that erred or returned wrong data:
+ * the exit status says so (CI runs --quick as a smoke test). */
+static int n_failed;
+
+static double median(double *v, int n)
+{
+	int k = 0;
+	double tmp[MAX_REPS];
+
+	for (int i = 0; i < n; i++)
+		if (!isnan(v[i]))
+			tmp[k++] = v[i];
+	if (!k)
+		return NAN;
+	for (int i = 1; i < k; i++)
+		for (int j = i; j > 0 && tmp[j - 1] > tmp[j]; j--) {
+			double x = tmp[j];
+			tmp[j] = tmp[j - 1];
+			tmp[j - 1] = x;
+		}
+	return k % 2 ? tmp[k / 2] : (tmp[k / 2 - 1] + tmp[k / 2]) / 2;
+}
+
+/* Median over repetitions of a double at offset off in struct meas (phase
+ * p >= 0) or in struct result (p < 0). */
+static double med(int ti, int en, int p, size_t off)
+{
+	double v[MAX_REPS];
+	int n = 0;
+
+	for (int r = 0; r < B.reps; r++) {
+		const struct result *res = &R[ti][r][en];
+		if (!res->ok)
+			continue;
+		const char *base = p >= 0 ? (const char *)&res->ph[p] : (const char *)res;
+		v[n++] = *(const double *)(base + off);
+	}
+	return n ? median(v, n) : NAN;
+}
+
+#define MEDP(ti, en, p, f) med(ti, en, p, offsetof(struct meas, f))
+#define MEDR(ti, en, f) med(ti, en, -1, offsetof(struct result, f))
+
+/* v with prec decimals and suffix, or "-" when NaN. */
+static void fmtv(char *buf, size_t cap, int prec, const char *suffix, double v)
+{
+	if (isnan(v))
+		snprintf(buf, cap, "-");
+	else
+		snprintf(buf, cap, "%.*f%s", prec, v, suffix);
+}
+
+static void print_line(int ti, int en, int p)
+{
+	char wa[16], sa[16], pk[16], reps[128] = "";
+	uint64_t errs = 0, bad = 0;
+
+	for (int r = 0; r < B.reps; r++) {
+		const struct result *res = &R[ti][r][en];
+		size_t l = strlen(reps);
+		if (!res->ok)
+			continue;
+		snprintf(reps + l, sizeof(reps) - l, "%s%.0f", l ? " " : "", res->ph[p].opsps);
+		errs += res->ph[p].errors;
+		bad += res->ph[p].bad + res->ph[p].notfound;
+	}
+	fmtv(wa, sizeof(wa), 2, "", MEDP(ti, en, p, wa));
+	fmtv(sa, sizeof(sa), 2, "", MEDP(ti, en, p, space_amp));
+	fmtv(pk, sizeof(pk), 0, "", MEDP(ti, en, p, peak));
+	printf("%-7s %-8s t%-2d %10.0f ops/s  p50 %8.2f p99 %8.2f p99.9 %9.2f max %10.1f us  "
+	       "cpu %7.2f us/op  wa %-6s space %-5s rss %5.0f peak %5s MiB  reps [%s]%s\n",
+	       ph_name[p], engines[en].name, B.tcs[ti], MEDP(ti, en, p, opsps),
+	       MEDP(ti, en, p, p50), MEDP(ti, en, p, p99), MEDP(ti, en, p, p999),
+	       MEDP(ti, en, p, maxus), MEDP(ti, en, p, cpu_us), wa, sa, MEDP(ti, en, p, rss), pk,
+	       reps, errs || bad ? "  CHECK FAILED" : "");
+	if (errs || bad) {
+		printf("        %" PRIu64 " errors, %" PRIu64 " wrong or missing results\n", errs,
+		       bad);
+		n_failed++;
+	}
+}
+
+static void print_reopen(int ti, int en)
+{
+	double gb = MEDR(ti, en, store_bytes) / 1e9, rec = MEDR(ti, en, recover_s);
+	uint64_t bad = 0;
+
+	for (int r = 0; r < B.reps; r++) {
+		bad += R[ti][r][en].recover_bad;
+		n_failed += !R[ti][r][en].ok || isnan(R[ti][r][en].recover_s);
+	}
+	n_failed += bad != 0;
+	printf("%-7s %-8s t%-2d clean %8.3f s  after-kill %8.3f s  store %7.3f GB  %7.3f s/GB%s\n",
+	       "reopen", engines[en].name, B.tcs[ti], MEDR(ti, en, reopen_s), rec, gb, rec / gb,
+	       bad ? "  CHECK FAILED (keys missing after recovery)" : "");
+}
+
+/* Whole-run write amplification: bytes written over every phase / user
+ * bytes of every phase (medians of the per-rep sums). */
+static double total_wa(int ti, int en)
+{
+	double v[MAX_REPS];
+	int n = 0;
+
+	for (int r = 0; r < B.reps; r++) {
+		const struct result *res = &R[ti][r][en];
+		double w = 0, u = 0;
+		if (!res->ok)
+			continue;
+		for (int p = 0; p < NPH; p++) {
+			w += res->ph[p].written;
+			u += res->ph[p].user_bytes;
+		}
+		v[n++] = u > 0 && B.proc_io_ok ? w / u : NAN;
+	}
+	return n ? median(v, n) : NAN;
+}
+
+static int n_pass, n_miss;
+
+static void target(const char *label, double v, const char *op, double want)
+{
+	int pass = !strcmp(op, ">=") ? v >= want : v <= want;
+
+	if (isnan(v)) {
+		printf("  %-48s %8s   target %s %.2f  n/a\n", label, "-", op, want);
+		return;
+	}
+	printf("  %-48s %8.2f   target %s %.2f  %s\n", label, v, op, want, pass ? "PASS" : "MISS");
+	if (pass)
+		n_pass++;
+	else
+		n_miss++;
+}
+
+static void print_ratios_and_targets(FILE *rcsv)
+{
+	char label[96];
+
+	printf("\nFlexDB / peer throughput, medians (>1: FlexDB faster)\n");
+	printf("%-7s %-4s %10s %10s %10s\n", "phase", "thr", "rocksdb", "leveldb", "lmdb");
+	for (int ti = 0; ti < B.ntc; ti++)
+		for (int p = 0; p < NPH; p++) {
+			double f = MEDP(ti, E_FLEX, p, opsps);
+			char c[3][16];
+			for (int en = 1; en < NENG; en++)
+				fmtv(c[en - 1], sizeof(c[0]), 2, "x",
+				     B.eng_on[en] && B.eng_on[E_FLEX] ? f / MEDP(ti, en, p, opsps)
+								      : NAN);
+			printf("%-7s t%-3d %10s %10s %10s\n", ph_name[p], B.tcs[ti], c[0], c[1],
+			       c[2]);
+			if (rcsv) {
+				fprintf(rcsv, "%s,%d", ph_name[p], B.tcs[ti]);
+				for (int en = 1; en < NENG; en++)
+					fprintf(rcsv, ",%.4f",
+						B.eng_on[en] ? f / MEDP(ti, en, p, opsps) : NAN);
+				fprintf(rcsv, "\n");
+			}
+		}
+	if (!B.eng_on[E_FLEX])
+		return;
+	int at_scale = !strcmp(B.ds->name, "udb") && B.num >= 2000000;
+	printf("\nTargets (issue 6; stated for 2M+ UDB pairs%s):\n",
+	       at_scale ? "" : "; THIS RUN IS SMALLER, so indicative only");
+	for (int ti = 0; ti < B.ntc; ti++) {
+		int t = B.tcs[ti];
+		for (int p = 0; p < NPH; p++) {
+			double f = MEDP(ti, E_FLEX, p, opsps);
+			if (B.eng_on[E_ROCKS]) {
+				snprintf(label, sizeof(label), "t%d %s flexdb/rocksdb ops/s", t,
+					 ph_name[p]);
+				target(label, f / MEDP(ti, E_ROCKS, p, opsps),
+				       ">=", p == P_C || p == P_E ? 2.0 : 1.5);
+			}
+			if (B.eng_on[E_LEVEL] && p != P_LOAD) {
+				snprintf(label, sizeof(label), "t%d %s flexdb/leveldb ops/s", t,
+					 ph_name[p]);
+				target(label, f / MEDP(ti, E_LEVEL, p, opsps), ">=", 1.0);
+			}
+			if (B.eng_on[E_LMDB] && (p == P_LOAD || p == P_A || p == P_F)) {
+				snprintf(label, sizeof(label), "t%d %s flexdb/lmdb ops/s", t,
+					 ph_name[p]);
+				target(label, f / MEDP(ti, E_LMDB, p, opsps), ">=", 1.0);
+			}
+		}
+		if (B.eng_on[E_ROCKS]) {
+			snprintf(label, sizeof(label), "t%d write amp, load: flexdb/rocksdb", t);
+			target(label, MEDP(ti, E_FLEX, P_LOAD, wa) / MEDP(ti, E_ROCKS, P_LOAD, wa),
+			       "<=", 0.5);
+			snprintf(label, sizeof(label), "t%d write amp, all phases: flexdb/rocksdb",
+				 t);
+			target(label, total_wa(ti, E_FLEX) / total_wa(ti, E_ROCKS), "<=", 0.5);
+		}
+		snprintf(label, sizeof(label), "t%d flexdb reopen after SIGKILL, s per GB", t);
+		target(label, MEDR(ti, E_FLEX, recover_s) / (MEDR(ti, E_FLEX, store_bytes) / 1e9),
+		       "<=", 1.0);
+	}
+	printf("targets: %d PASS, %d MISS\n", n_pass, n_miss);
+}
+
+static void csv_rows(FILE *f, int ti, int en, int p, const char *rep, const struct meas *m)
+{
+	fprintf(f,
+		"%s,%s,%s,%u,%u,%" PRIu64
+		",%d,%s,%.0f,%.4f,%.1f,%.4f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,"
+		"%.4f,%.4f,%.0f,%.1f,%.1f,%.3f,%" PRIu64 ",%" PRIu64 "\n",
+		ph_name[p], engines[en].name, B.ds->name, B.key_size, B.value_size, B.num,
+		B.tcs[ti], rep, m->ops, m->secs, m->opsps, m->usop, m->p50, m->p99, m->p999,
+		m->maxus, m->cpu_us, m->wa, m->wa_net, m->space_amp, m->du, m->rss, m->peak,
+		m->settle_s, m->errors, m->bad + m->notfound);
+}
+
+static void write_csv(const char *path)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f) {
+		fprintf(stderr, "ycsb_bench: %s: %s\n", path, strerror(errno));
+		return;
+	}
+	fprintf(f, "phase,engine,dataset,key_size,value_size,num,threads,rep,ops,seconds,ops_per_s,"
+		   "us_per_op,p50_us,p99_us,p999_us,max_us,cpu_us_per_op,wa,wa_net,space_amp,"
+		   "du_bytes,rss_mib,peak_mib,settle_s,errors,bad\n");
+	for (int ti = 0; ti < B.ntc; ti++)
+		for (int en = 0; en < NENG; en++) {
+			if (!B.eng_on[en])
+				continue;
+			for (int p = 0; p < NPH; p++) {
+				struct meas m;
+				char rs[16];
+				for (int r = 0; r < B.reps; r++) {
+					if (!R[ti][r][en].ok)
+						continue;
+					snprintf(rs, sizeof(rs), "%d", r + 1);
+					csv_rows(f, ti, en, p, rs, &R[ti][r][en].ph[p]);
+				}
+				memset(&m, 0, sizeof(m));
+#define S(x) m.x = MEDP(ti, en, p, x)
+				S(ops);
+				S(secs);
+				S(opsps);
+				S(usop);
+				S(p50);
+				S(p99);
+				S(p999);
+				S(maxus);
+				S(cpu_us);
+				S(wa);
+				S(wa_net);
+				S(space_amp);
+				S(du);
+				S(rss);
+				S(peak);
+				S(settle_s);
+#undef S
+				csv_rows(f, ti, en, p, "median", &m);
+			}
+			fprintf(f,
+				"reopen,%s,%s,%u,%u,%" PRIu64 ",%d,median,,,,,,,,,,,,,%.0f,,,,,\n",
+				engines[en].name, B.ds->name, B.key_size, B.value_size, B.num,
+				B.tcs[ti], MEDR(ti, en, store_bytes));
+			fprintf(f, "reopen_clean_s,%s,,,,,%d,median,,%.4f,,,,,,,,,,,,,,,,\n",
+				engines[en].name, B.tcs[ti], MEDR(ti, en, reopen_s));
+			fprintf(f, "reopen_after_kill_s,%s,,,,,%d,median,,%.4f,,,,,,,,,,,,,,,,\n",
+				engines[en].name, B.tcs[ti], MEDR(ti, en, recover_s));
+		}
+	fclose(f);
+}
+
+/* ---- the run -----------------------------------------------------------------------------------
+ */
+
+static void cpu_model(char *buf, size_t cap)
+{
+	char line[256];
+	FILE *f = fopen("/proc/cpuinfo", "r");
+
+	snprintf(buf, cap, "unknown");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = strchr(line, ':');
+		if (!strncmp(line, "model name", 10) && p) {
+			p += 2;
+			p[strcspn(p, "\n")] = 0;
+			snprintf(buf, cap, "%s", p);
+			break;
+		}
+	}
+	fclose(f);
+}
+
+/* RocksDB's version from the OPTIONS file a throwaway store writes (the
+ * C API has no version call; the probe runs in a child so that the parent
+ * never starts RocksDB's background threads before forking). */
+static void rocks_version(void)
+{
+	struct result res;
+	char dir[PATH_MAX + 32], line[256];
+
+	snprintf(B.rocks_version, sizeof(B.rocks_version), "?");
+	xsnprintf(dir, sizeof(dir), "%s/rocksdb-probe", B.work);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct store s = {.eng = &engines[E_ROCKS]};
+		xsnprintf(s.path, sizeof(s.path), "%s", dir);
+		rk_open(&s);
+		rk_close(&s);
+		_exit(0);
+	}
+	(void)res;
+	waitpid(pid, NULL, 0);
+	char cmd[PATH_MAX + 128];
+	xsnprintf(cmd, sizeof(cmd), "cat %s/OPTIONS-* 2>/dev/null", dir);
+	FILE *f = popen(cmd, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		char *p = strstr(line, "rocksdb_version=");
+		if (p) {
+			p += strlen("rocksdb_version=");
+			p[strcspn(p, " \r\n")] = 0;
+			snprintf(B.rocks_version, sizeof(B.rocks_version), "%s", p);
+			break;
+		}
+	}
+	if (f)
+		pclose(f);
+	rmtree(dir);
+}
+
+static void print_header(void)
+{
+	char cpu[256], date[64], thr[64] = "";
+	time_t now = time(NULL);
+	struct tm tm;
+	int lmaj, lmin, lpat;
+	static const char *const dn[] = {"uniform", "zipfian", "latest"};
+
+	cpu_model(cpu, sizeof(cpu));
+	localtime_r(&now, &tm);
+	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S %Z", &tm);
+	mdb_version(&lmaj, &lmin, &lpat);
+	for (int i = 0; i < B.ntc; i++)
+		snprintf(thr + strlen(thr), sizeof(thr) - strlen(thr), "%s%d", i ? "," : "",
+			 B.tcs[i]);
+	printf(
+	    "ycsb_bench: YCSB core workloads, FlexDB vs RocksDB, LevelDB, LMDB (FlexSpace paper, "
+	    "section 6.3)\n");
+#if defined(NDEBUG) && defined(__OPTIMIZE__)
+	printf("build:    release (optimised, assertions off)\n");
+#else
+	printf("build:    NOT a release build\n");
+#endif
+#ifndef NDEBUG
+	printf("WARNING:  assertions are enabled (built without -DNDEBUG): numbers are not "
+	       "representative\n");
+#endif
+#ifndef __OPTIMIZE__
+	printf("WARNING:  compiler optimisation is off: numbers are not representative\n");
+#endif
+	printf("library:  flex %s; RocksDB %s, LevelDB %d.%d, LMDB %d.%d.%d (system libraries, C "
+	       "APIs)\n",
+	       flex_version(NULL, NULL, NULL), B.rocks_version, leveldb_major_version(),
+	       leveldb_minor_version(), lmaj, lmin, lpat);
+	printf("cpu:      %s, %ld online\n", cpu, sysconf(_SC_NPROCESSORS_ONLN));
+	printf("date:     %s\n", date);
+	printf("dataset:  %s: %" PRIu64 " pairs of %u-byte keys + %u-byte values (%.0f MB of user "
+	       "data)\n",
+	       B.ds->name, B.num, B.key_size, B.value_size,
+	       (double)B.num * (B.key_size + B.value_size) / 1e6);
+	printf("config:   load %" PRIu64 ", A-D,F %" PRIu64 " ops, E %" PRIu64
+	       " scans; threads %s; %d rep%s (median); seed %" PRIu64 "; distribution %s%s\n",
+	       B.num, B.ops, B.scan_ops, thr, B.reps, B.reps == 1 ? "" : "s", B.seed,
+	       B.dist_override < 0 ? "per workload (zipfian; D latest)" : dn[B.dist_override],
+	       B.quick ? "; --quick" : "");
+	printf("keys:     YCSB buildKeyName, insertorder=hashed: \"user\" + zeropadding %d + "
+	       "fnvhash64(keynum) in decimal (e.g. keynum 0 -> user6284781860667377211 unpadded)\n",
+	       B.zeropadding);
+	printf("memory:   flexdb cache %" PRIu64 " MiB + 2 x %" PRIu64 " MiB memtables; rocksdb "
+	       "block cache %" PRIu64 " MiB + 2 x %" PRIu64
+	       " MiB write buffers; leveldb cache %" PRIu64 " MiB + write buffer %" PRIu64
+	       " MiB (+ 1 immutable); lmdb: OS page cache only\n",
+	       B.cache_bytes >> 20, B.memtable_bytes >> 20, B.cache_bytes >> 20,
+	       B.memtable_bytes >> 20, B.cache_bytes >> 20, B.memtable_bytes >> 20);
+	printf("engines:  no compression; 10-bit bloom filters on rocksdb and leveldb; rocksdb "
+	       "other options default; flexdb defaults\n");
+	printf("writes:   no sync per write anywhere, each write handed to the OS before it "
+	       "returns: flexdb sync_writes=0, rocksdb/leveldb sync=false, lmdb one txn per put "
+	       "with MDB_NOSYNC|MDB_NOMETASYNC (writers serialised by its lock)\n");
+	printf("settle:   after each phase that wrote: rocksdb flush + wait for compactions; "
+	       "leveldb wait until L0 < 4 files; then close + reopen (not timed in ops/s)\n");
+	printf("process:  each engine's phases in its own forked child, engines in rotating "
+	       "order; reopen after-kill: a child writing %" PRIu64 "+ updates is SIGKILLed, the "
+	       "open is timed in a new child\n",
+	       B.kill_ops);
+	printf("metrics:  cpu = child user+sys over loop+settle / op; wa = /proc/self/io "
+	       "write_bytes over loop+settle / user key+value bytes%s; space = du / live "
+	       "key+value bytes; rss at loop end, peak = VmHWM over the phase%s\n",
+	       B.proc_io_ok ? "" : " (UNAVAILABLE here)",
+	       B.clear_refs_ok ? "" : " (UNAVAILABLE: clear_refs)");
+	printf("dir:      %s; results: %s\n\n", B.work, B.out);
+	fflush(stdout);
+}
+
+static void usage(void)
+{
+	printf(
+	    "usage: ycsb_bench [options]\n"
+	    "  --dataset D        zippydb (48+43 B), udb (27+127 B, default), sys (28+396 B)\n"
+	    "  --num N            pairs loaded (default 2000000; --quick 50000)\n"
+	    "  --ops N            operations of workloads A-D and F (default num/4; --quick num)\n"
+	    "  --scan-ops N       operations of workload E (default ops/5)\n"
+	    "  --threads LIST     client thread counts, e.g. 1,2 (default 1)\n"
+	    "  --reps N           repetitions, medians reported (default 3; --quick 1)\n"
+	    "  --engines LIST     subset of flexdb,rocksdb,leveldb,lmdb (default all)\n"
+	    "  --distribution D   uniform, zipfian or latest for every workload (default: each\n"
+	    "                     workload's own: zipfian, D latest)\n"
+	    "  --value-size N     override the dataset's value size\n"
+	    "  --key-size N       override the dataset's key size (23 .. 68)\n"
+	    "  --cache-mb N       cache of every engine (default 64)\n"
+	    "  --memtable-mb N    memtable / write buffer, two of them (default 32)\n"
+	    "  --kill-ops N       updates before the SIGKILL (default num/4)\n"
+	    "  --seed N           random seed (default 42)\n"
+	    "  --dir DIR          where to make the stores (default /tmp)\n"
+	    "  --out DIR          results: ycsb.csv, ycsb_ratios.csv, ycsb_ratios.png\n"
+	    "                     (default results/ under the current directory)\n"
+	    "  --plot-script F    gnuplot driver (default bench/plot_ycsb.sh); --no-plot\n"
+	    "  --quick            every engine, load + A-F, 50k pairs, one rep\n"
+	    "  --print-vectors    print the generator test vectors and exit\n");
+}
+
+static uint64_t parse_u64(const char *opt, const char *s)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 0);
+	if (errno || *end || !*s)
+		die("bad value for %s: %s", opt, s);
+	return v;
+}
+
+static void parse_args(int argc, char **argv)
+{
+	uint64_t num = 0, ops = 0, scan_ops = 0, kill_ops = 0;
+	int reps = 0, key_size = 0, value_size = -1, eng_given = 0;
+
+	B.ds = &datasets[1];
+	B.seed = 42;
+	B.cache_bytes = (uint64_t)64 << 20;
+	B.memtable_bytes = (uint64_t)32 << 20;
+	B.dist_override = -1;
+	B.plot = 1;
+	B.plot_script = "bench/plot_ycsb.sh";
+	B.tcs[0] = 1;
+	B.ntc = 1;
+	snprintf(B.base, sizeof(B.base), "/tmp");
+	snprintf(B.out, sizeof(B.out), "results");
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEEDV()                                                                                    \
+	do {                                                                                       \
+		if (!v)                                                                            \
+			die("%s needs a value", a);                                                \
+		i++;                                                                               \
+	} while (0)
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage();
+			exit(0);
+		} else if (!strcmp(a, "--print-vectors")) {
+			ycsb_write_vectors(stdout, 42);
+			exit(0);
+		} else if (!strcmp(a, "--quick")) {
+			B.quick = 1;
+		} else if (!strcmp(a, "--no-plot")) {
+			B.plot = 0;
+		} else if (!strcmp(a, "--dataset")) {
+			NEEDV();
+			size_t d;
+			for (d = 0; d < sizeof(datasets) / sizeof(datasets[0]); d++)
+				if (!strcmp(v, datasets[d].name))
+					break;
+			if (d == sizeof(datasets) / sizeof(datasets[0]))
+				die("--dataset: zippydb, udb or sys");
+			B.ds = &datasets[d];
+		} else if (!strcmp(a, "--num")) {
+			NEEDV();
+			num = parse_u64(a, v);
+		} else if (!strcmp(a, "--ops")) {
+			NEEDV();
+			ops = parse_u64(a, v);
+		} else if (!strcmp(a, "--scan-ops")) {
+			NEEDV();
+			scan_ops = parse_u64(a, v);
+		} else if (!strcmp(a, "--kill-ops")) {
+			NEEDV();
+			kill_ops = parse_u64(a, v);
+		} else if (!strcmp(a, "--threads")) {
+			NEEDV();
+			char *list = strdup(v), *save = NULL;
+			B.ntc = 0;
+			for (char *t = strtok_r(list, ",", &save); t;
+			     t = strtok_r(NULL, ",", &save)) {
+				if (B.ntc == MAX_TC)
+					die("--threads: at most %d counts", MAX_TC);
+				B.tcs[B.ntc] = (int)parse_u64(a, t);
+				if (B.tcs[B.ntc] < 1 || B.tcs[B.ntc] > MAX_THREADS)
+					die("--threads: 1 .. %d", MAX_THREADS);
+				B.ntc++;
+			}
+			free(list);
+			if (!B.ntc)
+				die("--threads: empty list");
+		} else if (!strcmp(a, "--reps")) {
+			NEEDV();
+			reps = (int)parse_u64(a, v);
+		} else if (!strcmp(a, "--engines") || !strcmp(a, "--engine")) {
+			NEEDV();
+			char *list = strdup(v), *save = NULL;
+			for (char *t = strtok_r(list, ",", &save); t;
+			     t = strtok_r(NULL, ",", &save)) {
+				int en;
+				for (en = 0; en < NENG && strcmp(t, engines[en].name); en++)
+					;
+				if (en == NENG)
+					die("unknown engine %s", t);
+				B.eng_on[en] = 1;
+			}
+			free(list);
+			eng_given = 1;
+		} else if (!strcmp(a, "--distribution")) {
+			NEEDV();
+			B.dist_override = !strcmp(v, "uniform")	  ? YCSB_UNIFORM
+					  : !strcmp(v, "zipfian") ? YCSB_ZIPFIAN
+					  : !strcmp(v, "latest")  ? YCSB_LATEST
+								  : -2;
+			if (B.dist_override == -2)
+				die("--distribution: uniform, zipfian or latest");
+		} else if (!strcmp(a, "--value-size")) {
+			NEEDV();
+			value_size = (int)parse_u64(a, v);
+		} else if (!strcmp(a, "--key-size")) {
+			NEEDV();
+			key_size = (int)parse_u64(a, v);
+		} else if (!strcmp(a, "--cache-mb")) {
+			NEEDV();
+			B.cache_bytes = parse_u64(a, v) << 20;
+		} else if (!strcmp(a, "--memtable-mb")) {
+			NEEDV();
+			B.memtable_bytes = parse_u64(a, v) << 20;
+		} else if (!strcmp(a, "--seed")) {
+			NEEDV();
+			B.seed = parse_u64(a, v);
+		} else if (!strcmp(a, "--dir")) {
+			NEEDV();
+			snprintf(B.base, sizeof(B.base), "%s", v);
+		} else if (!strcmp(a, "--out")) {
+			NEEDV();
+			snprintf(B.out, sizeof(B.out), "%s", v);
+		} else if (!strcmp(a, "--plot-script")) {
+			NEEDV();
+			B.plot_script = v;
+		} else {
+			usage();
+			die("unknown option %s", a);
+		}
+#undef NEEDV
+	}
+	if (!eng_given)
+		for (int en = 0; en < NENG; en++)
+			B.eng_on[en] = 1;
+	B.key_size = key_size ? (uint32_t)key_size : B.ds->key_size;
+	B.value_size = value_size >= 0 ? (uint32_t)value_size : B.ds->value_size;
+	/* Padding to the key size makes every key exactly key_size bytes:
+	 * fnvhash64 has at most 19 digits. */
+	if (B.key_size < 4 + 19 || B.key_size > 4 + 64)
+		die("--key-size must be 23 .. 68 (\"user\" + 19 hash digits at least)");
+	B.zeropadding = (int)B.key_size - 4;
+	B.num = num ? num : B.quick ? 50000 : 2000000;
+	B.ops = ops ? ops : B.quick ? B.num : B.num / 4;
+	B.scan_ops = scan_ops ? scan_ops : B.ops / 5;
+	B.kill_ops = kill_ops ? kill_ops : B.num / 4;
+	B.reps = reps ? reps : B.quick ? 1 : 3;
+	if (B.num < 100 || B.num > INT32_MAX / 2)
+		die("--num must be 100 .. 2^30");
+	if (B.ops < 1 || B.scan_ops < 1 || B.ops > INT32_MAX / 2 || B.kill_ops < 1)
+		die("--ops, --scan-ops, --kill-ops must be >= 1");
+	if (B.reps < 1 || B.reps > MAX_REPS)
+		die("--reps must be 1 .. %d", MAX_REPS);
+	if (B.value_size > FLEXDB_MAX_VALUE || B.value_size + 8 > VALPOOL / 2)
+		die("--value-size too large");
+	if (B.cache_bytes < (1u << 20) || B.memtable_bytes < (1u << 20))
+		die("--cache-mb and --memtable-mb must be >= 1");
+}
+
+static void plot(const char *ratios)
+{
+	char png[PATH_MAX + 32], cmd[3 * PATH_MAX + 64];
+
+	if (!B.plot)
+		return;
+	if (access(B.plot_script, R_OK) || system("command -v gnuplot >/dev/null 2>&1")) {
+		printf("plot:     skipped (%s)\n", access(B.plot_script, R_OK)
+						       ? "plot script not found"
+						       : "gnuplot not installed: apt-get install "
+							 "gnuplot-nox");
+		return;
+	}
+	xsnprintf(png, sizeof(png), "%s/ycsb_ratios.png", B.out);
+	xsnprintf(cmd, sizeof(cmd), "sh '%s' '%s' '%s'", B.plot_script, ratios, png);
+	if (system(cmd) == 0)
+		printf("plot:     %s\n", png);
+	else
+		printf("plot:     FAILED (%s)\n", cmd);
+}
+
+int main(int argc, char **argv)
+{
+	parse_args(argc, argv);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+
+	B.valpool = malloc(VALPOOL);
+	if (!B.valpool)
+		die("out of memory");
+	struct ycsb_rng vr = {B.seed ^ 0xabcdef};
+	for (size_t i = 0; i < VALPOOL; i += 8) {
+		uint64_t x = ycsb_rng_next(&vr);
+		memcpy(B.valpool + i, &x, 8);
+	}
+	if (mkdir(B.base, 0755) && errno != EEXIST)
+		die("mkdir %s: %s", B.base, strerror(errno));
+	xsnprintf(B.work, sizeof(B.work), "%s/ycsb_bench.%d", B.base, (int)getpid());
+	if (mkdir(B.work, 0755))
+		die("mkdir %s: %s", B.work, strerror(errno));
+	if (mkdir(B.out, 0755) && errno != EEXIST)
+		die("mkdir %s: %s", B.out, strerror(errno));
+	B.proc_io_ok = probe_proc_io();
+	B.clear_refs_ok = reset_hwm();
+	if (B.eng_on[E_ROCKS])
+		rocks_version();
+	print_header();
+
+	uint64_t t_start = now_ns();
+	for (int ti = 0; ti < B.ntc; ti++) {
+		for (int rep = 0; rep < B.reps; rep++) {
+			int order[NENG], no = 0;
+			for (int i = 0; i < NENG; i++) {
+				int en = (i + rep + ti) % NENG;
+				if (B.eng_on[en])
+					order[no++] = en;
+			}
+			fprintf(stderr, "threads %d, rep %d of %d:", B.tcs[ti], rep + 1, B.reps);
+			for (int i = 0; i < no; i++)
+				fprintf(stderr, " %s", engines[order[i]].name);
+			fprintf(stderr, "  [%.0f s]\n", secs_since(t_start));
+			for (int i = 0; i < no; i++) {
+				int en = order[i];
+				const struct engine *e = &engines[en];
+				struct result *res = &R[ti][rep][en], rr;
+				char path[PATH_MAX + 64];
+
+				xsnprintf(path, sizeof(path), "%s/%s", B.work, e->name);
+				rmtree(path);
+				if (!run_child(e, path, rep, B.tcs[ti], NULL, 0, res)) {
+					fprintf(stderr, "  %s: child failed\n", e->name);
+					res->ok = 0;
+					rmtree(path);
+					continue;
+				}
+				if (!run_child(e, path, rep, 1, child_writer, 1, NULL))
+					fprintf(stderr, "  %s: writer failed\n", e->name);
+				res->store_bytes = (double)du(path);
+				if (run_child(e, path, rep, 1, child_recover, 0, &rr)) {
+					res->recover_s = rr.recover_s;
+					res->recover_bad = rr.recover_bad;
+				} else {
+					res->recover_s = NAN;
+					fprintf(stderr, "  %s: recovery failed\n", e->name);
+				}
+				fprintf(stderr, "    %-7s %-8s clean %.3f s, after kill %.3f s\n",
+					"reopen", e->name, res->reopen_s, res->recover_s);
+				rmtree(path);
+			}
+		}
+	}
+	double total = secs_since(t_start);
+
+	for (int ti = 0; ti < B.ntc; ti++) {
+		printf("%-7s %-8s %-3s %10s       %-44s  %-13s  %-6s  %-5s  %s\n", "phase",
+		       "engine", "thr", "ops/s", "latency (us)", "cpu", "wa", "space",
+		       "memory (MiB)");
+		for (int p = 0; p < NPH; p++)
+			for (int en = 0; en < NENG; en++)
+				if (B.eng_on[en])
+					print_line(ti, en, p);
+		for (int en = 0; en < NENG; en++)
+			if (B.eng_on[en])
+				print_reopen(ti, en);
+		for (int en = 0; en < NENG; en++)
+			if (B.eng_on[en])
+				printf("%-7s %-8s t%-2d %.2f (all phases: bytes written / user "
+				       "bytes)\n",
+				       "wa-all", engines[en].name, B.tcs[ti], total_wa(ti, en));
+		printf("\n");
+	}
+	char csv[PATH_MAX + 32], rcsv_path[PATH_MAX + 32];
+	xsnprintf(csv, sizeof(csv), "%s/ycsb.csv", B.out);
+	xsnprintf(rcsv_path, sizeof(rcsv_path), "%s/ycsb_ratios.csv", B.out);
+	FILE *rcsv = fopen(rcsv_path, "w");
+	if (rcsv)
+		fprintf(rcsv, "phase,threads,vs_rocksdb,vs_leveldb,vs_lmdb\n");
+	print_ratios_and_targets(rcsv);
+	if (rcsv)
+		fclose(rcsv);
+	write_csv(csv);
+	printf("\ncsv:      %s, %s\n", csv, rcsv_path);
+	if (B.eng_on[E_FLEX])
+		plot(rcsv_path);
+	printf("total:    %.1f s%s\n", total, n_failed ? "  (SOME RUNS FAILED: see above)" : "");
+	rmtree(B.work);
+	free(B.valpool);
+	return n_failed ? 1 : 0;
+}
