@@ -81,7 +81,7 @@ TESTS   := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(TINY_TESTS)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TOOLS   := $(patsubst cli/%.c,$(BUILD)/bin/%,$(CLI_SRC))
 
-.PHONY: all libs test test-run tsan bench bench-quick stress install uninstall clean help format
+.PHONY: all libs test test-run tsan fuzz fuzz-quick bench bench-quick stress install uninstall clean help format
 all: libs $(TOOLS) $(BENCHES)
 libs: $(LIBS_A) $(LIBS_SO)
 
@@ -132,7 +132,7 @@ $(BUILD)/test/%: $(BUILD)/test/%.o $(LIBS_A)
 test:
 	@$(MAKE) --no-print-directory MODE=debug test-run
 # Tests that drive the command-line tools find them through FLEX_BIN_DIR.
-test-run: $(TESTS) $(TOOLS)
+test-run: $(TESTS) $(TOOLS) $(LIBS_SO)
 	@set -e; for t in $(TESTS); do echo "== $$t"; \
 		FLEX_BIN_DIR=$(BUILD)/bin LSAN_OPTIONS=suppressions=$(CURDIR)/test/lsan.supp:print_suppressions=0 \
 		$$t --jobs 2 $(TESTFLAGS); done
@@ -146,6 +146,16 @@ tsan:
 		build/debug-thread/lib/libflexdb.a build/debug-thread/lib/libflexspace.a \
 		build/debug-thread/lib/libflextree.a -luring -lxxhash -pthread -lm
 	TSAN_OPTIONS=halt_on_error=1 build/debug-thread/flexdb_tsan
+
+# ---- fuzzing (test/fuzz/README.md) ----------------------------------------
+# clang + libFuzzer: test/fuzz/run.sh builds its own clang ASan/UBSan copy
+# of the library sources in build/fuzz/ (gcc-built sanitizer objects do not
+# link with clang's libFuzzer runtime).
+FUZZ_SECONDS ?= 600
+fuzz:
+	test/fuzz/run.sh --all $(FUZZ_SECONDS)
+fuzz-quick:
+	test/fuzz/run.sh --quick 20
 
 # Long randomized runs (not part of `make test`).
 stress:
@@ -223,6 +233,8 @@ help:
 	@echo "make test         build with assertions and run every Criterion suite"
 	@echo "make stress       long randomized runs (FLEX_TEST_SCALE=50)"
 	@echo "make tsan         the FlexDB concurrency test under ThreadSanitizer"
+	@echo "make fuzz         every libFuzzer target for FUZZ_SECONDS (600) each"
+	@echo "make fuzz-quick   replay the saved fuzz corpora, then 20 s per target (CI)"
 	@echo "make bench        run the benchmark suite (-O2 -DNDEBUG)"
 	@echo "make bench-quick  a short benchmark pass"
 	@echo "make install      PREFIX=$(PREFIX) DESTDIR= : headers, libs, tools, pkg-config"

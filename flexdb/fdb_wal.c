@@ -250,6 +250,10 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, fdb_
 		off += REC_HDR + len;
 	}
 	free(b);
+	/* What is replayed must stay durable: it may never have been synced
+	 * by the session that wrote it. */
+	if (!rc)
+		rc = io->fdatasync(io, fd);
 	io->close(io, fd);
 	return rc;
 }

@@ -92,6 +92,9 @@ struct flexdb {
 	int sync_busy;
 	uint64_t synced;
 
+	uint64_t *rec_gens; /* WAL files replayed at open, removed once their */
+	size_t nrec_gens;   /* memtable is committed */
+
 	pthread_t committer;
 	int committer_started;
 	atomic_int failed;
@@ -160,7 +163,7 @@ static void memrefs_get(struct flexdb *db, struct fdb_memref **a, struct fdb_mem
 
 static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 {
-	int rc = fdb_wal_sync(m->wal);
+	int rc = m->wal ? fdb_wal_sync(m->wal) : 0;
 	if (rc)
 		return rc;
 	struct fdb_mt_iter it;
@@ -183,8 +186,22 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 	if (!rc)
 		rc = flexspace_sync(db->fs);
 	if (!rc) {
-		/* The WAL's records are durable in the FlexSpace now. */
-		rc = unlink(m->wal->path) ? -errno : db->io->fsync(db->io, db->dir_fd);
+		/* The WAL's records are durable in the FlexSpace now.  The
+		 * memtable rebuilt at open has the old WAL files instead. */
+		if (m->wal) {
+			rc = unlink(m->wal->path) ? -errno : 0;
+		} else {
+			for (size_t i = 0; i < db->nrec_gens && !rc; i++) {
+				char path[PATH_MAX];
+				snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
+					 (unsigned long long)db->rec_gens[i]);
+				if (unlink(path) && errno != ENOENT)
+					rc = -errno;
+			}
+			db->nrec_gens = 0;
+		}
+		if (!rc)
+			rc = db->io->fsync(db->io, db->dir_fd);
 	}
 	if (!rc)
 		atomic_fetch_add(&db->committer_runs, 1);
@@ -410,7 +427,7 @@ static int sync_to(struct flexdb *db, uint64_t seq)
 		pthread_mutex_unlock(&db->syncmu);
 		struct fdb_memref *a, *i;
 		memrefs_get(db, &a, &i);
-		if (i)
+		if (i && i->wal)
 			rc = fdb_wal_sync(i->wal);
 		if (!rc && a)
 			rc = fdb_wal_sync(a->wal);
@@ -878,10 +895,10 @@ void flexdb_iter_close(struct flexdb_iter *it)
 
 /* ---- open, close, recovery ---------------------------------------------------------- */
 
+/* Replays one WAL record (a whole batch) into the recovered memtable. */
 static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t len)
 {
 	struct flexdb *db = arg;
-	(void)seq;
 	uint32_t count;
 	if (len < 4)
 		return FLEX_ECORRUPT;
@@ -891,7 +908,8 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 	int more, rc = 0;
 	uint32_t seen = 0;
 	while (!rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1) {
-		rc = fdb_store_apply(&db->store, &op);
+		rc = fdb_mt_put(db->imm->mt, op.key, op.klen, op.val, op.vlen, op.op == FDB_OP_DEL,
+				seq);
 		seen++;
 		db->recovered_ops++;
 	}
@@ -902,6 +920,11 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 	return rc;
 }
 
+/* Replays the WAL files left by the last session, in generation and
+ * sequence order, into a memtable that becomes the immutable one: the
+ * committer applies it in the background, and open does not wait for the
+ * FlexSpace.  The old files stay until then (and are synced now, so that
+ * nothing written after this open can outlive what it recovered). */
 static int db_recover(struct flexdb *db)
 {
 	uint64_t *gens;
@@ -910,24 +933,44 @@ static int db_recover(struct flexdb *db)
 	if (rc)
 		return rc;
 	uint64_t last = 0;
+	if (n) {
+		db->imm = calloc(1, sizeof(*db->imm));
+		if (!db->imm || !(db->imm->mt = fdb_mt_new()))
+			rc = -ENOMEM;
+		else
+			atomic_init(&db->imm->refs, 1);
+	}
 	for (size_t i = 0; i < n && !rc; i++)
 		rc = fdb_wal_replay(db->io, db->dir, gens[i], replay_record, db, &last);
-	if (!rc && n)
-		rc = flexspace_sync(db->fs);
-	char path[PATH_MAX];
-	for (size_t i = 0; i < n && !rc; i++) {
-		snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir, (unsigned long long)gens[i]);
-		if (unlink(path))
-			rc = -errno;
+	if (!rc && db->imm && fdb_mt_count(db->imm->mt) == 0) {
+		/* Nothing to commit: the files can go now. */
+		memref_put(db->imm);
+		db->imm = NULL;
+		char path[PATH_MAX];
+		for (size_t i = 0; i < n && !rc; i++) {
+			snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
+				 (unsigned long long)gens[i]);
+			if (unlink(path) && errno != ENOENT)
+				rc = -errno;
+		}
+		if (!rc)
+			rc = db->io->fsync(db->io, db->dir_fd);
+		free(gens);
+		gens = NULL;
+		n = 0;
 	}
-	if (!rc && n)
-		rc = db->io->fsync(db->io, db->dir_fd);
 	db->seq = last;
 	atomic_store(&db->written, last);
 	atomic_store(&db->visible, last);
 	db->synced = last;
-	db->wal_gen = n ? gens[n - 1] + 1 : 1;
-	free(gens);
+	db->wal_gen = 1;
+	if (n) {
+		db->wal_gen = gens[n - 1] + 1;
+		db->rec_gens = gens;
+		db->nrec_gens = n;
+	} else {
+		free(gens);
+	}
 	return rc;
 }
 
@@ -947,6 +990,7 @@ static void db_free(struct flexdb *db)
 	pthread_cond_destroy(&db->mtcond);
 	pthread_mutex_destroy(&db->syncmu);
 	pthread_cond_destroy(&db->synccond);
+	free(db->rec_gens);
 	free(db->dir);
 	free(db);
 }
@@ -1028,6 +1072,7 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 			unlink(db->active->wal->path);
 			memref_put(db->active);
 		}
+		memref_put(db->imm);
 		db_free(db);
 		return rc;
 	}
@@ -1093,7 +1138,7 @@ int flexdb_stats(struct flexdb *db, struct flexdb_stats *st)
 	memrefs_get(db, &a, &i);
 	st->memtable_bytes = fdb_mt_bytes(a->mt) + (i ? fdb_mt_bytes(i->mt) : 0);
 	st->memtable_entries = fdb_mt_count(a->mt) + (i ? fdb_mt_count(i->mt) : 0);
-	st->wal_bytes = atomic_load(&a->wal->size) + (i ? atomic_load(&i->wal->size) : 0);
+	st->wal_bytes = atomic_load(&a->wal->size) + (i && i->wal ? atomic_load(&i->wal->size) : 0);
 	memref_put(a);
 	memref_put(i);
 	pthread_rwlock_rdlock(&db->lock);

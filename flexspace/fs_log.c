@@ -362,7 +362,13 @@ int fs_log_replay(struct flexspace *fs, uint64_t *records)
 					   .loff = w0 & LOFF_MASK,
 					   .len = get64(p + 8),
 					   .arg = get64(p + 16)};
-			if (fs_apply(fs->tree, &r) != 0) {
+			/* A checksummed record is still hostile input: no range
+			 * past the space's limit, no mapped extent longer than
+			 * the maximum (fuzzing found both accepted). */
+			int mapped = (r.op == FS_OP_INSERT || r.op == FS_OP_REMAP) &&
+				     r.arg != FLEXTREE_HOLE;
+			if (r.loff > FLEXSPACE_MAX_SIZE || r.len > FLEXSPACE_MAX_SIZE - r.loff ||
+			    (mapped && r.len > fs->max_extent) || fs_apply(fs->tree, &r) != 0) {
 				/* A checksummed record that does not fit the
 				 * tree: the files disagree. */
 				free(b);

@@ -66,8 +66,10 @@ static int fs_count_extent(void *arg, const struct flextree_extent *e)
 	if (e->poff == FLEXTREE_HOLE)
 		return 0;
 	uint64_t seg = e->poff / fs->seg_size;
-	/* An extent never crosses a segment and lies inside the file. */
-	if (seg >= fs->nsegs || (e->poff + e->len - 1) / fs->seg_size != seg) {
+	/* An extent never crosses a segment, is never longer than the
+	 * maximum, and lies inside the file. */
+	if (seg >= fs->nsegs || (e->poff + e->len - 1) / fs->seg_size != seg ||
+	    e->len > fs->max_extent) {
 		vs->bad = 1;
 		return 1;
 	}
