@@ -361,7 +361,7 @@ int flexspace_sync(struct flexspace *fs)
 	int rc = fs_begin_write(fs);
 	if (rc)
 		return rc;
-	rc = fs_log_flush(fs, 1);
+	rc = fs_log_sync(fs);
 	if (!rc)
 		fs->st.syncs++;
 	pthread_rwlock_unlock(&fs->lock);

@@ -115,7 +115,7 @@ int fs_check_segments(struct flexspace *fs);
 
 /* fs_log.c */
 int fs_log_add(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, uint64_t arg);
-int fs_log_flush(struct flexspace *fs, int durable);
+int fs_log_sync(struct flexspace *fs);
 int fs_log_open(struct flexspace *fs, const char *path, int create, uint32_t *seg_size,
 		int *fresh);
 int fs_log_attach(struct flexspace *fs, int fresh, int create);

@@ -223,17 +223,15 @@ int fs_log_add(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, ui
 	return 0;
 }
 
-/* Writes the buffered records as one batch (after the data they refer to
- * is durable); with durable, also fdatasyncs LOG, after which segments
- * emptied so far may be reused, and commits the tree once the log is
+/* The durability step: writes the buffered records as one batch (after
+ * the data they refer to is durable) and fdatasyncs LOG; then segments
+ * emptied so far may be reused, and the tree is committed once the log is
  * large. */
-int fs_log_flush(struct flexspace *fs, int durable)
+int fs_log_sync(struct flexspace *fs)
 {
 	int rc;
-	if (fs->nlog || durable) {
-		if ((rc = fs_flush_buffer(fs)) != 0 || (rc = fs_sync_data(fs)) != 0)
-			return fs_fail(fs, rc);
-	}
+	if ((rc = fs_flush_buffer(fs)) != 0 || (rc = fs_sync_data(fs)) != 0)
+		return fs_fail(fs, rc);
 	if (fs->nlog) {
 		size_t bytes = BATCH_HDR + (size_t)fs->nlog * REC_BYTES;
 		uint8_t *b = malloc(bytes);
@@ -262,8 +260,6 @@ int fs_log_flush(struct flexspace *fs, int durable)
 		fs->log_unsynced = 1;
 		fs->st.log_bytes_written += bytes;
 	}
-	if (!durable)
-		return 0;
 	if (fs->log_unsynced) {
 		if ((rc = fs->io->fdatasync(fs->io, fs->log_fd)) != 0)
 			return fs_fail(fs, rc);

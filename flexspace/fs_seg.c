@@ -298,7 +298,7 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len)
 		int rc;
 		uint64_t avail = fs_space_avail(fs);
 		if (fs->npending) {
-			rc = fs_log_flush(fs, 1);
+			rc = fs_log_sync(fs);
 		} else if (round == 0 || avail > before) {
 			before = avail;
 			rc = fs_gc_run(fs);
@@ -493,7 +493,7 @@ static int fs_gc_run(struct flexspace *fs)
 	fs->in_gc = 0;
 	if (!rc) {
 		fs->st.gc_runs++;
-		rc = fs_log_flush(fs, 1);
+		rc = fs_log_sync(fs);
 	}
 out:
 	free(cand);
