@@ -244,7 +244,16 @@ int fdb_store_admit(struct fdb_store *s, const void *key, uint32_t klen);
 int fdb_store_defrag(struct fdb_store *s, const void *key, uint32_t klen);
 /* A cache miss admits its interval into a full cache once in this many. */
 #define FDB_ADMIT_EVERY 16
-/* A copied pair; key then value in one allocation owned by the caller. */
+/* A bump allocator whose blocks never move: an iterator copies a chunk of
+ * pairs into one, and frees it whole when it reads the next chunk. */
+struct fdb_ar_blk;
+struct fdb_ar {
+	struct fdb_ar_blk *blk;
+};
+void *fdb_ar_alloc(struct fdb_ar *a, size_t n);
+void fdb_ar_free(struct fdb_ar *a);
+
+/* A copied pair: key then value, in an fdb_ar. */
 struct fdb_pair {
 	uint8_t *key;
 	uint32_t klen;
@@ -257,7 +266,7 @@ struct fdb_pair {
  * flen 0 starts at the first (last) key.  Uncached intervals are decoded
  * without being cached. */
 int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inclusive,
-		   int reverse, struct fdb_pair *out, int max, int *n);
+		   int reverse, struct fdb_pair *out, int max, int *n, struct fdb_ar *ar);
 int fdb_store_check(struct fdb_store *s);
 
 #endif /* FDB_INT_H */

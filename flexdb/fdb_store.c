@@ -801,10 +801,45 @@ int fdb_store_admit(struct fdb_store *s, const void *key, uint32_t klen)
 	return rc;
 }
 
-static int pair_set(struct fdb_pair *out, const uint8_t *key, uint32_t klen, const uint8_t *val,
-		    uint32_t vlen)
+struct fdb_ar_blk {
+	struct fdb_ar_blk *prev;
+	size_t used, cap;
+	_Alignas(16) uint8_t data[];
+};
+
+void *fdb_ar_alloc(struct fdb_ar *a, size_t n)
 {
-	out->key = malloc((size_t)klen + vlen + 1);
+	struct fdb_ar_blk *b = a->blk;
+	if (!b || b->cap - b->used < n) {
+		size_t cap = n > (64u << 10) ? n : (64u << 10);
+		struct fdb_ar_blk *nb = malloc(sizeof(*nb) + cap);
+		if (!nb)
+			return NULL;
+		nb->prev = b;
+		nb->used = 0;
+		nb->cap = cap;
+		a->blk = b = nb;
+	}
+	void *p = b->data + b->used;
+	b->used += n;
+	return p;
+}
+
+void fdb_ar_free(struct fdb_ar *a)
+{
+	struct fdb_ar_blk *b = a->blk;
+	while (b) {
+		struct fdb_ar_blk *p = b->prev;
+		free(b);
+		b = p;
+	}
+	a->blk = NULL;
+}
+
+static int pair_set(struct fdb_pair *out, const uint8_t *key, uint32_t klen, const uint8_t *val,
+		    uint32_t vlen, struct fdb_ar *ar)
+{
+	out->key = fdb_ar_alloc(ar, (size_t)klen + vlen);
 	if (!out->key)
 		return -ENOMEM;
 	memcpy(out->key, key, klen);
@@ -870,7 +905,7 @@ static uint32_t refs_lower(const struct pair_ref *r, uint32_t n, const void *key
 }
 
 int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inclusive,
-		   int reverse, struct fdb_pair *out, int max, int *n)
+		   int reverse, struct fdb_pair *out, int max, int *n, struct fdb_ar *ar)
 {
 	*n = 0;
 	struct fdb_ipath p;
@@ -922,7 +957,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		first = 0;
 		for (; i >= 0 && i < cnt && *n < max; i += reverse ? -1 : 1) {
 			if ((rc = pair_set(&out[*n], refs[i].key, refs[i].klen, refs[i].val,
-					   refs[i].vlen)) != 0)
+					   refs[i].vlen, ar)) != 0)
 				break;
 			(*n)++;
 		}

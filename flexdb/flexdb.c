@@ -596,17 +596,11 @@ struct flexdb_iter {
 	uint8_t *bound;	 /* last key the chunk covers (when not exhausted) */
 	uint32_t boundlen;
 	int err;
+	struct fdb_ar ar; /* the chunk's keys and values */
 };
-
-static void pairs_free(struct fdb_pair *p, int n)
-{
-	for (int i = 0; i < n; i++)
-		free(p[i].key);
-}
 
 static void iter_reset(struct flexdb_iter *it)
 {
-	pairs_free(it->pairs, it->n);
 	it->n = it->pos = 0;
 	free(it->bound);
 	it->bound = NULL;
@@ -634,7 +628,7 @@ int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
 
 /* Collects up to FDB_ITER_CHUNK memtable entries from `from`. */
 static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, int inclusive,
-		      int reverse, uint64_t vis, struct fdb_pair *out, int *n)
+		      int reverse, uint64_t vis, struct fdb_pair *out, int *n, struct fdb_ar *ar)
 {
 	struct fdb_mt_iter mi;
 	*n = 0;
@@ -661,7 +655,7 @@ static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, 
 			continue;
 		}
 		struct fdb_pair *p = &out[*n];
-		p->key = malloc((size_t)klen + v->vlen + 1);
+		p->key = fdb_ar_alloc(ar, (size_t)klen + v->vlen);
 		if (!p->key)
 			return -ENOMEM;
 		memcpy(p->key, k, klen);
@@ -688,6 +682,10 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 	struct fdb_pair *src[3];
 	int cnt[3] = {0, 0, 0};
 	int rc = 0;
+	/* `from` may point into the previous chunk: its arena is freed only
+	 * once the new chunk has been read. */
+	struct fdb_ar old = it->ar;
+	it->ar.blk = NULL;
 	for (;;) {
 		iter_reset(it);
 		it->reverse = reverse;
@@ -700,15 +698,16 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		if (!rc) {
 			uint64_t vis = atomic_load(&db->visible);
 			memrefs_get(db, &a, &im);
-			rc = mt_collect(a->mt, from, flen, inclusive, reverse, vis, src[0], &cnt[0]);
+			rc = mt_collect(a->mt, from, flen, inclusive, reverse, vis, src[0], &cnt[0],
+					&it->ar);
 			if (!rc && im)
 				rc = mt_collect(im->mt, from, flen, inclusive, reverse, vis, src[1],
-						&cnt[1]);
+						&cnt[1], &it->ar);
 		}
 		if (!rc) {
 			pthread_rwlock_rdlock(&db->lock);
 			rc = fdb_store_scan(&db->store, from, flen, inclusive, reverse, src[2],
-					    FDB_ITER_CHUNK, &cnt[2]);
+					    FDB_ITER_CHUNK, &cnt[2], &it->ar);
 			pthread_rwlock_unlock(&db->lock);
 		}
 		memref_put(a);
@@ -775,12 +774,9 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 			if (w->tomb)
 				continue;
 			it->pairs[it->n++] = *w;
-			w->key = NULL; /* moved */
 		}
 		it->exhausted = bound == NULL;
 		for (int s = 0; s < 3; s++) {
-			if (src[s])
-				pairs_free(src[s], cnt[s]);
 			free(src[s]);
 			src[s] = NULL;
 			cnt[s] = 0;
@@ -791,10 +787,12 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		uint8_t *b = it->bound;
 		uint32_t bl = it->boundlen;
 		it->bound = NULL;
+		fdb_ar_free(&old);
 		rc = iter_fill(it, b, bl, 0, reverse);
 		free(b);
 		return rc;
 	}
+	fdb_ar_free(&old);
 	if (rc) {
 		iter_reset(it);
 		it->exhausted = 1;
@@ -847,12 +845,10 @@ static int iter_step(struct flexdb_iter *it, int reverse)
 		free(b);
 		return rc;
 	}
-	/* Turning around: continue from the current key the other way. */
+	/* Turning around: continue from the current key the other way (it
+	 * stays valid until the new chunk is read). */
 	struct fdb_pair cur = it->pairs[it->pos];
-	it->pairs[it->pos].key = NULL;
-	int rc = iter_fill(it, cur.key, cur.klen, 0, reverse);
-	free(cur.key);
-	return rc;
+	return iter_fill(it, cur.key, cur.klen, 0, reverse);
 }
 
 int flexdb_iter_next(struct flexdb_iter *it)
@@ -889,6 +885,7 @@ void flexdb_iter_close(struct flexdb_iter *it)
 	if (!it)
 		return;
 	iter_reset(it);
+	fdb_ar_free(&it->ar);
 	free(it->pairs);
 	free(it);
 }
