@@ -579,6 +579,46 @@ CLI_FN int cli_status(struct cli_app *app, const char *what, int rc)
 	return 1;
 }
 
+/* The end of a handler whose library call prints nothing: 0, or the
+ * status reported. */
+CLI_FN int cli_done(struct cli_app *app, int rc)
+{
+	return rc ? cli_status(app, NULL, rc) : 0;
+}
+
+/* The end of `check`: prints ok, or reports the status. */
+CLI_FN int cli_check_done(struct cli_app *app, int rc)
+{
+	if (rc)
+		return cli_status(app, NULL, rc);
+	printf("ok\n");
+	return 0;
+}
+
+/* A numeric argument (cli_parse_u64) named what in the error.  Returns 0,
+ * or 1 after reporting the error. */
+CLI_FN int cli_number(struct cli_app *app, const struct cli_token *t, const char *what,
+		      uint64_t *v)
+{
+	char err[128];
+	if (cli_parse_u64(t, v, err, sizeof(err))) {
+		cli_error(app, "%s: %s", what, err);
+		return 1;
+	}
+	return 0;
+}
+
+/* A file name argument: its bytes as a C string, or NULL after an error
+ * when they hold a NUL byte. */
+CLI_FN const char *cli_path(struct cli_app *app, const struct cli_token *t)
+{
+	if (strlen((const char *)t->data) != t->len) {
+		cli_error(app, "a file name cannot contain a NUL byte");
+		return NULL;
+	}
+	return (const char *)t->data;
+}
+
 CLI_FN double cli_now(void)
 {
 	struct timespec ts;
@@ -601,14 +641,6 @@ CLI_FN void cli_progress(const char *what, uint64_t n, const char *unit)
 	fflush(stderr);
 }
 
-static const struct cli_cmd *cli_find(const struct cli_app *app, const char *name)
-{
-	for (const struct cli_cmd *c = app->cmds; c->name; c++)
-		if (!strcmp(c->name, name))
-			return c;
-	return NULL;
-}
-
 static void cli_help_one(FILE *f, const struct cli_cmd *c)
 {
 	fprintf(f, "%s%s%s\n    %s\n", c->name, c->usage[0] ? " " : "", c->usage, c->brief);
@@ -624,6 +656,16 @@ static const struct cli_cmd cli_builtins[] = {
     {"exit", "", 0, 0, "leave", NULL, NULL, 0},
     {NULL, NULL, 0, 0, NULL, NULL, NULL, 0},
 };
+
+/* The tool's command or the built-in called name, or NULL. */
+static const struct cli_cmd *cli_find(const struct cli_app *app, const char *name)
+{
+	for (int pass = 0; pass < 2; pass++)
+		for (const struct cli_cmd *c = pass ? cli_builtins : app->cmds; c->name; c++)
+			if (!strcmp(c->name, name))
+				return c;
+	return NULL;
+}
 
 CLI_FN void cli_print_help(FILE *f, const struct cli_app *app)
 {
@@ -653,10 +695,7 @@ static const struct cli_cmd *cli_resolve(struct cli_app *app, const struct cli_c
 	const char *name = a[0].kind == CLI_BARE ? a[0].text : NULL;
 	const struct cli_cmd *d = name ? cli_find(app, name) : NULL;
 	app->cur = NULL;
-	if (!d && name)
-		for (d = cli_builtins; d->name && strcmp(d->name, name); d++)
-			;
-	if (!d || !d->name) {
+	if (!d) {
 		struct cli_buf e = {0};
 		cli_escape(&e, a[0].data, a[0].len);
 		cli_error(app, "unknown command %s (try: help)", (char *)e.p);
@@ -710,10 +749,7 @@ static int cli_run_command(struct cli_app *app, struct cli_command *cmd)
 	}
 	const char *what = a[1].kind == CLI_QUOTED ? "" : a[1].text;
 	const struct cli_cmd *h = cli_find(app, what);
-	if (!h)
-		for (h = cli_builtins; h->name && strcmp(h->name, what); h++)
-			;
-	if (!h || !h->name) {
+	if (!h) {
 		struct cli_buf e = {0};
 		cli_escape(&e, a[1].data, a[1].len);
 		cli_error(app, "no such command: %s", (char *)e.p);
@@ -882,6 +918,131 @@ CLI_FN void cli_script(struct cli_app *app, FILE *in)
 	}
 	free(line);
 	app->lineno = 0;
+}
+
+/* ---- main: options, opening, -c / REPL / script -------------------------------- */
+
+/* An option of one tool only: given, it stores value in *var. */
+struct cli_flag {
+	const char *name;
+	int *var;
+	int value;
+	const char *help; /* its line in --help */
+};
+
+/* What cli_main needs from a tool besides its struct cli_app. */
+struct cli_driver {
+	const struct cli_flag *flags; /* ends with a NULL name */
+	/* --help, around the parts both tools share: */
+	const char *about;   /* what DIR holds, up to "with -c it runs" */
+	const char *status;  /* after the options: the exit statuses and more */
+	const char *details; /* after the command list */
+	/* Opens DIR into app->ctx.  Returns 0, a library status (reported as
+	 * "cannot open DIR"), or a positive value for a failure it has
+	 * reported itself, or that has nothing to report. */
+	int (*open)(struct cli_app *app, const char *dir);
+	/* After the commands, before close; may be NULL. */
+	void (*finish)(struct cli_app *app);
+	/* Closes and frees what open made.  Returns 0 or a library status. */
+	int (*close)(struct cli_app *app);
+};
+
+/* The --help text (to stderr after a usage error). */
+CLI_FN void cli_usage(FILE *f, const struct cli_app *app, const struct cli_driver *d)
+{
+	fprintf(f, "usage: %s [OPTIONS] DIR [-c COMMANDS]...\n%s", app->prog, d->about);
+	fprintf(f, "COMMANDS (';'-separated; -c may be repeated) and exits; otherwise it runs\n"
+		   "the commands read from standard input without prompts.\n"
+		   "\n"
+		   "Options:\n"
+		   "  -c COMMANDS     run COMMANDS instead of reading standard input\n"
+		   "  --bail          stop at the first failing command\n");
+	for (const struct cli_flag *f1 = d->flags; f1->name; f1++)
+		fprintf(f, "  %-15s %s\n", f1->name, f1->help);
+	fprintf(f, "  --version       print the version\n"
+		   "  --help          this text\n"
+		   "\n"
+		   "%s"
+		   "\n",
+		d->status);
+	cli_print_help(f, app);
+	fprintf(f, "%s", d->details);
+}
+
+/* The whole of main: parses the options (-c, --bail, --help, --version and
+ * the tool's flags) and DIR, opens DIR, runs the -c commands, else a REPL
+ * on a terminal, else a script from standard input, and closes.  Returns
+ * the exit status (docs/CLI.md): 0, 1 when a command failed (not in a
+ * REPL), 2 for bad options or a failed open or close. */
+CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, char **argv)
+{
+	const char *dir = NULL;
+	/* the -c arguments, collected in place: argv[0 .. ncmds) once parsed */
+	char **cmds = argv;
+	int ncmds = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *s = argv[i];
+		const struct cli_flag *f = d->flags;
+		while (f->name && strcmp(f->name, s))
+			f++;
+		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+			cli_usage(stdout, app, d);
+			return 0;
+		} else if (!strcmp(s, "--version")) {
+			printf("%s %s (library %s)\n", app->prog, FLEX_VERSION_STRING,
+			       flex_version(NULL, NULL, NULL));
+			return 0;
+		} else if (!strcmp(s, "-c")) {
+			if (++i == argc) {
+				fprintf(stderr, "%s: -c needs an argument\n", app->prog);
+				return 2;
+			}
+			cmds[ncmds++] = argv[i];
+		} else if (!strcmp(s, "--bail")) {
+			app->bail = 1;
+		} else if (f->name) {
+			*f->var = f->value;
+		} else if (s[0] == '-' && s[1]) {
+			fprintf(stderr, "%s: unknown option %s (try --help)\n", app->prog, s);
+			return 2;
+		} else if (!dir) {
+			dir = s;
+		} else {
+			fprintf(stderr, "%s: more than one directory (try --help)\n", app->prog);
+			return 2;
+		}
+	}
+	if (!dir) {
+		cli_usage(stderr, app, d);
+		return 2;
+	}
+	int rc = d->open(app, dir);
+	if (rc) {
+		if (rc < 0)
+			fprintf(stderr, "%s: cannot open %s: %s\n", app->prog, dir,
+				flex_strerror(rc));
+		return 2;
+	}
+	if (ncmds) {
+		for (int i = 0; i < ncmds && !app->quit; i++)
+			cli_run_line(app, cmds[i], strlen(cmds[i]));
+	} else if (isatty(STDIN_FILENO)) {
+		app->interactive = 1;
+		cli_repl(app);
+	} else {
+		cli_script(app, stdin);
+	}
+	if (d->finish)
+		d->finish(app);
+	fflush(stdout);
+	rc = d->close(app);
+	if (rc) {
+		fprintf(stderr, "%s: closing %s: %s\n", app->prog, dir, flex_strerror(rc));
+		return 2;
+	}
+	if (app->interactive)
+		return 0;
+	return app->failed ? 1 : 0;
 }
 
 #endif /* CLI_COMMON_H */

@@ -29,6 +29,7 @@
 #define LOAD_BATCH_BYTES (4u << 20)
 
 struct db_ctx {
+	struct flexdb_options opt; /* set by the command-line flags */
 	struct flexdb *db;
 	struct flexdb_batch *batch; /* non-NULL between `batch` and commit/abort */
 	uint64_t batch_ops;
@@ -63,6 +64,27 @@ static int check_key(struct cli_app *app, const struct cli_token *k)
 	return 0;
 }
 
+/* Fails with msg unless a batch is open (open 1), or none is (open 0). */
+static int need_batch(struct cli_app *app, int open, const char *msg)
+{
+	if (!ctx_of(app)->batch == !open)
+		return 0;
+	cli_error(app, "%s", msg);
+	return 1;
+}
+
+/* The end of put and del: the status, and the operation counted when a
+ * batch holds it. */
+static int queued(struct cli_app *app, int rc)
+{
+	struct db_ctx *c = ctx_of(app);
+	if (rc)
+		return cli_status(app, NULL, rc);
+	if (c->batch)
+		c->batch_ops++;
+	return 0;
+}
+
 static int cmd_put(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct db_ctx *c = ctx_of(app);
@@ -74,13 +96,9 @@ static int cmd_put(struct cli_app *app, struct cli_token *a, size_t n)
 			  flex_strerror(FLEX_ETOOBIG), FLEXDB_MAX_VALUE);
 		return 1;
 	}
-	int rc = c->batch ? flexdb_batch_put(c->batch, a[1].data, a[1].len, a[2].data, a[2].len)
-			  : flexdb_put(c->db, a[1].data, a[1].len, a[2].data, a[2].len);
-	if (rc)
-		return cli_status(app, NULL, rc);
-	if (c->batch)
-		c->batch_ops++;
-	return 0;
+	return queued(app, c->batch ? flexdb_batch_put(c->batch, a[1].data, a[1].len, a[2].data,
+						       a[2].len)
+				    : flexdb_put(c->db, a[1].data, a[1].len, a[2].data, a[2].len));
 }
 
 static int cmd_del(struct cli_app *app, struct cli_token *a, size_t n)
@@ -89,13 +107,8 @@ static int cmd_del(struct cli_app *app, struct cli_token *a, size_t n)
 	(void)n;
 	if (check_key(app, &a[1]))
 		return 1;
-	int rc = c->batch ? flexdb_batch_delete(c->batch, a[1].data, a[1].len)
-			  : flexdb_delete(c->db, a[1].data, a[1].len);
-	if (rc)
-		return cli_status(app, NULL, rc);
-	if (c->batch)
-		c->batch_ops++;
-	return 0;
+	return queued(app, c->batch ? flexdb_batch_delete(c->batch, a[1].data, a[1].len)
+				    : flexdb_delete(c->db, a[1].data, a[1].len));
 }
 
 static int cmd_get(struct cli_app *app, struct cli_token *a, size_t n)
@@ -174,11 +187,32 @@ static int print_pair(void *arg, const void *k, size_t kl, const void *v, size_t
 	return fwrite(b->p, 1, b->len, stdout) != b->len;
 }
 
-static int get_limit(struct cli_app *app, const struct cli_token *t, uint64_t *limit)
+/* [START [END]] of scan and count: keys arguments after the name; an
+ * empty END is no end. */
+static void set_range(struct walk *w, const struct cli_token *a, size_t keys)
 {
-	char err[128];
-	if (cli_parse_u64(t, limit, err, sizeof(err))) {
-		cli_error(app, "LIMIT: %s", err);
+	if (keys >= 1) {
+		w->start = a[1].data;
+		w->slen = a[1].len;
+	}
+	if (keys >= 2 && a[2].len) {
+		w->end = a[2].data;
+		w->elen = a[2].len;
+	}
+}
+
+/* Prints the pairs w selects as KEY VALUE lines (scan and prefix). */
+static int print_walk(struct cli_app *app, struct walk *w)
+{
+	struct cli_buf b = {0};
+	w->fn = print_pair;
+	w->arg = &b;
+	int rc = walk(ctx_of(app)->db, w);
+	cli_buf_free(&b);
+	if (rc < 0)
+		return cli_status(app, NULL, rc);
+	if (rc > 0) {
+		cli_error(app, "writing the output failed");
 		return 1;
 	}
 	return 0;
@@ -186,14 +220,12 @@ static int get_limit(struct cli_app *app, const struct cli_token *t, uint64_t *l
 
 static int cmd_scan(struct cli_app *app, struct cli_token *a, size_t n)
 {
-	struct db_ctx *c = ctx_of(app);
 	struct walk w = {0};
-	struct cli_buf b = {0};
 	size_t keys = n - 1;
 	/* a trailing bare decimal number is the LIMIT: `scan 10`, `scan a 10`,
 	 * `scan a b 10`; quote it to mean a key ("10"). */
 	if (keys > 0 && (keys == 3 || cli_is_decimal(&a[n - 1]))) {
-		if (get_limit(app, &a[n - 1], &w.limit))
+		if (cli_number(app, &a[n - 1], "LIMIT", &w.limit))
 			return 1;
 		keys--;
 	}
@@ -201,61 +233,25 @@ static int cmd_scan(struct cli_app *app, struct cli_token *a, size_t n)
 		cli_error(app, "usage: scan [START [END]] [LIMIT]");
 		return 1;
 	}
-	if (keys >= 1) {
-		w.start = a[1].data;
-		w.slen = a[1].len;
-	}
-	if (keys == 2 && a[2].len) {
-		w.end = a[2].data;
-		w.elen = a[2].len;
-	}
-	w.fn = print_pair;
-	w.arg = &b;
-	int rc = walk(c->db, &w);
-	cli_buf_free(&b);
-	if (rc < 0)
-		return cli_status(app, NULL, rc);
-	if (rc > 0) {
-		cli_error(app, "writing the output failed");
-		return 1;
-	}
-	return 0;
+	set_range(&w, a, keys);
+	return print_walk(app, &w);
 }
 
 static int cmd_prefix(struct cli_app *app, struct cli_token *a, size_t n)
 {
-	struct db_ctx *c = ctx_of(app);
 	struct walk w = {0};
-	struct cli_buf b = {0};
-	if (n == 3 && get_limit(app, &a[2], &w.limit))
+	if (n == 3 && cli_number(app, &a[2], "LIMIT", &w.limit))
 		return 1;
 	w.start = w.prefix = a[1].data;
 	w.slen = w.plen = a[1].len;
-	w.fn = print_pair;
-	w.arg = &b;
-	int rc = walk(c->db, &w);
-	cli_buf_free(&b);
-	if (rc < 0)
-		return cli_status(app, NULL, rc);
-	if (rc > 0) {
-		cli_error(app, "writing the output failed");
-		return 1;
-	}
-	return 0;
+	return print_walk(app, &w);
 }
 
 static int cmd_count(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct db_ctx *c = ctx_of(app);
 	struct walk w = {0};
-	if (n >= 2) {
-		w.start = a[1].data;
-		w.slen = a[1].len;
-	}
-	if (n >= 3 && a[2].len) {
-		w.end = a[2].data;
-		w.elen = a[2].len;
-	}
+	set_range(&w, a, n - 1);
 	w.progress = "count";
 	int rc = walk(c->db, &w);
 	if (rc < 0)
@@ -269,10 +265,8 @@ static int cmd_batch(struct cli_app *app, struct cli_token *a, size_t n)
 	struct db_ctx *c = ctx_of(app);
 	(void)a;
 	(void)n;
-	if (c->batch) {
-		cli_error(app, "a batch is already open (commit or abort it first)");
+	if (need_batch(app, 0, "a batch is already open (commit or abort it first)"))
 		return 1;
-	}
 	c->batch = flexdb_batch_new();
 	if (!c->batch)
 		return cli_status(app, NULL, -ENOMEM);
@@ -285,10 +279,8 @@ static int cmd_commit(struct cli_app *app, struct cli_token *a, size_t n)
 	struct db_ctx *c = ctx_of(app);
 	(void)a;
 	(void)n;
-	if (!c->batch) {
-		cli_error(app, "no batch is open (start one with: batch)");
+	if (need_batch(app, 1, "no batch is open (start one with: batch)"))
 		return 1;
-	}
 	int rc = flexdb_write(c->db, c->batch);
 	flexdb_batch_free(c->batch);
 	c->batch = NULL;
@@ -302,10 +294,8 @@ static int cmd_abort(struct cli_app *app, struct cli_token *a, size_t n)
 	struct db_ctx *c = ctx_of(app);
 	(void)a;
 	(void)n;
-	if (!c->batch) {
-		cli_error(app, "no batch is open");
+	if (need_batch(app, 1, "no batch is open"))
 		return 1;
-	}
 	flexdb_batch_free(c->batch);
 	c->batch = NULL;
 	return 0;
@@ -315,19 +305,14 @@ static int cmd_sync(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	(void)a;
 	(void)n;
-	int rc = flexdb_sync(ctx_of(app)->db);
-	return rc ? cli_status(app, NULL, rc) : 0;
+	return cli_done(app, flexdb_sync(ctx_of(app)->db));
 }
 
 static int cmd_check(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	(void)a;
 	(void)n;
-	int rc = flexdb_check(ctx_of(app)->db);
-	if (rc)
-		return cli_status(app, NULL, rc);
-	printf("ok\n");
-	return 0;
+	return cli_check_done(app, flexdb_check(ctx_of(app)->db));
 }
 
 static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
@@ -404,11 +389,9 @@ static int cmd_dump(struct cli_app *app, struct cli_token *a, size_t n)
 		FILE *f;
 		struct cli_buf b;
 	} d = {stdout, {0}};
-	const char *path = n == 2 ? (const char *)a[1].data : NULL;
-	if (path && strlen(path) != a[1].len) {
-		cli_error(app, "a file name cannot contain a NUL byte");
+	const char *path = NULL;
+	if (n == 2 && !(path = cli_path(app, &a[1])))
 		return 1;
-	}
 	if (path && !(d.f = fopen(path, "w")))
 		return cli_status(app, path, -errno);
 	fprintf(d.f, "%s\n", DUMP_MAGIC);
@@ -548,15 +531,9 @@ static int cmd_load(struct cli_app *app, struct cli_token *a, size_t n)
 	uint64_t end = 0, pairs = 0, applied = 0;
 	int rc, ret = 1;
 	(void)n;
-	if (c->batch) {
-		cli_error(app, "not inside a batch (commit or abort it first)");
+	if (need_batch(app, 0, "not inside a batch (commit or abort it first)") ||
+	    !(l.path = cli_path(app, &a[1])))
 		return 1;
-	}
-	l.path = (const char *)a[1].data;
-	if (strlen(l.path) != a[1].len) {
-		cli_error(app, "a file name cannot contain a NUL byte");
-		return 1;
-	}
 	if (!(l.f = fopen(l.path, "r")))
 		return cli_status(app, l.path, -errno);
 	if (load_open(&l, err, sizeof(err)))
@@ -663,117 +640,69 @@ static const struct cli_cmd commands[] = {
     {NULL, NULL, 0, 0, NULL, NULL, NULL, 0},
 };
 
-static void usage(FILE *f)
+static int db_open(struct cli_app *app, const char *dir)
 {
-	fprintf(f, "usage: flexdb-cli [OPTIONS] DIR [-c COMMANDS]...\n"
-		   "Opens (or creates) the FlexDB store in directory DIR.  On a terminal it\n"
-		   "starts an interactive shell (prompt \"flexdb> \", line editing, history in\n"
-		   "$HOME/.flexdb_history, tab completion of commands); with -c it runs\n"
-		   "COMMANDS (';'-separated; -c may be repeated) and exits; otherwise it runs\n"
-		   "the commands read from standard input without prompts.\n"
-		   "\n"
-		   "Options:\n"
-		   "  -c COMMANDS     run COMMANDS instead of reading standard input\n"
-		   "  --bail          stop at the first failing command\n"
-		   "  --sync-writes   make every put/del/commit durable before it returns\n"
-		   "  --no-create     fail when DIR holds no store\n"
-		   "  --version       print the version\n"
-		   "  --help          this text\n"
-		   "\n"
-		   "Exit status: 0 when every command succeeded, 1 when one failed (also an\n"
-		   "uncommitted batch at the end), 2 for bad options or a store that could not\n"
-		   "be opened or closed.\n"
-		   "\n");
-	struct cli_app app = {.cmds = commands};
-	cli_print_help(f, &app);
-	fprintf(f, "\nhelp CMD tells more about scan, batch, dump and load; the details are\n"
-		   "in docs/CLI.md.\n");
+	struct db_ctx *c = ctx_of(app);
+	c->val = malloc(FLEXDB_MAX_VALUE);
+	if (!c->val)
+		return 1;
+	int rc = flexdb_open(dir, &c->opt, &c->db);
+	if (rc)
+		free(c->val);
+	return rc;
+}
+
+/* A batch still open at the end is dropped, and fails a script. */
+static void db_finish(struct cli_app *app)
+{
+	struct db_ctx *c = ctx_of(app);
+	if (!c->batch)
+		return;
+	app->cur = NULL;
+	cli_error(app, "a batch of %" PRIu64 " operations was not committed; dropped",
+		  c->batch_ops);
+	flexdb_batch_free(c->batch);
+	if (!app->interactive)
+		app->failed = 1;
+}
+
+static int db_close(struct cli_app *app)
+{
+	struct db_ctx *c = ctx_of(app);
+	int rc = flexdb_close(c->db);
+	free(c->val);
+	return rc;
 }
 
 int main(int argc, char **argv)
 {
-	const char *dir = NULL;
-	/* the -c arguments, collected in place: argv[0 .. ncmds) once parsed */
-	char **cmds = argv;
-	int ncmds = 0;
-	struct flexdb_options opt = {0};
+	struct db_ctx c = {0};
+	const struct cli_flag flags[] = {
+	    {"--sync-writes", &c.opt.sync_writes, 1,
+	     "make every put/del/commit durable before it returns"},
+	    {"--no-create", &c.opt.no_create, 1, "fail when DIR holds no store"},
+	    {NULL, NULL, 0, NULL},
+	};
+	const struct cli_driver driver = {
+	    .flags = flags,
+	    .about = "Opens (or creates) the FlexDB store in directory DIR.  On a terminal it\n"
+		     "starts an interactive shell (prompt \"flexdb> \", line editing, history in\n"
+		     "$HOME/.flexdb_history, tab completion of commands); with -c it runs\n",
+	    .status = "Exit status: 0 when every command succeeded, 1 when one failed (also an\n"
+		      "uncommitted batch at the end), 2 for bad options or a store that could not\n"
+		      "be opened or closed.\n",
+	    .details = "\nhelp CMD tells more about scan, batch, dump and load; the details are\n"
+		       "in docs/CLI.md.\n",
+	    .open = db_open,
+	    .finish = db_finish,
+	    .close = db_close,
+	};
 	struct cli_app app = {
 	    .prog = "flexdb-cli",
 	    .prompt = "flexdb> ",
 	    .history = ".flexdb_history",
 	    .cmds = commands,
+	    .ctx = &c,
 	};
-	for (int i = 1; i < argc; i++) {
-		const char *s = argv[i];
-		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
-			usage(stdout);
-			return 0;
-		} else if (!strcmp(s, "--version")) {
-			printf("flexdb-cli %s (library %s)\n", FLEX_VERSION_STRING,
-			       flex_version(NULL, NULL, NULL));
-			return 0;
-		} else if (!strcmp(s, "-c")) {
-			if (++i == argc) {
-				fprintf(stderr, "flexdb-cli: -c needs an argument\n");
-				return 2;
-			}
-			cmds[ncmds++] = argv[i];
-		} else if (!strcmp(s, "--bail")) {
-			app.bail = 1;
-		} else if (!strcmp(s, "--sync-writes")) {
-			opt.sync_writes = 1;
-		} else if (!strcmp(s, "--no-create")) {
-			opt.no_create = 1;
-		} else if (s[0] == '-' && s[1]) {
-			fprintf(stderr, "flexdb-cli: unknown option %s (try --help)\n", s);
-			return 2;
-		} else if (!dir) {
-			dir = s;
-		} else {
-			fprintf(stderr, "flexdb-cli: more than one directory (try --help)\n");
-			return 2;
-		}
-	}
-	if (!dir) {
-		usage(stderr);
-		return 2;
-	}
-	struct db_ctx c = {0};
-	c.val = malloc(FLEXDB_MAX_VALUE);
-	if (!c.val)
-		return 2;
-	int rc = flexdb_open(dir, &opt, &c.db);
-	if (rc) {
-		fprintf(stderr, "flexdb-cli: cannot open %s: %s\n", dir, flex_strerror(rc));
-		free(c.val);
-		return 2;
-	}
-	app.ctx = &c;
-	if (ncmds) {
-		for (int i = 0; i < ncmds && !app.quit; i++)
-			cli_run_line(&app, cmds[i], strlen(cmds[i]));
-	} else if (isatty(STDIN_FILENO)) {
-		app.interactive = 1;
-		cli_repl(&app);
-	} else {
-		cli_script(&app, stdin);
-	}
-	if (c.batch) {
-		app.cur = NULL;
-		cli_error(&app, "a batch of %" PRIu64 " operations was not committed; dropped",
-			  c.batch_ops);
-		flexdb_batch_free(c.batch);
-		if (!app.interactive)
-			app.failed = 1;
-	}
-	fflush(stdout);
-	rc = flexdb_close(c.db);
-	free(c.val);
-	if (rc) {
-		fprintf(stderr, "flexdb-cli: closing %s: %s\n", dir, flex_strerror(rc));
-		return 2;
-	}
-	if (app.interactive)
-		return 0;
-	return app.failed ? 1 : 0;
+	return cli_main(&app, &driver, argc, argv);
 }

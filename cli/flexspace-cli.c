@@ -27,6 +27,7 @@
 #define PROGRESS_BYTES (64u << 20)
 
 struct fs_ctx {
+	struct flexspace_options opt; /* set by the command-line flags */
 	struct flexspace *fs;
 	unsigned char *buf; /* CHUNK bytes */
 };
@@ -36,31 +37,12 @@ static struct flexspace *fs_of(struct cli_app *app)
 	return ((struct fs_ctx *)app->ctx)->fs;
 }
 
-static int num(struct cli_app *app, const struct cli_token *t, const char *what, uint64_t *v)
-{
-	char err[128];
-	if (cli_parse_u64(t, v, err, sizeof(err))) {
-		cli_error(app, "%s: %s", what, err);
-		return 1;
-	}
-	return 0;
-}
-
-static const char *path_of(struct cli_app *app, const struct cli_token *t)
-{
-	if (strlen((const char *)t->data) != t->len) {
-		cli_error(app, "a file name cannot contain a NUL byte");
-		return NULL;
-	}
-	return (const char *)t->data;
-}
-
 static int cmd_import(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct fs_ctx *c = app->ctx;
 	struct stat st;
 	(void)n;
-	const char *path = path_of(app, &a[1]);
+	const char *path = cli_path(app, &a[1]);
 	if (!path)
 		return 1;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -108,7 +90,7 @@ static int cmd_export(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct fs_ctx *c = app->ctx;
 	(void)n;
-	const char *path = path_of(app, &a[1]);
+	const char *path = cli_path(app, &a[1]);
 	if (!path)
 		return 1;
 	FILE *f = fopen(path, "w");
@@ -177,7 +159,7 @@ static int cmd_read(struct cli_app *app, struct cli_token *a, size_t n)
 		return 1;
 	}
 	uint64_t off, len;
-	if (num(app, &a[i], "OFF", &off) || num(app, &a[i + 1], "LEN", &len))
+	if (cli_number(app, &a[i], "OFF", &off) || cli_number(app, &a[i + 1], "LEN", &len))
 		return 1;
 	struct cli_buf esc = {0};
 	if (mode == 's')
@@ -215,40 +197,38 @@ static int cmd_write(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	uint64_t off;
 	(void)n;
-	if (num(app, &a[1], "OFF", &off))
+	if (cli_number(app, &a[1], "OFF", &off))
 		return 1;
 	ssize_t r = flexspace_write(fs_of(app), a[2].data, off, a[2].len);
-	return r < 0 ? cli_status(app, NULL, (int)r) : 0;
+	return cli_done(app, r < 0 ? (int)r : 0);
 }
 
 static int cmd_insert(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	uint64_t off;
 	(void)n;
-	if (num(app, &a[1], "OFF", &off))
+	if (cli_number(app, &a[1], "OFF", &off))
 		return 1;
 	ssize_t r = flexspace_insert(fs_of(app), a[2].data, off, a[2].len);
-	return r < 0 ? cli_status(app, NULL, (int)r) : 0;
+	return cli_done(app, r < 0 ? (int)r : 0);
 }
 
 static int cmd_collapse(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	uint64_t off, len;
 	(void)n;
-	if (num(app, &a[1], "OFF", &off) || num(app, &a[2], "LEN", &len))
+	if (cli_number(app, &a[1], "OFF", &off) || cli_number(app, &a[2], "LEN", &len))
 		return 1;
-	int rc = flexspace_collapse(fs_of(app), off, len);
-	return rc ? cli_status(app, NULL, rc) : 0;
+	return cli_done(app, flexspace_collapse(fs_of(app), off, len));
 }
 
 static int cmd_truncate(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	uint64_t size;
 	(void)n;
-	if (num(app, &a[1], "SIZE", &size))
+	if (cli_number(app, &a[1], "SIZE", &size))
 		return 1;
-	int rc = flexspace_truncate(fs_of(app), size);
-	return rc ? cli_status(app, NULL, rc) : 0;
+	return cli_done(app, flexspace_truncate(fs_of(app), size));
 }
 
 static int cmd_size(struct cli_app *app, struct cli_token *a, size_t n)
@@ -259,20 +239,32 @@ static int cmd_size(struct cli_app *app, struct cli_token *a, size_t n)
 	return 0;
 }
 
-static int cmd_defrag(struct cli_app *app, struct cli_token *a, size_t n)
+/* The [OFF LEN] of defrag and extents, by default the whole space.
+ * Returns 0 with the range, 1 after an error, -1 when there is nothing to
+ * do (no arguments and an empty space). */
+static int opt_range(struct cli_app *app, struct cli_token *a, size_t n, uint64_t *off,
+		     uint64_t *len)
 {
-	uint64_t off = 0, len;
 	if (n == 2) {
-		cli_error(app, "usage: defrag [OFF LEN]");
+		cli_error(app, "usage: %s [OFF LEN]", app->cur);
 		return 1;
 	}
-	len = flexspace_size(fs_of(app));
-	if (n == 3 && (num(app, &a[1], "OFF", &off) || num(app, &a[2], "LEN", &len)))
+	*off = 0;
+	*len = flexspace_size(fs_of(app));
+	if (n == 3 && (cli_number(app, &a[1], "OFF", off) || cli_number(app, &a[2], "LEN", len)))
 		return 1;
-	if (n == 1 && len == 0)
-		return 0;
-	int rc = flexspace_defrag(fs_of(app), off, len);
-	return rc ? cli_status(app, NULL, rc) : 0;
+	if (n == 1 && *len == 0)
+		return -1;
+	return 0;
+}
+
+static int cmd_defrag(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	uint64_t off, len;
+	int r = opt_range(app, a, n, &off, &len);
+	if (r)
+		return r > 0; /* -1, nothing to do, is a success */
+	return cli_done(app, flexspace_defrag(fs_of(app), off, len));
 }
 
 static int print_extent(void *arg, const struct flextree_extent *e)
@@ -290,37 +282,25 @@ static int print_extent(void *arg, const struct flextree_extent *e)
 
 static int cmd_extents(struct cli_app *app, struct cli_token *a, size_t n)
 {
-	uint64_t off = 0, len;
-	if (n == 2) {
-		cli_error(app, "usage: extents [OFF LEN]");
-		return 1;
-	}
-	len = flexspace_size(fs_of(app));
-	if (n == 3 && (num(app, &a[1], "OFF", &off) || num(app, &a[2], "LEN", &len)))
-		return 1;
-	if (n == 1 && len == 0)
-		return 0;
-	int rc = flexspace_extents(fs_of(app), off, len, print_extent, NULL);
-	return rc ? cli_status(app, NULL, rc) : 0;
+	uint64_t off, len;
+	int r = opt_range(app, a, n, &off, &len);
+	if (r)
+		return r > 0; /* -1, nothing to do, is a success */
+	return cli_done(app, flexspace_extents(fs_of(app), off, len, print_extent, NULL));
 }
 
 static int cmd_sync(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	(void)a;
 	(void)n;
-	int rc = flexspace_sync(fs_of(app));
-	return rc ? cli_status(app, NULL, rc) : 0;
+	return cli_done(app, flexspace_sync(fs_of(app)));
 }
 
 static int cmd_check(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	(void)a;
 	(void)n;
-	int rc = flexspace_check(fs_of(app));
-	if (rc)
-		return cli_status(app, NULL, rc);
-	printf("ok\n");
-	return 0;
+	return cli_check_done(app, flexspace_check(fs_of(app)));
 }
 
 static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
@@ -383,106 +363,52 @@ static const struct cli_cmd commands[] = {
     {NULL, NULL, 0, 0, NULL, NULL, NULL, 0},
 };
 
-static void usage(FILE *f)
+static int fs_open(struct cli_app *app, const char *dir)
 {
-	fprintf(f, "usage: flexspace-cli [OPTIONS] DIR [-c COMMANDS]...\n"
-		   "Opens (or creates) the FlexSpace in directory DIR.  On a terminal it\n"
-		   "starts an interactive shell (prompt \"flexspace> \", line editing, history\n"
-		   "in $HOME/.flexspace_history, tab completion of commands); with -c it runs\n"
-		   "COMMANDS (';'-separated; -c may be repeated) and exits; otherwise it runs\n"
-		   "the commands read from standard input without prompts.\n"
-		   "\n"
-		   "Options:\n"
-		   "  -c COMMANDS     run COMMANDS instead of reading standard input\n"
-		   "  --bail          stop at the first failing command\n"
-		   "  --no-create     fail when DIR holds no space\n"
-		   "  --version       print the version\n"
-		   "  --help          this text\n"
-		   "\n"
-		   "Exit status: 0 when every command succeeded, 1 when one failed, 2 for bad\n"
-		   "options or a space that could not be opened or closed.\n"
-		   "OFF, LEN and SIZE: decimal or 0x hex, with an optional K, M, G or T\n"
-		   "suffix (powers of 1024).\n"
-		   "\n");
-	struct cli_app app = {.cmds = commands};
-	cli_print_help(f, &app);
-	fprintf(f, "\nDetails: help CMD, and docs/CLI.md.\n");
+	struct fs_ctx *c = app->ctx;
+	c->buf = malloc(CHUNK);
+	if (!c->buf)
+		return 1;
+	int rc = flexspace_open(dir, &c->opt, &c->fs);
+	if (rc)
+		free(c->buf);
+	return rc;
+}
+
+static int fs_close(struct cli_app *app)
+{
+	struct fs_ctx *c = app->ctx;
+	int rc = flexspace_close(c->fs);
+	free(c->buf);
+	return rc;
 }
 
 int main(int argc, char **argv)
 {
-	const char *dir = NULL;
-	/* the -c arguments, collected in place: argv[0 .. ncmds) once parsed */
-	char **cmds = argv;
-	int ncmds = 0;
-	struct flexspace_options opt = {.create = 1};
+	struct fs_ctx c = {.opt = {.create = 1}};
+	const struct cli_flag flags[] = {
+	    {"--no-create", &c.opt.create, 0, "fail when DIR holds no space"},
+	    {NULL, NULL, 0, NULL},
+	};
+	const struct cli_driver driver = {
+	    .flags = flags,
+	    .about = "Opens (or creates) the FlexSpace in directory DIR.  On a terminal it\n"
+		     "starts an interactive shell (prompt \"flexspace> \", line editing, history\n"
+		     "in $HOME/.flexspace_history, tab completion of commands); with -c it runs\n",
+	    .status = "Exit status: 0 when every command succeeded, 1 when one failed, 2 for bad\n"
+		      "options or a space that could not be opened or closed.\n"
+		      "OFF, LEN and SIZE: decimal or 0x hex, with an optional K, M, G or T\n"
+		      "suffix (powers of 1024).\n",
+	    .details = "\nDetails: help CMD, and docs/CLI.md.\n",
+	    .open = fs_open,
+	    .close = fs_close,
+	};
 	struct cli_app app = {
 	    .prog = "flexspace-cli",
 	    .prompt = "flexspace> ",
 	    .history = ".flexspace_history",
 	    .cmds = commands,
+	    .ctx = &c,
 	};
-	for (int i = 1; i < argc; i++) {
-		const char *s = argv[i];
-		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
-			usage(stdout);
-			return 0;
-		} else if (!strcmp(s, "--version")) {
-			printf("flexspace-cli %s (library %s)\n", FLEX_VERSION_STRING,
-			       flex_version(NULL, NULL, NULL));
-			return 0;
-		} else if (!strcmp(s, "-c")) {
-			if (++i == argc) {
-				fprintf(stderr, "flexspace-cli: -c needs an argument\n");
-				return 2;
-			}
-			cmds[ncmds++] = argv[i];
-		} else if (!strcmp(s, "--bail")) {
-			app.bail = 1;
-		} else if (!strcmp(s, "--no-create")) {
-			opt.create = 0;
-		} else if (s[0] == '-' && s[1]) {
-			fprintf(stderr, "flexspace-cli: unknown option %s (try --help)\n", s);
-			return 2;
-		} else if (!dir) {
-			dir = s;
-		} else {
-			fprintf(stderr, "flexspace-cli: more than one directory (try --help)\n");
-			return 2;
-		}
-	}
-	if (!dir) {
-		usage(stderr);
-		return 2;
-	}
-	struct fs_ctx c = {0};
-	c.buf = malloc(CHUNK);
-	if (!c.buf)
-		return 2;
-	int rc = flexspace_open(dir, &opt, &c.fs);
-	if (rc) {
-		fprintf(stderr, "flexspace-cli: cannot open %s: %s\n", dir, flex_strerror(rc));
-		free(c.buf);
-		return 2;
-	}
-	app.ctx = &c;
-	if (ncmds) {
-		for (int i = 0; i < ncmds && !app.quit; i++)
-			cli_run_line(&app, cmds[i], strlen(cmds[i]));
-	} else if (isatty(STDIN_FILENO)) {
-		app.interactive = 1;
-		cli_repl(&app);
-	} else {
-		cli_script(&app, stdin);
-	}
-	fflush(stdout);
-	rc = flexspace_close(c.fs);
-	free(c.buf);
-	if (rc) {
-		fprintf(stderr, "flexspace-cli: closing %s: %s\n", dir, flex_strerror(rc));
-		return 2;
-	}
-	if (app.interactive)
-		return 0;
-	return app.failed ? 1 : 0;
+	return cli_main(&app, &driver, argc, argv);
 }
