@@ -73,27 +73,26 @@
  * idle).  Space amplification: allocated bytes of the store directory
  * (du) over live key+value bytes, after the settle.
  */
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <rocksdb/c.h>
 
 #include "flexdb.h"
+
+#define BENCH_NAME "flexdb_bench"
+#include "bench_util.h"
+#include "kv_engines.h"
 
 /* ---- configuration ---------------------------------------------------------- */
 
@@ -103,10 +102,8 @@
 #define SEEK_NEXTS 50
 #define MAX_REPS 9
 #define MAX_THREADS 64
-/* Random bytes the values are cut from. */
-#define VALPOOL (1u << 20)
 
-enum engine { E_FLEX, E_ROCKS, NENG };
+enum eng_kind { E_FLEX, E_ROCKS, NENG };
 enum wl {
 	W_FILLRANDOM,
 	W_FILLSEQ,
@@ -132,8 +129,6 @@ static struct {
 	uint32_t value_size;
 	int threads, reps, quick;
 	uint64_t seed;
-	uint64_t cache_bytes, memtable_bytes;
-	int bloom_bits, rocks_compact;
 	int eng_on[NENG];
 	int wl_on[NWL];
 	char base[PATH_MAX]; /* --dir */
@@ -147,56 +142,12 @@ static struct {
 	char rocks_version[32];
 } B;
 
-static volatile sig_atomic_t interrupted;
-
 /* ---- small helpers ------------------------------------------------------------ */
 
-__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fprintf(stderr, "flexdb_bench: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-	exit(1);
-}
-
-/* snprintf that refuses to truncate (paths). */
-__attribute__((format(printf, 3, 4))) static void xsnprintf(char *buf, size_t cap, const char *fmt,
-							    ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	int n = vsnprintf(buf, cap, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= cap)
-		die("path too long");
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
+/* Uniform in [0, n) by multiply-shift (no modulo). */
 static uint64_t below(uint64_t *s, uint64_t n)
 {
-	return (uint64_t)(((unsigned __int128)splitmix(s) * n) >> 64);
+	return (uint64_t)(((unsigned __int128)splitmix64(s) * n) >> 64);
 }
 
 /* The seed of one thread's operation stream: the same for both engines. */
@@ -204,7 +155,7 @@ static uint64_t stream_seed(int rep, enum wl w, int t)
 {
 	uint64_t s = B.seed ^ ((uint64_t)rep << 40) ^ ((uint64_t)w << 32) ^ (uint64_t)t;
 
-	splitmix(&s);
+	splitmix64(&s);
 	return s;
 }
 
@@ -216,290 +167,35 @@ static void make_key(char *k, uint64_t i)
 	}
 }
 
-/* The value of key i as written by a workload's version (0 fill, 1
- * overwrite): the key number, then pool bytes at a place that depends on
- * both. */
-static void make_value(char *v, uint64_t i, unsigned version)
-{
-	uint32_t n = B.value_size;
-
-	if (n >= 8) {
-		memcpy(v, &i, 8);
-		v += 8;
-		n -= 8;
-	}
-	size_t off = (size_t)((i * 2654435761u + version * 977u) % (VALPOOL - n));
-	memcpy(v, B.valpool + off, n);
-}
-
-static int value_ok(const char *v, size_t vlen, uint64_t i)
-{
-	if (vlen != B.value_size)
-		return 0;
-	if (vlen >= 8) {
-		uint64_t got;
-
-		memcpy(&got, v, 8);
-		return got == i;
-	}
-	return 1;
-}
-
-/* ---- latency histogram --------------------------------------------------------- */
-
-#define H_SUB_BITS 5
-#define H_SUB (1 << H_SUB_BITS)
-#define H_LINEAR (2 * H_SUB)
-#define H_N (H_LINEAR + (64 - H_SUB_BITS - 1) * H_SUB)
-
-struct hist {
-	uint64_t b[H_N];
-	uint64_t n, max;
-	double sum;
-};
-
-static int h_idx(uint64_t v)
-{
-	if (v < H_LINEAR)
-		return (int)v;
-	int e = 63 - __builtin_clzll(v);
-	return H_LINEAR + (e - H_SUB_BITS - 1) * H_SUB +
-	       (int)((v >> (e - H_SUB_BITS)) & (H_SUB - 1));
-}
-
-/* Midpoint of bucket i in ns. */
-static double h_mid(int i)
-{
-	if (i < H_LINEAR)
-		return i;
-	int e = (i - H_LINEAR) / H_SUB + H_SUB_BITS + 1;
-	int sub = (i - H_LINEAR) % H_SUB;
-	double lo = (double)((uint64_t)(H_SUB + sub) << (e - H_SUB_BITS));
-	return lo + (double)((uint64_t)1 << (e - H_SUB_BITS)) / 2;
-}
-
-static inline void h_add(struct hist *h, uint64_t v)
-{
-	h->b[h_idx(v)]++;
-	h->n++;
-	h->sum += (double)v;
-	if (v > h->max)
-		h->max = v;
-}
-
-static void h_merge(struct hist *d, const struct hist *s)
-{
-	for (int i = 0; i < H_N; i++)
-		d->b[i] += s->b[i];
-	d->n += s->n;
-	d->sum += s->sum;
-	if (s->max > d->max)
-		d->max = s->max;
-}
-
-/* Percentile in microseconds. */
-static double h_pct(const struct hist *h, double p)
-{
-	if (!h->n)
-		return NAN;
-	uint64_t want = (uint64_t)ceil(p * (double)h->n), acc = 0;
-
-	if (want < 1)
-		want = 1;
-	for (int i = 0; i < H_N; i++) {
-		acc += h->b[i];
-		if (acc >= want)
-			return h_mid(i) / 1000.0;
-	}
-	return (double)h->max / 1000.0;
-}
-
-/* ---- files ------------------------------------------------------------------------ */
-
-static uint64_t du_acc, du_apparent;
-
-static int du_fn(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)p;
-	(void)f;
-	if (flag == FTW_F) {
-		du_acc += (uint64_t)st->st_blocks * 512;
-		du_apparent += (uint64_t)st->st_size;
-	}
-	return 0;
-}
-
-static uint64_t du(const char *dir)
-{
-	du_acc = du_apparent = 0;
-	nftw(dir, du_fn, 16, FTW_PHYS);
-	return du_acc;
-}
-
-static int rm_fn(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)st;
-	(void)flag;
-	(void)f;
-	remove(p);
-	return 0;
-}
-
-static void rmtree(const char *dir)
-{
-	nftw(dir, rm_fn, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-struct pio {
-	uint64_t wb, cwb;
-};
-
-static struct pio proc_io(void)
-{
-	struct pio r = {0, 0};
-	char line[128];
-	FILE *f = fopen("/proc/self/io", "r");
-
-	if (!f)
-		return r;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long v;
-
-		if (sscanf(line, "write_bytes: %llu", &v) == 1)
-			r.wb = v;
-		else if (sscanf(line, "cancelled_write_bytes: %llu", &v) == 1)
-			r.cwb = v;
-	}
-	fclose(f);
-	return r;
-}
-
-/* Whether write_bytes follows buffered writes here (not on tmpfs, not
- * where /proc/self/io is hidden). */
-static int probe_proc_io(void)
-{
-	char path[PATH_MAX + 16];
-	struct pio a = proc_io();
-
-	snprintf(path, sizeof(path), "%s/probe", B.work);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0)
-		return 0;
-	size_t len = 1 << 20;
-	ssize_t w = write(fd, B.valpool, len);
-	fsync(fd);
-	close(fd);
-	unlink(path);
-	struct pio b = proc_io();
-	return w == (ssize_t)len && b.wb - a.wb >= len;
-}
-
 /* ---- engines ------------------------------------------------------------------------- */
 
+/* A store of either engine: opened, settled and closed by kv_engines.h's
+ * adapters (the settings ycsb_bench uses too); s.h is the struct flexdb or
+ * the struct rocks. */
 struct eng {
-	enum engine kind;
-	char path[PATH_MAX];
-	struct flexdb *fdb;
-	rocksdb_t *rdb;
-	rocksdb_options_t *ropt;
-	rocksdb_block_based_table_options_t *bbto;
-	rocksdb_cache_t *cache;
-	rocksdb_writeoptions_t *wo;
-	rocksdb_readoptions_t *ro;
+	enum eng_kind kind;
+	struct store s;
 };
+
+static struct flexdb *fdb(const struct eng *e)
+{
+	return e->s.h;
+}
+
+static struct rocks *rdb(const struct eng *e)
+{
+	return e->s.h;
+}
 
 static void eng_open(struct eng *e)
 {
-	if (e->kind == E_FLEX) {
-		struct flexdb_options o;
-
-		memset(&o, 0, sizeof(o));
-		o.cache_size = B.cache_bytes;
-		o.memtable_size = B.memtable_bytes;
-		o.sync_writes = 0;
-		int rc = flexdb_open(e->path, &o, &e->fdb);
-		if (rc)
-			die("flexdb_open %s: %s", e->path, flex_strerror(rc));
-		return;
-	}
-	char *err = NULL;
-	rocksdb_options_t *o = rocksdb_options_create();
-
-	rocksdb_options_set_create_if_missing(o, 1);
-	rocksdb_options_set_compression(o, rocksdb_no_compression);
-	rocksdb_options_set_write_buffer_size(o, (size_t)B.memtable_bytes);
-	rocksdb_options_set_max_write_buffer_number(o, 2);
-	e->bbto = rocksdb_block_based_options_create();
-	e->cache = rocksdb_cache_create_lru((size_t)B.cache_bytes);
-	rocksdb_block_based_options_set_block_cache(e->bbto, e->cache);
-	if (B.bloom_bits > 0)
-		rocksdb_block_based_options_set_filter_policy(
-		    e->bbto, rocksdb_filterpolicy_create_bloom_full(B.bloom_bits));
-	rocksdb_options_set_block_based_table_factory(o, e->bbto);
-	e->ropt = o;
-	e->rdb = rocksdb_open(o, e->path, &err);
-	if (err)
-		die("rocksdb_open %s: %s", e->path, err);
-	e->wo = rocksdb_writeoptions_create();
-	e->ro = rocksdb_readoptions_create();
+	e->s.eng = e->kind == E_FLEX ? &kv_flexdb : &kv_rocksdb;
+	e->s.eng->open(&e->s);
 }
 
 static void eng_close(struct eng *e)
 {
-	if (e->kind == E_FLEX) {
-		int rc = flexdb_close(e->fdb);
-		e->fdb = NULL;
-		if (rc)
-			die("flexdb_close: %s", flex_strerror(rc));
-		return;
-	}
-	if (!e->rdb)
-		return;
-	rocksdb_close(e->rdb);
-	rocksdb_writeoptions_destroy(e->wo);
-	rocksdb_readoptions_destroy(e->ro);
-	rocksdb_options_destroy(e->ropt);
-	rocksdb_block_based_options_destroy(e->bbto);
-	rocksdb_cache_destroy(e->cache);
-	e->rdb = NULL;
-	e->ropt = NULL;
-	e->bbto = NULL;
-	e->cache = NULL;
-	e->wo = NULL;
-	e->ro = NULL;
-}
-
-static uint64_t rocks_prop(rocksdb_t *db, const char *name)
-{
-	uint64_t v = 0;
-
-	if (rocksdb_property_int(db, name, &v) != 0)
-		return 0;
-	return v;
-}
-
-/* Flushes the memtables and waits until no flush or compaction is pending
- * or running. */
-static void rocks_quiesce(struct eng *e)
-{
-	char *err = NULL;
-	rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
-
-	rocksdb_flushoptions_set_wait(fo, 1);
-	rocksdb_flush(e->rdb, fo, &err);
-	rocksdb_flushoptions_destroy(fo);
-	if (err)
-		die("rocksdb_flush: %s", err);
-	if (B.rocks_compact)
-		rocksdb_compact_range(e->rdb, NULL, 0, NULL, 0);
-	for (;;) {
-		if (!rocks_prop(e->rdb, "rocksdb.compaction-pending") &&
-		    !rocks_prop(e->rdb, "rocksdb.num-running-compactions") &&
-		    !rocks_prop(e->rdb, "rocksdb.num-running-flushes") &&
-		    !rocks_prop(e->rdb, "rocksdb.mem-table-flush-pending"))
-			break;
-		usleep(5000);
-	}
+	e->s.eng->close(&e->s);
 }
 
 /* "files per level" of a RocksDB store, e.g. "L0 2 L1 4 L2 31". */
@@ -512,7 +208,7 @@ static void rocks_levels(struct eng *e, char *buf, size_t cap)
 		char name[64];
 
 		snprintf(name, sizeof(name), "rocksdb.num-files-at-level%d", i);
-		char *v = rocksdb_property_value(e->rdb, name);
+		char *v = rocksdb_property_value(rdb(e)->db, name);
 		if (!v)
 			continue;
 		int n = atoi(v);
@@ -522,50 +218,18 @@ static void rocks_levels(struct eng *e, char *buf, size_t cap)
 	}
 }
 
-/* Reads rocksdb_version= from the OPTIONS file RocksDB writes at open. */
-static void rocks_version(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
-
-	snprintf(B.rocks_version, sizeof(B.rocks_version), "?");
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		if (strncmp(de->d_name, "OPTIONS-", 8) != 0)
-			continue;
-		char path[PATH_MAX + 300], line[256];
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			continue;
-		while (fgets(line, sizeof(line), f)) {
-			char *p = strstr(line, "rocksdb_version=");
-			if (p) {
-				p += strlen("rocksdb_version=");
-				p[strcspn(p, " \r\n")] = 0;
-				snprintf(B.rocks_version, sizeof(B.rocks_version), "%s", p);
-				break;
-			}
-		}
-		fclose(f);
-		break;
-	}
-	closedir(d);
-}
-
 /* Per-op calls.  Return 0 on success, 1 for "not found" (get), -1 on an
  * error (message in err). */
 static int eng_put(struct eng *e, const char *k, const char *v, size_t vl, char *err, size_t ecap)
 {
 	if (e->kind == E_FLEX) {
-		int rc = flexdb_put(e->fdb, k, KEY_SIZE, v, vl);
+		int rc = flexdb_put(fdb(e), k, KEY_SIZE, v, vl);
 		if (rc && !err[0])
 			snprintf(err, ecap, "flexdb_put: %s", flex_strerror(rc));
 		return rc ? -1 : 0;
 	}
 	char *re = NULL;
-	rocksdb_put(e->rdb, e->wo, k, KEY_SIZE, v, vl, &re);
+	rocksdb_put(rdb(e)->db, rdb(e)->wo, k, KEY_SIZE, v, vl, &re);
 	if (re) {
 		if (!err[0])
 			snprintf(err, ecap, "rocksdb_put: %s", re);
@@ -578,13 +242,13 @@ static int eng_put(struct eng *e, const char *k, const char *v, size_t vl, char 
 static int eng_del(struct eng *e, const char *k, char *err, size_t ecap)
 {
 	if (e->kind == E_FLEX) {
-		int rc = flexdb_delete(e->fdb, k, KEY_SIZE);
+		int rc = flexdb_delete(fdb(e), k, KEY_SIZE);
 		if (rc && !err[0])
 			snprintf(err, ecap, "flexdb_delete: %s", flex_strerror(rc));
 		return rc ? -1 : 0;
 	}
 	char *re = NULL;
-	rocksdb_delete(e->rdb, e->wo, k, KEY_SIZE, &re);
+	rocksdb_delete(rdb(e)->db, rdb(e)->wo, k, KEY_SIZE, &re);
 	if (re) {
 		if (!err[0])
 			snprintf(err, ecap, "rocksdb_delete: %s", re);
@@ -599,7 +263,7 @@ static int eng_get(struct eng *e, const char *k, char *buf, size_t cap, size_t *
 		   size_t ecap)
 {
 	if (e->kind == E_FLEX) {
-		int rc = flexdb_get(e->fdb, k, KEY_SIZE, buf, cap, vl);
+		int rc = flexdb_get(fdb(e), k, KEY_SIZE, buf, cap, vl);
 		if (rc < 0) {
 			if (!err[0])
 				snprintf(err, ecap, "flexdb_get: %s", flex_strerror(rc));
@@ -608,7 +272,7 @@ static int eng_get(struct eng *e, const char *k, char *buf, size_t cap, size_t *
 		return rc == 0 ? 0 : 1;
 	}
 	char *re = NULL;
-	rocksdb_pinnableslice_t *ps = rocksdb_get_pinned(e->rdb, e->ro, k, KEY_SIZE, &re);
+	rocksdb_pinnableslice_t *ps = rocksdb_get_pinned(rdb(e)->db, rdb(e)->ro, k, KEY_SIZE, &re);
 	if (re) {
 		if (!err[0])
 			snprintf(err, ecap, "rocksdb_get_pinned: %s", re);
@@ -635,11 +299,11 @@ static void it_open(struct it *it, struct eng *e)
 	it->f = NULL;
 	it->r = NULL;
 	if (e->kind == E_FLEX) {
-		int rc = flexdb_iter_open(e->fdb, &it->f);
+		int rc = flexdb_iter_open(fdb(e), &it->f);
 		if (rc)
 			die("flexdb_iter_open: %s", flex_strerror(rc));
 	} else {
-		it->r = rocksdb_create_iterator(e->rdb, e->ro);
+		it->r = rocksdb_create_iterator(rdb(e)->db, rdb(e)->ro);
 	}
 }
 
@@ -737,7 +401,7 @@ static void *worker(void *arg)
 				       : j->w == W_FILLRANDOM ? B.perm[j->begin + i]
 							      : below(&rng, B.num);
 			make_key(key, idx);
-			make_value(val, idx, j->w == W_OVERWRITE);
+			make_value(val, B.value_size, B.valpool, idx, j->w == W_OVERWRITE);
 			uint64_t t0 = now_ns();
 			int rc = eng_put(e, key, val, B.value_size, j->err, ecap);
 			h_add(&j->h, now_ns() - t0);
@@ -768,7 +432,7 @@ static void *worker(void *arg)
 			} else if (rc == 0) {
 				j->found++;
 				j->bytes += KEY_SIZE + vl;
-				if (!value_ok(val, vl, idx))
+				if (!value_ok(val, vl, B.value_size, idx))
 					j->bad++;
 			}
 		}
@@ -799,7 +463,7 @@ static void *worker(void *arg)
 			const char *v = it_value(&it, &vl);
 			make_key(key, j->begin + i);
 			if (kl != KEY_SIZE || memcmp(k, key, KEY_SIZE) != 0 ||
-			    !value_ok(v, vl, j->begin + i))
+			    !value_ok(v, vl, B.value_size, j->begin + i))
 				j->bad++;
 			else
 				j->found++;
@@ -848,7 +512,8 @@ static void *worker(void *arg)
 
 struct meas {
 	int have;
-	double ops, secs, opsps, usop, p50, p99, p999, maxus, mbps;
+	LAT_SUMMARY_MEMBER;
+	double mbps;
 	double settle_s, reopen_s, incl_opsps, wa_gross, wa_net, wr_per_op, du, space_amp;
 	uint64_t errors, bad, found;
 	char note[320];
@@ -863,8 +528,7 @@ static void settle(struct eng *e, double *settle_s, double *reopen_s)
 {
 	uint64_t t0 = now_ns();
 
-	if (e->kind == E_ROCKS)
-		rocks_quiesce(e);
+	e->s.eng->quiesce(&e->s);
 	eng_close(e);
 	uint64_t t1 = now_ns();
 	eng_open(e);
@@ -885,7 +549,7 @@ static void run_workload(struct eng *e, enum wl w, int rep, uint64_t ops, struct
 		die("out of memory");
 	memset(m, 0, sizeof(*m));
 	if (e->kind == E_FLEX)
-		flexdb_stats(e->fdb, &fs0);
+		flexdb_stats(fdb(e), &fs0);
 	pthread_barrier_init(&bar, NULL, (unsigned)nt);
 	for (int t = 0; t < nt; t++) {
 		struct job *j = &jobs[t];
@@ -919,21 +583,14 @@ static void run_workload(struct eng *e, enum wl w, int rep, uint64_t ops, struct
 	}
 	pthread_barrier_destroy(&bar);
 	m->have = 1;
-	m->ops = (double)h->n;
-	m->secs = (double)(te - ts) / 1e9;
-	m->opsps = m->ops / m->secs;
-	m->usop = h->n ? h->sum / (double)h->n / 1000.0 : NAN;
-	m->p50 = h_pct(h, 0.50);
-	m->p99 = h_pct(h, 0.99);
-	m->p999 = h_pct(h, 0.999);
-	m->maxus = (double)h->max / 1000.0;
+	h_summary(h, ts, te, &m->lat);
 	m->mbps = (double)bytes / m->secs / 1e6;
 	m->settle_s = m->reopen_s = m->incl_opsps = m->wa_gross = m->wa_net = NAN;
 	m->wr_per_op = m->du = m->space_amp = NAN;
 
 	size_t nl = 0;
 	if (e->kind == E_FLEX) {
-		flexdb_stats(e->fdb, &fs1);
+		flexdb_stats(fdb(e), &fs1);
 		if (wl_writes(w))
 			nl += (size_t)snprintf(
 			    m->note + nl, sizeof(m->note) - nl,
@@ -971,7 +628,7 @@ static void run_workload(struct eng *e, enum wl w, int rep, uint64_t ops, struct
 				m->wa_net = net / user;
 			}
 		}
-		m->du = (double)du(e->path);
+		m->du = (double)du(e->s.path);
 		if (live_keys)
 			m->space_amp = m->du / ((double)live_keys * (KEY_SIZE + B.value_size));
 		if (e->kind == E_ROCKS) {
@@ -994,26 +651,7 @@ static void run_workload(struct eng *e, enum wl w, int rep, uint64_t ops, struct
 
 /* ---- reporting ------------------------------------------------------------------------- */
 
-static double median(double *v, int n)
-{
-	int k = 0;
-	double tmp[MAX_REPS];
-
-	for (int i = 0; i < n; i++)
-		if (!isnan(v[i]))
-			tmp[k++] = v[i];
-	if (!k)
-		return NAN;
-	for (int i = 1; i < k; i++)
-		for (int j = i; j > 0 && tmp[j - 1] > tmp[j]; j--) {
-			double x = tmp[j];
-			tmp[j] = tmp[j - 1];
-			tmp[j - 1] = x;
-		}
-	return k % 2 ? tmp[k / 2] : (tmp[k / 2 - 1] + tmp[k / 2]) / 2;
-}
-
-static double med_field(enum wl w, enum engine en, size_t off)
+static double med_field(enum wl w, enum eng_kind en, size_t off)
 {
 	double v[MAX_REPS];
 	int n = 0;
@@ -1026,15 +664,7 @@ static double med_field(enum wl w, enum engine en, size_t off)
 
 #define MED(w, en, field) med_field(w, en, offsetof(struct meas, field))
 
-static void fmt2(char *buf, size_t cap, double v)
-{
-	if (isnan(v))
-		snprintf(buf, cap, "-");
-	else
-		snprintf(buf, cap, "%.2f", v);
-}
-
-static void print_line(enum wl w, enum engine en)
+static void print_line(enum wl w, enum eng_kind en)
 {
 	char wa[16], wan[16], sa[16], st[16], reps[96] = "", extra[96] = "";
 	uint64_t errs = 0, bad = 0;
@@ -1056,10 +686,10 @@ static void print_line(enum wl w, enum engine en)
 		if (m->note[0])
 			note = m->note; /* the last repetition's */
 	}
-	fmt2(wa, sizeof(wa), MED(w, en, wa_gross));
-	fmt2(wan, sizeof(wan), MED(w, en, wa_net));
-	fmt2(sa, sizeof(sa), MED(w, en, space_amp));
-	fmt2(st, sizeof(st), MED(w, en, settle_s));
+	fmt_num(wa, sizeof(wa), 2, "", MED(w, en, wa_gross));
+	fmt_num(wan, sizeof(wan), 2, "", MED(w, en, wa_net));
+	fmt_num(sa, sizeof(sa), 2, "", MED(w, en, space_amp));
+	fmt_num(st, sizeof(st), 2, "", MED(w, en, settle_s));
 	if (w == W_DELETERANDOM && !isnan(MED(w, en, wr_per_op)))
 		snprintf(extra, sizeof(extra), "  written %.0f B/op", MED(w, en, wr_per_op));
 	if (wl_writes(w) && !isnan(MED(w, en, incl_opsps)))
@@ -1075,7 +705,7 @@ static void print_line(enum wl w, enum engine en)
 		       errs, bad);
 }
 
-static void csv_row(enum wl w, enum engine en, const char *rep, const struct meas *m)
+static void csv_row(enum wl w, enum eng_kind en, const char *rep, const struct meas *m)
 {
 	if (!B.csv)
 		return;
@@ -1129,32 +759,6 @@ static void print_ratios(void)
 
 /* ---- the run ---------------------------------------------------------------------------- */
 
-static void on_signal(int sig)
-{
-	(void)sig;
-	interrupted = 1;
-}
-
-static void cpu_model(char *buf, size_t cap)
-{
-	char line[256];
-	FILE *f = fopen("/proc/cpuinfo", "r");
-
-	snprintf(buf, cap, "unknown");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		char *p = strchr(line, ':');
-		if (!strncmp(line, "model name", 10) && p) {
-			p += 2;
-			p[strcspn(p, "\n")] = 0;
-			snprintf(buf, cap, "%s", p);
-			break;
-		}
-	}
-	fclose(f);
-}
-
 static double measure_clock(void)
 {
 	uint64_t t0 = now_ns(), x = 0;
@@ -1167,27 +771,13 @@ static double measure_clock(void)
 static void print_header(void)
 {
 	char cpu[256], date[64];
-	time_t now = time(NULL);
-	struct tm tm;
 	rocksdb_options_t *o = rocksdb_options_create();
 
 	cpu_model(cpu, sizeof(cpu));
-	localtime_r(&now, &tm);
-	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S %Z", &tm);
+	date_now(date, sizeof(date));
 	printf(
 	    "flexdb_bench: FlexDB vs RocksDB, db_bench workloads (FlexSpace paper, section 6.3)\n");
-#if defined(NDEBUG) && defined(__OPTIMIZE__)
-	printf("build:    release (optimised, assertions off)\n");
-#else
-	printf("build:    NOT a release build\n");
-#endif
-#ifndef NDEBUG
-	printf("WARNING:  assertions are enabled (built without -DNDEBUG): numbers are not "
-	       "representative\n");
-#endif
-#ifndef __OPTIMIZE__
-	printf("WARNING:  compiler optimisation is off: numbers are not representative\n");
-#endif
+	print_build_mode();
 	printf("library:  flex %s; RocksDB %s (system librocksdb, C API)\n",
 	       flex_version(NULL, NULL, NULL), B.rocks_version);
 	printf("cpu:      %s, %ld online\n", cpu, sysconf(_SC_NPROCESSORS_ONLN));
@@ -1203,11 +793,11 @@ static void print_header(void)
 	       " MiB memtables; rocksdb LRU block cache %" PRIu64 " MiB + 2 x %" PRIu64
 	       " MiB write buffers (index/filter blocks outside the cache; FlexDB's sparse index "
 	       "likewise)\n",
-	       B.cache_bytes >> 20, B.memtable_bytes >> 20, B.cache_bytes >> 20,
-	       B.memtable_bytes >> 20);
+	       engine_opts.cache_bytes >> 20, engine_opts.memtable_bytes >> 20,
+	       engine_opts.cache_bytes >> 20, engine_opts.memtable_bytes >> 20);
 	printf("rocksdb:  no compression, %s, max_background_jobs %d (flushes %d, compactions %d: "
 	       "-1 = derived), max_subcompactions %u; other options default\n",
-	       B.bloom_bits > 0 ? "10-bit full bloom filter" : "no bloom filter",
+	       engine_opts.bloom_bits > 0 ? "10-bit full bloom filter" : "no bloom filter",
 	       rocksdb_options_get_max_background_jobs(o),
 	       rocksdb_options_get_max_background_flushes(o),
 	       rocksdb_options_get_max_background_compactions(o),
@@ -1218,7 +808,7 @@ static void print_header(void)
 	printf("settle:   after each write workload: rocksdb_flush (wait) + wait until no "
 	       "flush/compaction pending or running%s + close; FlexDB close (commits the "
 	       "memtables, syncs); then both reopened (cold user caches, warm page cache)\n",
-	       B.rocks_compact ? " + rocksdb_compact_range over all keys" : "");
+	       engine_opts.rocks_compact ? " + rocksdb_compact_range over all keys" : "");
 	printf("timing:   per-op clock_gettime (%.0f ns per call here, 2 per op); us/op = mean "
 	       "latency; MB/s counts key+value bytes; engine order alternates per repetition\n",
 	       B.clock_ns);
@@ -1254,16 +844,6 @@ static void usage(void)
 	       "  --quick            200k pairs, one repetition\n");
 }
 
-static uint64_t parse_u64(const char *opt, const char *s)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 0);
-	if (errno || *end || !*s)
-		die("bad value for %s: %s", opt, s);
-	return v;
-}
-
 static void parse_args(int argc, char **argv)
 {
 	uint64_t num = 0, reads = 0, seeks = 0;
@@ -1272,88 +852,47 @@ static void parse_args(int argc, char **argv)
 	B.value_size = 100;
 	B.threads = 1;
 	B.seed = 42;
-	B.cache_bytes = (uint64_t)64 << 20;
-	B.memtable_bytes = (uint64_t)32 << 20;
-	B.bloom_bits = 10;
+	engine_opts_default();
 	B.eng_on[E_FLEX] = B.eng_on[E_ROCKS] = 1;
 	snprintf(B.base, sizeof(B.base), "/tmp");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV()                                                                                    \
-	do {                                                                                       \
-		if (!v)                                                                            \
-			die("%s needs a value", a);                                                \
-		i++;                                                                               \
-	} while (0)
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage();
-			exit(0);
-		} else if (!strcmp(a, "--quick")) {
+		if (!strcmp(a, "--quick")) {
 			B.quick = 1;
 		} else if (!strcmp(a, "--rocksdb-compact")) {
-			B.rocks_compact = 1;
+			engine_opts.rocks_compact = 1;
 		} else if (!strcmp(a, "--num")) {
-			NEEDV();
-			num = parse_u64(a, v);
+			num = opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--value-size")) {
-			NEEDV();
-			B.value_size = (uint32_t)parse_u64(a, v);
+			B.value_size = (uint32_t)opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--threads")) {
-			NEEDV();
-			B.threads = (int)parse_u64(a, v);
+			B.threads = (int)opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--reps")) {
-			NEEDV();
-			reps = (int)parse_u64(a, v);
+			reps = (int)opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--reads")) {
-			NEEDV();
-			reads = parse_u64(a, v);
+			reads = opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--seeks")) {
-			NEEDV();
-			seeks = parse_u64(a, v);
-		} else if (!strcmp(a, "--cache-mb")) {
-			NEEDV();
-			B.cache_bytes = parse_u64(a, v) << 20;
-		} else if (!strcmp(a, "--memtable-mb")) {
-			NEEDV();
-			B.memtable_bytes = parse_u64(a, v) << 20;
+			seeks = opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--bloom-bits")) {
-			NEEDV();
-			B.bloom_bits = (int)parse_u64(a, v);
+			engine_opts.bloom_bits = (int)opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--seed")) {
-			NEEDV();
-			B.seed = parse_u64(a, v);
+			B.seed = opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--dir")) {
-			NEEDV();
-			snprintf(B.base, sizeof(B.base), "%s", v);
+			snprintf(B.base, sizeof(B.base), "%s", opt_value(argc, argv, &i));
 		} else if (!strcmp(a, "--csv")) {
-			NEEDV();
-			B.csv_path = v;
+			B.csv_path = opt_value(argc, argv, &i);
 		} else if (!strcmp(a, "--engine")) {
-			NEEDV();
+			const char *v = opt_value(argc, argv, &i);
 			B.eng_on[E_FLEX] = !strcmp(v, "flexdb") || !strcmp(v, "both");
 			B.eng_on[E_ROCKS] = !strcmp(v, "rocksdb") || !strcmp(v, "both");
 			if (!B.eng_on[E_FLEX] && !B.eng_on[E_ROCKS])
 				die("--engine: flexdb, rocksdb or both");
 		} else if (!strcmp(a, "--benchmarks")) {
-			NEEDV();
-			char *list = strdup(v), *save = NULL;
-			for (char *t = strtok_r(list, ",", &save); t;
-			     t = strtok_r(NULL, ",", &save)) {
-				int w;
-				for (w = 0; w < NWL && strcmp(t, wl_name[w]); w++)
-					;
-				if (w == NWL)
-					die("unknown benchmark %s", t);
-				B.wl_on[w] = 1;
-			}
-			free(list);
+			mark_names(opt_value(argc, argv, &i), wl_name, NWL, B.wl_on, "benchmark");
 			wl_given = 1;
-		} else {
-			usage();
-			die("unknown option %s", a);
+		} else if (!engine_opts_arg(argc, argv, &i)) {
+			other_option(usage, a);
 		}
-#undef NEEDV
 	}
 	if (!wl_given)
 		for (int w = 0; w < NWL; w++)
@@ -1370,8 +909,6 @@ static void parse_args(int argc, char **argv)
 		die("--threads must be 1 .. %d", MAX_THREADS);
 	if (B.value_size > FLEXDB_MAX_VALUE || B.value_size + 8 > VALPOOL / 2)
 		die("--value-size too large");
-	if (B.cache_bytes < (1u << 20) || B.memtable_bytes < (1u << 20))
-		die("--cache-mb and --memtable-mb must be >= 1");
 }
 
 /* Marks deleted keys by replaying the deleterandom streams. */
@@ -1412,7 +949,7 @@ static void make_perm(int rep)
 	}
 }
 
-static void progress(enum wl w, enum engine en, int rep, const struct meas *m, double t)
+static void progress(enum wl w, enum eng_kind en, int rep, const struct meas *m, double t)
 {
 	fprintf(stderr, "  [%6.1f s] rep %d %-12s %-7s %10.0f ops/s  p99 %8.2f us", t, rep + 1,
 		wl_name[w], eng_name[en], m->opsps, m->p99);
@@ -1430,38 +967,31 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 
-	B.valpool = malloc(VALPOOL);
+	B.valpool = valpool_new(B.seed ^ 0xabcdef);
 	B.perm = malloc(B.num * sizeof(*B.perm));
-	if (!B.valpool || !B.perm)
+	if (!B.perm)
 		die("out of memory");
-	uint64_t vs = B.seed ^ 0xabcdef;
-	for (size_t i = 0; i < VALPOOL; i += 8) {
-		uint64_t x = splitmix(&vs);
-		memcpy(B.valpool + i, &x, 8);
-	}
 	if (mkdir(B.base, 0755) && errno != EEXIST)
 		die("mkdir %s: %s", B.base, strerror(errno));
 	xsnprintf(B.work, sizeof(B.work), "%s/flexdb_bench.%d", B.base, (int)getpid());
 	if (mkdir(B.work, 0755))
 		die("mkdir %s: %s", B.work, strerror(errno));
 	if (B.csv_path) {
-		B.csv = fopen(B.csv_path, "w");
-		if (!B.csv)
-			die("%s: %s", B.csv_path, strerror(errno));
-		fprintf(B.csv,
-			"workload,engine,rep,num,threads,ops,seconds,ops_per_s,us_per_op,p50_us,"
-			"p99_us,p999_us,max_us,mb_per_s,settle_s,reopen_s,incl_settle_ops_per_s,"
-			"wa_gross,wa_net,written_per_op,du_bytes,space_amp,errors,bad,note\n");
+		B.csv = csv_open(
+		    B.csv_path,
+		    "workload,engine,rep,num,threads,ops,seconds,ops_per_s,us_per_op,p50_us,"
+		    "p99_us,p999_us,max_us,mb_per_s,settle_s,reopen_s,incl_settle_ops_per_s,"
+		    "wa_gross,wa_net,written_per_op,du_bytes,space_amp,errors,bad,note\n");
 	}
-	B.proc_io_ok = probe_proc_io();
+	B.proc_io_ok = probe_proc_io(B.work, B.valpool);
 	B.clock_ns = measure_clock();
 	{
 		struct eng probe = {.kind = E_ROCKS};
-		xsnprintf(probe.path, sizeof(probe.path), "%s/rocksdb-probe", B.work);
+		xsnprintf(probe.s.path, sizeof(probe.s.path), "%s/rocksdb-probe", B.work);
 		eng_open(&probe);
 		eng_close(&probe);
-		rocks_version(probe.path);
-		rmtree(probe.path);
+		rk_version(probe.s.path, B.rocks_version, sizeof(B.rocks_version));
+		rmtree(probe.s.path);
 	}
 	print_header();
 
@@ -1471,7 +1001,8 @@ int main(int argc, char **argv)
 
 	uint64_t t_start = now_ns();
 	for (int rep = 0; rep < B.reps && !interrupted; rep++) {
-		enum engine order[NENG] = {rep % 2 ? E_ROCKS : E_FLEX, rep % 2 ? E_FLEX : E_ROCKS};
+		enum eng_kind order[NENG] = {rep % 2 ? E_ROCKS : E_FLEX,
+					     rep % 2 ? E_FLEX : E_ROCKS};
 		struct eng eng[NENG];
 
 		make_perm(rep);
@@ -1479,8 +1010,8 @@ int main(int argc, char **argv)
 			eng_name[order[1]]);
 		for (int en = 0; en < NENG; en++) {
 			memset(&eng[en], 0, sizeof(eng[en]));
-			eng[en].kind = (enum engine)en;
-			xsnprintf(eng[en].path, sizeof(eng[en].path), "%s/%s", B.work,
+			eng[en].kind = (enum eng_kind)en;
+			xsnprintf(eng[en].s.path, sizeof(eng[en].s.path), "%s/%s", B.work,
 				  eng_name[en]);
 			if (B.eng_on[en])
 				eng_open(&eng[en]);
@@ -1507,7 +1038,7 @@ int main(int argc, char **argv)
 			else if (w == W_DELETERANDOM)
 				live_keys = live_after_deletes(rep);
 			for (int i = 0; i < NENG && !interrupted; i++) {
-				enum engine en = order[i];
+				enum eng_kind en = order[i];
 				if (!B.eng_on[en])
 					continue;
 				struct meas *m = &M[w][en][rep];
@@ -1516,12 +1047,12 @@ int main(int argc, char **argv)
 								   : B.num;
 				if (w == W_FILLSEQ) {
 					struct eng s = {.kind = en};
-					xsnprintf(s.path, sizeof(s.path), "%s/%s-seq", B.work,
+					xsnprintf(s.s.path, sizeof(s.s.path), "%s/%s-seq", B.work,
 						  eng_name[en]);
 					eng_open(&s);
 					run_workload(&s, w, rep, ops, m);
 					eng_close(&s);
-					rmtree(s.path);
+					rmtree(s.s.path);
 				} else {
 					run_workload(&eng[en], w, rep, ops, m);
 				}
@@ -1535,7 +1066,7 @@ int main(int argc, char **argv)
 		for (int en = 0; en < NENG; en++) {
 			if (B.eng_on[en])
 				eng_close(&eng[en]);
-			rmtree(eng[en].path);
+			rmtree(eng[en].s.path);
 		}
 	}
 	double total = (double)(now_ns() - t_start) / 1e9;
@@ -1548,7 +1079,7 @@ int main(int argc, char **argv)
 		for (int en = 0; en < NENG; en++) {
 			if (!B.eng_on[en])
 				continue;
-			print_line((enum wl)w, (enum engine)en);
+			print_line((enum wl)w, (enum eng_kind)en);
 			if (B.csv) {
 				struct meas med;
 				memset(&med, 0, sizeof(med));
@@ -1575,7 +1106,7 @@ int main(int argc, char **argv)
 					med.errors += M[w][en][r].errors;
 					med.bad += M[w][en][r].bad;
 				}
-				csv_row((enum wl)w, (enum engine)en, "median", &med);
+				csv_row((enum wl)w, (enum eng_kind)en, "median", &med);
 			}
 		}
 	}

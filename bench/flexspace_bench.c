@@ -99,6 +99,9 @@
 
 #include "flexspace.h"
 
+#define BENCH_NAME "flexspace_bench"
+#include "bench_util.h"
+
 /* ---- configuration ---------------------------------------------------------- */
 
 /* Space sizes: the issue asks for >= 256 MB at 4 KB and 1 GB at 64 KB (the
@@ -140,73 +143,7 @@ static const char *const phase_name[NPHASE] = {"write", "seq-cold", "seq-warm", 
 
 /* ---- small helpers -------------------------------------------------------- */
 
-static volatile sig_atomic_t interrupted;
-
 static void cleanup(void);
-
-__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("flexspace_bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1); /* cleanup() runs from atexit */
-}
-
-/* snprintf that refuses to truncate (paths, commands). */
-__attribute__((format(printf, 3, 4))) static void xsnprintf(char *buf, size_t cap, const char *fmt,
-							    ...)
-{
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, cap, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= cap)
-		die("path or command too long");
-}
-
-static void *xmalloc(size_t n)
-{
-	void *p = malloc(n ? n : 1);
-
-	if (!p)
-		die("out of memory (%zu bytes)", n);
-	return p;
-}
-
-static double now_sec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* splitmix64: fixed-seed, fast, good enough for choosing offsets. */
-struct rng {
-	uint64_t s;
-};
-
-static uint64_t rng_next(struct rng *r)
-{
-	uint64_t z = (r->s += 0x9E3779B97F4A7C15ULL);
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-	return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n); n > 0.  The modulo bias is below 2^-40 here. */
-static uint64_t rng_below(struct rng *r, uint64_t n)
-{
-	return rng_next(r) % n;
-}
 
 static void shuffle(uint32_t *v, uint64_t n, uint64_t seed)
 {
@@ -328,27 +265,6 @@ static const char *sys_label(enum sys s)
 
 /* ---- files and the environment --------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)ftw;
-	if (flag == FTW_DP)
-		return rmdir(path);
-	return unlink(path);
-}
-
-static void rm_tree(const char *path)
-{
-	struct stat st;
-
-	if (lstat(path, &st) != 0)
-		return;
-	if (S_ISDIR(st.st_mode))
-		nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-	else
-		unlink(path);
-}
-
 static void cleanup(void)
 {
 	if (B.work_fd > 0) {
@@ -356,7 +272,7 @@ static void cleanup(void)
 		B.work_fd = -1;
 	}
 	if (B.work_made) {
-		rm_tree(B.work);
+		rmtree(B.work);
 		B.work_made = 0;
 	}
 	if (B.loop_mounted) {
@@ -374,27 +290,6 @@ static void cleanup(void)
 		unlink(B.loop_img);
 		B.loop_img[0] = '\0';
 	}
-}
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	interrupted = 1;
-}
-
-static uint64_t proc_write_bytes(void)
-{
-	FILE *f = fopen("/proc/self/io", "r");
-	char line[128];
-	uint64_t v = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "write_bytes: %" SCNu64, &v) == 1)
-			break;
-	fclose(f);
-	return v;
 }
 
 /* Microseconds during which some task was stalled on a resource
@@ -612,7 +507,7 @@ static void t_create(struct target *t, enum sys s, const char *name)
 	t->sys = s;
 	t->fd = -1;
 	xsnprintf(t->path, sizeof(t->path), "%s/%s", B.work, name);
-	rm_tree(t->path);
+	rmtree(t->path);
 	if (s == SYS_FLEX) {
 		struct flexspace_options o = {.create = 1};
 		int rc = flexspace_open(t->path, &o, &t->fs);
@@ -719,7 +614,7 @@ static uint64_t t_lib_bytes(struct target *t)
  * close wrote according to /proc/self/io. */
 static uint64_t t_close(struct target *t)
 {
-	uint64_t w0 = proc_write_bytes();
+	uint64_t w0 = proc_io().wb;
 
 	if (t->sys == SYS_FLEX) {
 		int rc = flexspace_close(t->fs);
@@ -731,7 +626,7 @@ static uint64_t t_close(struct target *t)
 		close(t->fd);
 		t->fd = -1;
 	}
-	return proc_write_bytes() - w0;
+	return proc_io().wb - w0;
 }
 
 /* Fraction of the file's pages in the page cache. */
@@ -860,7 +755,7 @@ static uint64_t run_write(struct target *t, struct cell *c, int si, enum pat p, 
 		t_prepare(t, n * bs);
 	sync_work_fs();
 	lib0 = t_lib_bytes(t);
-	proc0 = proc_write_bytes();
+	proc0 = proc_io().wb;
 	dev0 = dev_sectors_written();
 
 	psi0 = io_stall_us();
@@ -895,7 +790,7 @@ static uint64_t run_write(struct target *t, struct cell *c, int si, enum pat p, 
 	m->cpu_stall = (double)(cpu_stall_us() - cpu0) / 1e6 / (te - t0);
 	c->sync_ms[rep] = (te - ts) * 1e3;
 	c->fill[rep] = (double)(ops * bs);
-	c->wa_proc[rep] = (double)(proc_write_bytes() - proc0) / (double)(ops * bs);
+	c->wa_proc[rep] = (double)(proc_io().wb - proc0) / (double)(ops * bs);
 	c->wa_lib[rep] =
 	    t->sys == SYS_FLEX ? (double)(t_lib_bytes(t) - lib0) / (double)(ops * bs) : NAN;
 	sync_work_fs();
@@ -1020,7 +915,7 @@ static void run_one(int si, enum pat p, enum sys s, int rep)
 	nb = run_write(&t, c, si, p, rep);
 	run_reads(&t, c, si, p, rep, nb);
 	c->close_mb[rep] = mb(t_close(&t));
-	rm_tree(t.path);
+	rmtree(t.path);
 	sync_work_fs(); /* the unlink's work (and discards) before the next phase */
 	c->nreps = rep + 1;
 	progress(c, si, p, s, rep);
@@ -1067,27 +962,6 @@ static void run_rep(int si, int rep)
 
 /* ---- report ----------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-	double t[MAX_REPS];
-	int k = 0;
-
-	for (int i = 0; i < n; i++)
-		if (!isnan(v[i]))
-			t[k++] = v[i];
-	if (!k)
-		return NAN;
-	qsort(t, (size_t)k, sizeof(t[0]), cmp_double);
-	return k % 2 ? t[k / 2] : (t[k / 2 - 1] + t[k / 2]) / 2;
-}
-
 enum field { F_MBPS, F_OPSPS, F_USOP, F_P50, F_P99, F_P999, F_BYTES, F_STALL, F_CPU_STALL };
 
 static double field_of(const struct meas *m, enum field f)
@@ -1124,14 +998,6 @@ static double med_field(const struct cell *c, enum phase ph, enum field f)
 	return median(v, c->nreps);
 }
 
-static void fmt_num(char *buf, size_t cap, int prec, double v)
-{
-	if (isnan(v))
-		snprintf(buf, cap, "-");
-	else
-		snprintf(buf, cap, "%.*f", prec, v);
-}
-
 static void print_line(int si, enum pat p, enum sys s, enum phase ph)
 {
 	const struct cell *c = &B.cell[si][p][s];
@@ -1150,9 +1016,9 @@ static void print_line(int si, enum pat p, enum sys s, enum phase ph)
 			minfill = c->fill[r];
 	}
 	if (ph == PH_WRITE) {
-		fmt_num(wl, sizeof(wl), 3, median(c->wa_lib, c->nreps));
-		fmt_num(wp, sizeof(wp), 3, median(c->wa_proc, c->nreps));
-		fmt_num(wd, sizeof(wd), 3, median(c->wa_dev, c->nreps));
+		fmt_num(wl, sizeof(wl), 3, "", median(c->wa_lib, c->nreps));
+		fmt_num(wp, sizeof(wp), 3, "", median(c->wa_proc, c->nreps));
+		fmt_num(wd, sizeof(wd), 3, "", median(c->wa_dev, c->nreps));
 	} else {
 		snprintf(wl, sizeof(wl), "-");
 		snprintf(wp, sizeof(wp), "-");
@@ -1248,7 +1114,7 @@ static void print_table(void)
 						else
 							v = med_field(c, row_ph[row], F_MBPS);
 					}
-					fmt_num(b, sizeof(b), row >= 1 && row <= 3 ? 3 : 1, v);
+					fmt_num(b, sizeof(b), row >= 1 && row <= 3 ? 3 : 1, "", v);
 					printf(" %7s", b);
 				}
 				printf(" ");
@@ -1365,52 +1231,15 @@ static void print_targets(void)
 
 /* ---- header, main ----------------------------------------------------------------- */
 
-static void cpu_model(char *buf, size_t cap)
-{
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	char line[512];
-
-	snprintf(buf, cap, "unknown");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		char *colon = strchr(line, ':');
-
-		if (strncmp(line, "model name", 10) == 0 && colon) {
-			colon++;
-			while (*colon == ' ' || *colon == '\t')
-				colon++;
-			colon[strcspn(colon, "\n")] = '\0';
-			snprintf(buf, cap, "%s", colon);
-			break;
-		}
-	}
-	fclose(f);
-}
-
 static void print_header(void)
 {
 	char cpu[256], date[64], sl[32];
-	time_t now = time(NULL);
-	struct tm tm;
 
 	cpu_model(cpu, sizeof(cpu));
-	localtime_r(&now, &tm);
-	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S %Z", &tm);
+	date_now(date, sizeof(date));
 	printf("flexspace_bench: FlexSpace vs a regular file (FlexSpace paper, section 6.2, "
 	       "Table 2)\n");
-#if defined(NDEBUG) && defined(__OPTIMIZE__)
-	printf("build:    release (optimised, assertions off)\n");
-#else
-	printf("build:    NOT a release build\n");
-#endif
-#ifndef NDEBUG
-	printf("WARNING:  assertions are enabled (built without -DNDEBUG): numbers are not "
-	       "representative\n");
-#endif
-#ifndef __OPTIMIZE__
-	printf("WARNING:  compiler optimisation is off: numbers are not representative\n");
-#endif
+	print_build_mode();
 	printf("library:  flex %s, io_uring %s\n", flex_version(NULL, NULL, NULL),
 	       flex_io_uring_active() ? "active" : "off (pread/pwrite fallback)");
 	printf("cpu:      %s (%ld online)\n", cpu, sysconf(_SC_NPROCESSORS_ONLN));
@@ -1523,12 +1352,8 @@ int main(int argc, char **argv)
 				B.budget = strtod(argv[++i], &end);
 			if (errno || *end)
 				die("bad value '%s' for %s", argv[i], opt);
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			return 0;
 		} else {
-			usage(stderr);
-			return 2;
+			usage_exit(usage, !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"));
 		}
 	}
 
@@ -1543,14 +1368,11 @@ int main(int argc, char **argv)
 	choose_dir((B.quick ? QUICK_SPACE : SPACE_64K) * 2 + ((uint64_t)512 << 20));
 	setup_sizes();
 	if (csv) {
-		B.csv = fopen(csv, "w");
-		if (!B.csv)
-			die("cannot open %s: %s", csv, strerror(errno));
-		fprintf(B.csv,
-			"io_size,pattern,phase,system,rep,mbps,ops_per_s,us_per_op,p50_us,"
-			"p99_us,p999_us,bytes,wa_lib,wa_proc,wa_dev,fill_bytes,capped,io_stall,"
-			"cpu_stall,"
-			"note\n");
+		B.csv = csv_open(
+		    csv, "io_size,pattern,phase,system,rep,mbps,ops_per_s,us_per_op,p50_us,"
+			 "p99_us,p999_us,bytes,wa_lib,wa_proc,wa_dev,fill_bytes,capped,io_stall,"
+			 "cpu_stall,"
+			 "note\n");
 	}
 	print_header();
 

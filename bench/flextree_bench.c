@@ -61,13 +61,14 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "flextree.h"
+
+#define BENCH_NAME "flextree_bench"
+#include "bench_util.h"
 
 /* Bytes per extent: one 4 KiB block, the granularity of a file system's
  * insert-range. */
@@ -121,56 +122,6 @@
 #else
 #define PEER_OP __attribute__((noipa))
 #endif
-
-__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("flextree_bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-static void *xmalloc(size_t n)
-{
-	void *p = malloc(n ? n : 1);
-
-	if (!p)
-		die("out of memory (%zu bytes)", n);
-	return p;
-}
-
-static double now_sec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* splitmix64: fixed-seed, fast, good enough for choosing offsets. */
-struct rng {
-	uint64_t s;
-};
-
-static uint64_t rng_next(struct rng *r)
-{
-	uint64_t z = (r->s += 0x9E3779B97F4A7C15ULL);
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-	return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n); n > 0.  The modulo bias is below 2^-30 here. */
-static uint64_t rng_below(struct rng *r, uint64_t n)
-{
-	return rng_next(r) % n;
-}
 
 /* Physical address of the extent created by op number i: never adjacent to
  * another extent's end, so nothing merges. */
@@ -976,13 +927,6 @@ static void record(struct cell *c, size_t ops, double secs)
 	c->have = 1;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* Prints (and writes to the CSV) one line per structure for an experiment
  * at one size. */
 static void report(struct bench *b, enum exp e, int si)
@@ -1185,52 +1129,15 @@ static void run_append_lookup_range(struct bench *b, int si)
 
 /* ---- header, summary --------------------------------------------------------- */
 
-static void cpu_model(char *buf, size_t cap)
-{
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	char line[512];
-
-	snprintf(buf, cap, "unknown");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		char *colon = strchr(line, ':');
-
-		if (strncmp(line, "model name", 10) == 0 && colon) {
-			colon++;
-			while (*colon == ' ' || *colon == '\t')
-				colon++;
-			colon[strcspn(colon, "\n")] = '\0';
-			snprintf(buf, cap, "%s", colon);
-			break;
-		}
-	}
-	fclose(f);
-}
-
 static void print_header(const struct bench *b)
 {
 	char cpu[256], date[64], nl[16];
-	time_t now = time(NULL);
-	struct tm tm;
 	int i;
 
 	cpu_model(cpu, sizeof(cpu));
-	localtime_r(&now, &tm);
-	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S %Z", &tm);
+	date_now(date, sizeof(date));
 	printf("flextree_bench: FlexTree vs B+-tree vs sorted array (FlexSpace paper, Table 1)\n");
-#if defined(NDEBUG) && defined(__OPTIMIZE__)
-	printf("build:    release (optimised, assertions off)\n");
-#else
-	printf("build:    NOT a release build\n");
-#endif
-#ifndef NDEBUG
-	printf("WARNING:  assertions are enabled (built without -DNDEBUG): numbers are not "
-	       "representative\n");
-#endif
-#ifndef __OPTIMIZE__
-	printf("WARNING:  compiler optimisation is off: numbers are not representative\n");
-#endif
+	print_build_mode();
 	printf("library:  flex %s\n", flex_version(NULL, NULL, NULL));
 	printf("cpu:      %s\n", cpu);
 	printf("date:     %s\n", date);
@@ -1360,12 +1267,8 @@ int main(int argc, char **argv)
 				die("bad seed '%s'", argv[i]);
 		} else if (!strcmp(argv[i], "--csv") && i + 1 < argc) {
 			csv = argv[++i];
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			return 0;
 		} else {
-			usage(stderr);
-			return 2;
+			usage_exit(usage, !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"));
 		}
 	}
 	b.reps = b.quick ? 1 : REPS;
@@ -1376,10 +1279,7 @@ int main(int argc, char **argv)
 			b.sizes[b.nsizes++] = 10000000;
 	}
 	if (csv) {
-		b.csv = fopen(csv, "w");
-		if (!b.csv)
-			die("cannot open %s: %s", csv, strerror(errno));
-		fprintf(b.csv, "experiment,n,structure,mops,us_per_op,ops,reps,note\n");
+		b.csv = csv_open(csv, "experiment,n,structure,mops,us_per_op,ops,reps,note\n");
 	}
 
 	print_header(&b);

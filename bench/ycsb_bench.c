@@ -87,40 +87,33 @@
  * timed in a fresh child; s/GB divides it by the store's du.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
-
-#include <leveldb/c.h>
-#include <lmdb.h>
-#include <rocksdb/c.h>
 
 #include "flexdb.h"
 #include "ycsb_gen.h"
+
+#define BENCH_NAME "ycsb_bench"
+#define BENCH_PID_IN_MESSAGES
+#include "bench_util.h"
 
 /* ---- configuration ---------------------------------------------------------- */
 
 #define MAX_REPS 9
 #define MAX_THREADS 64
 #define MAX_TC 8 /* thread counts in one run */
-/* Random bytes the values are cut from. */
-#define VALPOOL (1u << 20)
-/* LMDB's map: a reservation of address space, not of disk or memory. */
-#define LMDB_MAPSIZE ((size_t)64 << 30)
+
+#include "ycsb_engines.h"
 
 enum phase { P_LOAD, P_A, P_B, P_C, P_D, P_E, P_F, NPH };
 static const char *const ph_name[NPH] = {"load",   "ycsb-A", "ycsb-B", "ycsb-C",
@@ -145,7 +138,6 @@ static struct {
 	int reps, quick, plot;
 	int dist_override; /* -1: each workload's own */
 	uint64_t seed;
-	uint64_t cache_bytes, memtable_bytes;
 	int eng_on[8];
 	char base[PATH_MAX];
 	char work[PATH_MAX];
@@ -157,60 +149,6 @@ static struct {
 } B;
 
 /* ---- small helpers ------------------------------------------------------------ */
-
-__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fprintf(stderr, "ycsb_bench[%d]: ", (int)getpid());
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-	exit(1);
-}
-
-/* Reports the first few per-operation errors of a process; the ops count
- * them. */
-__attribute__((format(printf, 1, 2))) static void op_error(const char *fmt, ...)
-{
-	static int reported;
-	va_list ap;
-
-	if (__atomic_fetch_add(&reported, 1, __ATOMIC_RELAXED) >= 5)
-		return;
-	fprintf(stderr, "ycsb_bench[%d]: ", (int)getpid());
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-}
-
-__attribute__((format(printf, 3, 4))) static void xsnprintf(char *buf, size_t cap, const char *fmt,
-							    ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	int n = vsnprintf(buf, cap, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= cap)
-		die("path too long");
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static double secs_since(uint64_t t0)
-{
-	return (double)(now_ns() - t0) / 1e9;
-}
 
 static uint64_t mix64(uint64_t x)
 {
@@ -230,770 +168,6 @@ static size_t make_key(char *k, size_t cap, int64_t keynum)
 {
 	return ycsb_build_key(k, cap, keynum, 1, B.zeropadding);
 }
-
-/* The value of key keynum as written by version v: the key number, then
- * pool bytes at a place that depends on both. */
-static void make_value(char *v, int64_t keynum, uint64_t version)
-{
-	uint32_t n = B.value_size;
-
-	if (n >= 8) {
-		memcpy(v, &keynum, 8);
-		v += 8;
-		n -= 8;
-	}
-	size_t off = (size_t)(((uint64_t)keynum * 2654435761u + version * 977u) % (VALPOOL - n));
-	memcpy(v, B.valpool + off, n);
-}
-
-static int value_ok(const char *v, size_t vlen, int64_t keynum)
-{
-	if (vlen != B.value_size)
-		return 0;
-	if (vlen >= 8) {
-		int64_t got;
-
-		memcpy(&got, v, 8);
-		return got == keynum;
-	}
-	return 1;
-}
-
-/* ---- latency histogram (as bench/flexdb_bench.c) ----------------------------- */
-
-#define H_SUB_BITS 5
-#define H_SUB (1 << H_SUB_BITS)
-#define H_LINEAR (2 * H_SUB)
-#define H_N (H_LINEAR + (64 - H_SUB_BITS - 1) * H_SUB)
-
-struct hist {
-	uint64_t b[H_N];
-	uint64_t n, max;
-	double sum;
-};
-
-static int h_idx(uint64_t v)
-{
-	if (v < H_LINEAR)
-		return (int)v;
-	int e = 63 - __builtin_clzll(v);
-	return H_LINEAR + (e - H_SUB_BITS - 1) * H_SUB +
-	       (int)((v >> (e - H_SUB_BITS)) & (H_SUB - 1));
-}
-
-static double h_mid(int i)
-{
-	if (i < H_LINEAR)
-		return i;
-	int e = (i - H_LINEAR) / H_SUB + H_SUB_BITS + 1;
-	int sub = (i - H_LINEAR) % H_SUB;
-	double lo = (double)((uint64_t)(H_SUB + sub) << (e - H_SUB_BITS));
-	return lo + (double)((uint64_t)1 << (e - H_SUB_BITS)) / 2;
-}
-
-static inline void h_add(struct hist *h, uint64_t v)
-{
-	h->b[h_idx(v)]++;
-	h->n++;
-	h->sum += (double)v;
-	if (v > h->max)
-		h->max = v;
-}
-
-static void h_merge(struct hist *d, const struct hist *s)
-{
-	for (int i = 0; i < H_N; i++)
-		d->b[i] += s->b[i];
-	d->n += s->n;
-	d->sum += s->sum;
-	if (s->max > d->max)
-		d->max = s->max;
-}
-
-/* Percentile in microseconds. */
-static double h_pct(const struct hist *h, double p)
-{
-	if (!h->n)
-		return NAN;
-	uint64_t want = (uint64_t)ceil(p * (double)h->n), acc = 0;
-
-	if (want < 1)
-		want = 1;
-	for (int i = 0; i < H_N; i++) {
-		acc += h->b[i];
-		if (acc >= want)
-			return h_mid(i) / 1000.0;
-	}
-	return (double)h->max / 1000.0;
-}
-
-/* ---- process measurements --------------------------------------------------------- */
-
-static uint64_t du_acc;
-
-static int du_fn(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)p;
-	(void)f;
-	if (flag == FTW_F)
-		du_acc += (uint64_t)st->st_blocks * 512;
-	return 0;
-}
-
-static uint64_t du(const char *dir)
-{
-	du_acc = 0;
-	nftw(dir, du_fn, 16, FTW_PHYS);
-	return du_acc;
-}
-
-static int rm_fn(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)st;
-	(void)flag;
-	(void)f;
-	remove(p);
-	return 0;
-}
-
-static void rmtree(const char *dir)
-{
-	nftw(dir, rm_fn, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-struct pio {
-	uint64_t wb, cwb;
-};
-
-static struct pio proc_io(void)
-{
-	struct pio r = {0, 0};
-	char line[128];
-	FILE *f = fopen("/proc/self/io", "r");
-
-	if (!f)
-		return r;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long v;
-
-		if (sscanf(line, "write_bytes: %llu", &v) == 1)
-			r.wb = v;
-		else if (sscanf(line, "cancelled_write_bytes: %llu", &v) == 1)
-			r.cwb = v;
-	}
-	fclose(f);
-	return r;
-}
-
-/* Whether write_bytes follows buffered writes here (not on tmpfs, not
- * where /proc/self/io is hidden). */
-static int probe_proc_io(void)
-{
-	char path[PATH_MAX + 16];
-	struct pio a = proc_io();
-
-	snprintf(path, sizeof(path), "%s/probe", B.work);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0)
-		return 0;
-	size_t len = 1 << 20;
-	ssize_t w = write(fd, B.valpool, len);
-	fsync(fd);
-	close(fd);
-	unlink(path);
-	struct pio b = proc_io();
-	return w == (ssize_t)len && b.wb - a.wb >= len;
-}
-
-/* VmRSS or VmHWM of this process in MiB. */
-static double vm_mib(const char *field)
-{
-	char line[128];
-	size_t fl = strlen(field);
-	double r = NAN;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (!f)
-		return r;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long kb;
-		if (!strncmp(line, field, fl) && line[fl] == ':' &&
-		    sscanf(line + fl + 1, "%llu", &kb) == 1) {
-			r = (double)kb / 1024.0;
-			break;
-		}
-	}
-	fclose(f);
-	return r;
-}
-
-/* Resets VmHWM to the current RSS ("5" to clear_refs, Linux >= 4.0). */
-static int reset_hwm(void)
-{
-	int fd = open("/proc/self/clear_refs", O_WRONLY);
-
-	if (fd < 0)
-		return 0;
-	int ok = write(fd, "5", 1) == 1;
-	close(fd);
-	return ok;
-}
-
-static double cpu_secs(void)
-{
-	struct rusage ru;
-
-	getrusage(RUSAGE_SELF, &ru);
-	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
-
-/* ---- engines ------------------------------------------------------------------------ */
-
-/* One store of one engine.  The ops return 0, 1 for "not found" (get), or
- * -1 after reporting an error; a scan returns the pairs it read or -1.
- * Handles are shared by the client threads; tc is a thread's own context
- * from thread_init (LMDB's read transaction), NULL where unused. */
-struct store {
-	const struct engine *eng;
-	char path[PATH_MAX];
-	void *h;
-};
-
-struct engine {
-	const char *name;
-	void (*open)(struct store *s);
-	void (*quiesce)(struct store *s); /* wait for background work */
-	void (*close)(struct store *s);
-	void *(*thread_init)(struct store *s);
-	void (*thread_done)(struct store *s, void *tc);
-	int (*put)(struct store *s, void *tc, const char *k, size_t kl, const char *v, size_t vl);
-	int (*get)(struct store *s, void *tc, const char *k, size_t kl, char *buf, size_t cap,
-		   size_t *vl);
-	int (*scan)(struct store *s, void *tc, const char *k, size_t kl, int n, uint64_t *bytes);
-};
-
-static void *no_thread_init(struct store *s)
-{
-	(void)s;
-	return NULL;
-}
-
-static void no_thread_done(struct store *s, void *tc)
-{
-	(void)s;
-	(void)tc;
-}
-
-static void no_quiesce(struct store *s)
-{
-	(void)s;
-}
-
-/* -- FlexDB -- */
-
-static void fx_open(struct store *s)
-{
-	struct flexdb_options o;
-	struct flexdb *db;
-
-	memset(&o, 0, sizeof(o));
-	o.cache_size = B.cache_bytes;
-	o.memtable_size = B.memtable_bytes;
-	o.sync_writes = 0;
-	int rc = flexdb_open(s->path, &o, &db);
-	if (rc)
-		die("flexdb_open %s: %s", s->path, flex_strerror(rc));
-	s->h = db;
-}
-
-static void fx_close(struct store *s)
-{
-	int rc = flexdb_close(s->h);
-
-	s->h = NULL;
-	if (rc)
-		die("flexdb_close: %s", flex_strerror(rc));
-}
-
-static int fx_put(struct store *s, void *tc, const char *k, size_t kl, const char *v, size_t vl)
-{
-	(void)tc;
-	int rc = flexdb_put(s->h, k, kl, v, vl);
-	if (rc)
-		op_error("flexdb_put: %s", flex_strerror(rc));
-	return rc ? -1 : 0;
-}
-
-static int fx_get(struct store *s, void *tc, const char *k, size_t kl, char *buf, size_t cap,
-		  size_t *vl)
-{
-	(void)tc;
-	int rc = flexdb_get(s->h, k, kl, buf, cap, vl);
-	if (rc < 0) {
-		op_error("flexdb_get: %s", flex_strerror(rc));
-		return -1;
-	}
-	return rc == 0 ? 0 : 1;
-}
-
-static int fx_scan(struct store *s, void *tc, const char *k, size_t kl, int n, uint64_t *bytes)
-{
-	struct flexdb_iter *it;
-	int got = 0, rc;
-
-	(void)tc;
-	rc = flexdb_iter_open(s->h, &it);
-	if (rc) {
-		op_error("flexdb_iter_open: %s", flex_strerror(rc));
-		return -1;
-	}
-	rc = flexdb_iter_seek(it, k, kl);
-	while (!rc && got < n && flexdb_iter_valid(it)) {
-		size_t a, b;
-		flexdb_iter_key(it, &a);
-		flexdb_iter_value(it, &b);
-		*bytes += a + b;
-		if (++got < n)
-			rc = flexdb_iter_next(it);
-	}
-	flexdb_iter_close(it);
-	if (rc) {
-		op_error("flexdb iterator: %s", flex_strerror(rc));
-		return -1;
-	}
-	return got;
-}
-
-/* -- RocksDB -- */
-
-struct rocks {
-	rocksdb_t *db;
-	rocksdb_options_t *opt;
-	rocksdb_block_based_table_options_t *bbto;
-	rocksdb_cache_t *cache;
-	rocksdb_writeoptions_t *wo;
-	rocksdb_readoptions_t *ro;
-};
-
-static void rk_open(struct store *s)
-{
-	struct rocks *r = calloc(1, sizeof(*r));
-	char *err = NULL;
-
-	if (!r)
-		die("out of memory");
-	r->opt = rocksdb_options_create();
-	rocksdb_options_set_create_if_missing(r->opt, 1);
-	rocksdb_options_set_compression(r->opt, rocksdb_no_compression);
-	rocksdb_options_set_write_buffer_size(r->opt, (size_t)B.memtable_bytes);
-	rocksdb_options_set_max_write_buffer_number(r->opt, 2);
-	r->bbto = rocksdb_block_based_options_create();
-	r->cache = rocksdb_cache_create_lru((size_t)B.cache_bytes);
-	rocksdb_block_based_options_set_block_cache(r->bbto, r->cache);
-	rocksdb_block_based_options_set_filter_policy(r->bbto,
-						      rocksdb_filterpolicy_create_bloom_full(10));
-	rocksdb_options_set_block_based_table_factory(r->opt, r->bbto);
-	r->db = rocksdb_open(r->opt, s->path, &err);
-	if (err)
-		die("rocksdb_open %s: %s", s->path, err);
-	r->wo = rocksdb_writeoptions_create();
-	r->ro = rocksdb_readoptions_create();
-	s->h = r;
-}
-
-static uint64_t rk_prop(rocksdb_t *db, const char *name)
-{
-	uint64_t v = 0;
-
-	if (rocksdb_property_int(db, name, &v) != 0)
-		return 0;
-	return v;
-}
-
-static void rk_quiesce(struct store *s)
-{
-	struct rocks *r = s->h;
-	char *err = NULL;
-	rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
-
-	rocksdb_flushoptions_set_wait(fo, 1);
-	rocksdb_flush(r->db, fo, &err);
-	rocksdb_flushoptions_destroy(fo);
-	if (err)
-		die("rocksdb_flush: %s", err);
-	while (rk_prop(r->db, "rocksdb.compaction-pending") ||
-	       rk_prop(r->db, "rocksdb.num-running-compactions") ||
-	       rk_prop(r->db, "rocksdb.num-running-flushes") ||
-	       rk_prop(r->db, "rocksdb.mem-table-flush-pending"))
-		usleep(5000);
-}
-
-static void rk_close(struct store *s)
-{
-	struct rocks *r = s->h;
-
-	rocksdb_close(r->db);
-	rocksdb_writeoptions_destroy(r->wo);
-	rocksdb_readoptions_destroy(r->ro);
-	rocksdb_options_destroy(r->opt);
-	rocksdb_block_based_options_destroy(r->bbto);
-	rocksdb_cache_destroy(r->cache);
-	free(r);
-	s->h = NULL;
-}
-
-static int rk_put(struct store *s, void *tc, const char *k, size_t kl, const char *v, size_t vl)
-{
-	struct rocks *r = s->h;
-	char *err = NULL;
-
-	(void)tc;
-	rocksdb_put(r->db, r->wo, k, kl, v, vl, &err);
-	if (err) {
-		op_error("rocksdb_put: %s", err);
-		rocksdb_free(err);
-		return -1;
-	}
-	return 0;
-}
-
-static int rk_get(struct store *s, void *tc, const char *k, size_t kl, char *buf, size_t cap,
-		  size_t *vl)
-{
-	struct rocks *r = s->h;
-	char *err = NULL;
-
-	(void)tc;
-	rocksdb_pinnableslice_t *ps = rocksdb_get_pinned(r->db, r->ro, k, kl, &err);
-	if (err) {
-		op_error("rocksdb_get_pinned: %s", err);
-		rocksdb_free(err);
-		return -1;
-	}
-	if (!ps)
-		return 1;
-	const char *v = rocksdb_pinnableslice_value(ps, vl);
-	memcpy(buf, v, *vl < cap ? *vl : cap);
-	rocksdb_pinnableslice_destroy(ps);
-	return 0;
-}
-
-static int rk_scan(struct store *s, void *tc, const char *k, size_t kl, int n, uint64_t *bytes)
-{
-	struct rocks *r = s->h;
-	char *err = NULL;
-	int got = 0;
-
-	(void)tc;
-	rocksdb_iterator_t *it = rocksdb_create_iterator(r->db, r->ro);
-	for (rocksdb_iter_seek(it, k, kl); got < n && rocksdb_iter_valid(it);) {
-		size_t a, b;
-		rocksdb_iter_key(it, &a);
-		rocksdb_iter_value(it, &b);
-		*bytes += a + b;
-		if (++got < n)
-			rocksdb_iter_next(it);
-	}
-	rocksdb_iter_get_error(it, &err);
-	rocksdb_iter_destroy(it);
-	if (err) {
-		op_error("rocksdb iterator: %s", err);
-		rocksdb_free(err);
-		return -1;
-	}
-	return got;
-}
-
-/* -- LevelDB -- */
-
-struct level {
-	leveldb_t *db;
-	leveldb_options_t *opt;
-	leveldb_cache_t *cache;
-	leveldb_filterpolicy_t *fp;
-	leveldb_writeoptions_t *wo;
-	leveldb_readoptions_t *ro;
-};
-
-static void lv_open(struct store *s)
-{
-	struct level *l = calloc(1, sizeof(*l));
-	char *err = NULL;
-
-	if (!l)
-		die("out of memory");
-	l->opt = leveldb_options_create();
-	leveldb_options_set_create_if_missing(l->opt, 1);
-	leveldb_options_set_compression(l->opt, leveldb_no_compression);
-	leveldb_options_set_write_buffer_size(l->opt, (size_t)B.memtable_bytes);
-	l->cache = leveldb_cache_create_lru((size_t)B.cache_bytes);
-	leveldb_options_set_cache(l->opt, l->cache);
-	l->fp = leveldb_filterpolicy_create_bloom(10);
-	leveldb_options_set_filter_policy(l->opt, l->fp);
-	l->db = leveldb_open(l->opt, s->path, &err);
-	if (err)
-		die("leveldb_open %s: %s", s->path, err);
-	l->wo = leveldb_writeoptions_create();
-	l->ro = leveldb_readoptions_create();
-	s->h = l;
-}
-
-/* LevelDB's C API has no flush and no "compaction pending" property: wait
- * (at most 60 s) until level 0 is below its compaction trigger (4 files). */
-static void lv_quiesce(struct store *s)
-{
-	struct level *l = s->h;
-	uint64_t t0 = now_ns();
-
-	for (;;) {
-		char *v = leveldb_property_value(l->db, "leveldb.num-files-at-level0");
-		int n = v ? atoi(v) : 0;
-		leveldb_free(v);
-		if (n < 4 || secs_since(t0) > 60)
-			break;
-		usleep(5000);
-	}
-}
-
-static void lv_close(struct store *s)
-{
-	struct level *l = s->h;
-
-	leveldb_close(l->db);
-	leveldb_writeoptions_destroy(l->wo);
-	leveldb_readoptions_destroy(l->ro);
-	leveldb_options_destroy(l->opt);
-	leveldb_cache_destroy(l->cache);
-	leveldb_filterpolicy_destroy(l->fp);
-	free(l);
-	s->h = NULL;
-}
-
-static int lv_put(struct store *s, void *tc, const char *k, size_t kl, const char *v, size_t vl)
-{
-	struct level *l = s->h;
-	char *err = NULL;
-
-	(void)tc;
-	leveldb_put(l->db, l->wo, k, kl, v, vl, &err);
-	if (err) {
-		op_error("leveldb_put: %s", err);
-		leveldb_free(err);
-		return -1;
-	}
-	return 0;
-}
-
-static int lv_get(struct store *s, void *tc, const char *k, size_t kl, char *buf, size_t cap,
-		  size_t *vl)
-{
-	struct level *l = s->h;
-	char *err = NULL;
-
-	(void)tc;
-	char *v = leveldb_get(l->db, l->ro, k, kl, vl, &err);
-	if (err) {
-		op_error("leveldb_get: %s", err);
-		leveldb_free(err);
-		return -1;
-	}
-	if (!v)
-		return 1;
-	memcpy(buf, v, *vl < cap ? *vl : cap);
-	leveldb_free(v);
-	return 0;
-}
-
-static int lv_scan(struct store *s, void *tc, const char *k, size_t kl, int n, uint64_t *bytes)
-{
-	struct level *l = s->h;
-	char *err = NULL;
-	int got = 0;
-
-	(void)tc;
-	leveldb_iterator_t *it = leveldb_create_iterator(l->db, l->ro);
-	for (leveldb_iter_seek(it, k, kl); got < n && leveldb_iter_valid(it);) {
-		size_t a, b;
-		leveldb_iter_key(it, &a);
-		leveldb_iter_value(it, &b);
-		*bytes += a + b;
-		if (++got < n)
-			leveldb_iter_next(it);
-	}
-	leveldb_iter_get_error(it, &err);
-	leveldb_iter_destroy(it);
-	if (err) {
-		op_error("leveldb iterator: %s", err);
-		leveldb_free(err);
-		return -1;
-	}
-	return got;
-}
-
-/* -- LMDB -- */
-
-struct lmdb {
-	MDB_env *env;
-	MDB_dbi dbi;
-};
-
-/* A client thread's read transaction (reset between operations, renewed
- * for each: every read sees the latest commit) and cursor. */
-struct lmdb_tc {
-	MDB_txn *rt;
-	MDB_cursor *cur;
-};
-
-static void lm_open(struct store *s)
-{
-	struct lmdb *m = calloc(1, sizeof(*m));
-	MDB_txn *t;
-	int rc;
-
-	if (!m)
-		die("out of memory");
-	if (mkdir(s->path, 0755) && errno != EEXIST)
-		die("mkdir %s: %s", s->path, strerror(errno));
-	if ((rc = mdb_env_create(&m->env)) || (rc = mdb_env_set_mapsize(m->env, LMDB_MAPSIZE)) ||
-	    (rc = mdb_env_set_maxreaders(m->env, MAX_THREADS + 8)) ||
-	    (rc = mdb_env_open(m->env, s->path, MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS, 0644)))
-		die("mdb_env_open %s: %s", s->path, mdb_strerror(rc));
-	if ((rc = mdb_txn_begin(m->env, NULL, 0, &t)) || (rc = mdb_dbi_open(t, NULL, 0, &m->dbi)) ||
-	    (rc = mdb_txn_commit(t)))
-		die("mdb_dbi_open: %s", mdb_strerror(rc));
-	s->h = m;
-}
-
-static void lm_close(struct store *s)
-{
-	struct lmdb *m = s->h;
-
-	mdb_env_close(m->env);
-	free(m);
-	s->h = NULL;
-}
-
-static void *lm_thread_init(struct store *s)
-{
-	(void)s;
-	struct lmdb_tc *tc = calloc(1, sizeof(*tc));
-	if (!tc)
-		die("out of memory");
-	return tc;
-}
-
-static void lm_thread_done(struct store *s, void *arg)
-{
-	struct lmdb_tc *tc = arg;
-
-	(void)s;
-	if (tc->cur)
-		mdb_cursor_close(tc->cur);
-	if (tc->rt)
-		mdb_txn_abort(tc->rt);
-	free(tc);
-}
-
-static MDB_txn *lm_read_begin(struct lmdb *m, struct lmdb_tc *tc)
-{
-	int rc = tc->rt ? mdb_txn_renew(tc->rt) : mdb_txn_begin(m->env, NULL, MDB_RDONLY, &tc->rt);
-
-	if (rc) {
-		op_error("lmdb read txn: %s", mdb_strerror(rc));
-		return NULL;
-	}
-	return tc->rt;
-}
-
-static int lm_put(struct store *s, void *tc, const char *k, size_t kl, const char *v, size_t vl)
-{
-	struct lmdb *m = s->h;
-	MDB_txn *t;
-	MDB_val key = {kl, (void *)k}, val = {vl, (void *)v};
-	int rc;
-
-	(void)tc;
-	if ((rc = mdb_txn_begin(m->env, NULL, 0, &t))) {
-		op_error("mdb_txn_begin: %s", mdb_strerror(rc));
-		return -1;
-	}
-	if ((rc = mdb_put(t, m->dbi, &key, &val, 0))) {
-		mdb_txn_abort(t);
-		op_error("mdb_put: %s", mdb_strerror(rc));
-		return -1;
-	}
-	if ((rc = mdb_txn_commit(t))) {
-		op_error("mdb_txn_commit: %s", mdb_strerror(rc));
-		return -1;
-	}
-	return 0;
-}
-
-static int lm_get(struct store *s, void *arg, const char *k, size_t kl, char *buf, size_t cap,
-		  size_t *vl)
-{
-	struct lmdb *m = s->h;
-	struct lmdb_tc *tc = arg;
-	MDB_val key = {kl, (void *)k}, val;
-	MDB_txn *t = lm_read_begin(m, tc);
-
-	if (!t)
-		return -1;
-	int rc = mdb_get(t, m->dbi, &key, &val);
-	if (rc == 0) {
-		*vl = val.mv_size;
-		memcpy(buf, val.mv_data, val.mv_size < cap ? val.mv_size : cap);
-	}
-	mdb_txn_reset(t);
-	if (rc && rc != MDB_NOTFOUND) {
-		op_error("mdb_get: %s", mdb_strerror(rc));
-		return -1;
-	}
-	return rc == 0 ? 0 : 1;
-}
-
-static int lm_scan(struct store *s, void *arg, const char *k, size_t kl, int n, uint64_t *bytes)
-{
-	struct lmdb *m = s->h;
-	struct lmdb_tc *tc = arg;
-	MDB_val key = {kl, (void *)k}, val;
-	MDB_txn *t = lm_read_begin(m, tc);
-	int got = 0, rc;
-
-	if (!t)
-		return -1;
-	rc = tc->cur ? mdb_cursor_renew(t, tc->cur) : mdb_cursor_open(t, m->dbi, &tc->cur);
-	if (rc) {
-		mdb_txn_reset(t);
-		op_error("lmdb cursor: %s", mdb_strerror(rc));
-		return -1;
-	}
-	for (rc = mdb_cursor_get(tc->cur, &key, &val, MDB_SET_RANGE); !rc && got < n;) {
-		*bytes += key.mv_size + val.mv_size;
-		if (++got < n)
-			rc = mdb_cursor_get(tc->cur, &key, &val, MDB_NEXT);
-	}
-	mdb_txn_reset(t);
-	if (rc && rc != MDB_NOTFOUND) {
-		op_error("mdb_cursor_get: %s", mdb_strerror(rc));
-		return -1;
-	}
-	return got;
-}
-
-/* The engines, FlexDB first (ratios are FlexDB / each peer). */
-enum { E_FLEX, E_ROCKS, E_LEVEL, E_LMDB, NENG };
-static const struct engine engines[NENG] = {
-    {"flexdb", fx_open, no_quiesce, fx_close, no_thread_init, no_thread_done, fx_put, fx_get,
-     fx_scan},
-    {"rocksdb", rk_open, rk_quiesce, rk_close, no_thread_init, no_thread_done, rk_put, rk_get,
-     rk_scan},
-    {"leveldb", lv_open, lv_quiesce, lv_close, no_thread_init, no_thread_done, lv_put, lv_get,
-     lv_scan},
-    {"lmdb", lm_open, no_quiesce, lm_close, lm_thread_init, lm_thread_done, lm_put, lm_get,
-     lm_scan},
-};
 
 /* ---- the acknowledged insert counter (YCSB's AcknowledgedCounterGenerator) --- */
 
@@ -1061,7 +235,7 @@ static void ack_free(struct ackctr *c)
 
 struct meas {
 	int have;
-	double ops, secs, opsps, usop, p50, p99, p999, maxus;
+	LAT_SUMMARY_MEMBER;
 	double cpu_us, wa, wa_net, space_amp, du, rss, peak, settle_s;
 	double user_bytes, written;
 	uint64_t errors, bad, notfound, inserts, scanned;
@@ -1142,7 +316,7 @@ static void *worker(void *arg)
 		if (!pr->w) { /* load */
 			int64_t kn = j->begin + i;
 			size_t kl = make_key(key, sizeof(key), kn);
-			make_value(val, kn, 0);
+			make_value(val, B.value_size, B.valpool, kn, 0);
 			uint64_t t0 = now_ns();
 			int rc = e->put(s, tc, key, kl, val, B.value_size);
 			h_add(&j->h, now_ns() - t0);
@@ -1165,12 +339,12 @@ static void *worker(void *arg)
 			h_add(&j->h, now_ns() - t0);
 			j->errors += rc < 0;
 			j->notfound += rc == 1;
-			j->bad += rc == 0 && !value_ok(rbuf, vl, kn);
+			j->bad += rc == 0 && !value_ok(rbuf, vl, B.value_size, kn);
 			break;
 		case YCSB_UPDATE:
 			kn = next_keynum(pr, &r, &sz, &lt);
 			kl = make_key(key, sizeof(key), kn);
-			make_value(val, kn, ++version);
+			make_value(val, B.value_size, B.valpool, kn, ++version);
 			t0 = now_ns();
 			rc = e->put(s, tc, key, kl, val, B.value_size);
 			h_add(&j->h, now_ns() - t0);
@@ -1180,7 +354,7 @@ static void *worker(void *arg)
 		case YCSB_INSERT:
 			kn = ack_next(&pr->ctr);
 			kl = make_key(key, sizeof(key), kn);
-			make_value(val, kn, ++version);
+			make_value(val, B.value_size, B.valpool, kn, ++version);
 			t0 = now_ns();
 			rc = e->put(s, tc, key, kl, val, B.value_size);
 			h_add(&j->h, now_ns() - t0);
@@ -1209,14 +383,14 @@ static void *worker(void *arg)
 		default:
 			kn = next_keynum(pr, &r, &sz, &lt);
 			kl = make_key(key, sizeof(key), kn);
-			make_value(val, kn, ++version);
+			make_value(val, B.value_size, B.valpool, kn, ++version);
 			t0 = now_ns();
 			rc = e->get(s, tc, key, kl, rbuf, cap, &vl);
 			int rc2 = e->put(s, tc, key, kl, val, B.value_size);
 			h_add(&j->h, now_ns() - t0);
 			j->errors += (rc < 0) + (rc2 != 0);
 			j->notfound += rc == 1;
-			j->bad += rc == 0 && !value_ok(rbuf, vl, kn);
+			j->bad += rc == 0 && !value_ok(rbuf, vl, B.value_size, kn);
 			j->user_bytes += kl + B.value_size;
 			break;
 		}
@@ -1305,14 +479,7 @@ static void run_phase(struct store *s, int phase, int rep, int nt, int64_t *reco
 
 	*records = phase == P_LOAD ? (int64_t)B.num : pr.ctr.next;
 	m->have = 1;
-	m->ops = (double)h->n;
-	m->secs = (double)(te - ts) / 1e9;
-	m->opsps = m->ops / m->secs;
-	m->usop = h->n ? h->sum / (double)h->n / 1000.0 : NAN;
-	m->p50 = h_pct(h, 0.50);
-	m->p99 = h_pct(h, 0.99);
-	m->p999 = h_pct(h, 0.999);
-	m->maxus = (double)h->max / 1000.0;
+	h_summary(h, ts, te, &m->lat);
 	m->cpu_us = (cpu1 - cpu0) / m->ops * 1e6;
 	m->written = (double)(io1.wb - io0.wb);
 	m->wa = m->wa_net = NAN;
@@ -1384,7 +551,7 @@ static void child_writer(const struct engine *e, const char *path, int fd)
 	for (uint64_t i = 0;; i++) {
 		int64_t kn = ycsb_uniform(&r, 0, (int64_t)B.num - 1);
 		size_t kl = make_key(key, sizeof(key), kn);
-		make_value(val, kn, 1ULL << 60 | i);
+		make_value(val, B.value_size, B.valpool, kn, 1ULL << 60 | i);
 		if (e->put(&s, tc, key, kl, val, B.value_size))
 			die("put failed in the writer");
 		if (i + 1 == B.kill_ops && write(fd, "k", 1) != 1)
@@ -1411,7 +578,7 @@ static void child_recover(const struct engine *e, const char *path, int fd)
 		int64_t kn = ycsb_uniform(&r, 0, (int64_t)B.num - 1);
 		size_t kl = make_key(key, sizeof(key), kn), vl = 0;
 		int rc = e->get(&s, tc, key, kl, buf, B.value_size + 8, &vl);
-		res.recover_bad += rc != 0 || !value_ok(buf, vl, kn);
+		res.recover_bad += rc != 0 || !value_ok(buf, vl, B.value_size, kn);
 	}
 	e->thread_done(&s, tc);
 	e->close(&s);
@@ -1478,25 +645,6 @@ static struct result R[MAX_TC][MAX_REPS][NENG];
  * the exit status says so (CI runs --quick as a smoke test). */
 static int n_failed;
 
-static double median(double *v, int n)
-{
-	int k = 0;
-	double tmp[MAX_REPS];
-
-	for (int i = 0; i < n; i++)
-		if (!isnan(v[i]))
-			tmp[k++] = v[i];
-	if (!k)
-		return NAN;
-	for (int i = 1; i < k; i++)
-		for (int j = i; j > 0 && tmp[j - 1] > tmp[j]; j--) {
-			double x = tmp[j];
-			tmp[j] = tmp[j - 1];
-			tmp[j - 1] = x;
-		}
-	return k % 2 ? tmp[k / 2] : (tmp[k / 2 - 1] + tmp[k / 2]) / 2;
-}
-
 /* Median over repetitions of a double at offset off in struct meas (phase
  * p >= 0) or in struct result (p < 0). */
 static double med(int ti, int en, int p, size_t off)
@@ -1517,15 +665,6 @@ static double med(int ti, int en, int p, size_t off)
 #define MEDP(ti, en, p, f) med(ti, en, p, offsetof(struct meas, f))
 #define MEDR(ti, en, f) med(ti, en, -1, offsetof(struct result, f))
 
-/* v with prec decimals and suffix, or "-" when NaN. */
-static void fmtv(char *buf, size_t cap, int prec, const char *suffix, double v)
-{
-	if (isnan(v))
-		snprintf(buf, cap, "-");
-	else
-		snprintf(buf, cap, "%.*f%s", prec, v, suffix);
-}
-
 static void print_line(int ti, int en, int p)
 {
 	char wa[16], sa[16], pk[16], reps[128] = "";
@@ -1540,9 +679,9 @@ static void print_line(int ti, int en, int p)
 		errs += res->ph[p].errors;
 		bad += res->ph[p].bad + res->ph[p].notfound;
 	}
-	fmtv(wa, sizeof(wa), 2, "", MEDP(ti, en, p, wa));
-	fmtv(sa, sizeof(sa), 2, "", MEDP(ti, en, p, space_amp));
-	fmtv(pk, sizeof(pk), 0, "", MEDP(ti, en, p, peak));
+	fmt_num(wa, sizeof(wa), 2, "", MEDP(ti, en, p, wa));
+	fmt_num(sa, sizeof(sa), 2, "", MEDP(ti, en, p, space_amp));
+	fmt_num(pk, sizeof(pk), 0, "", MEDP(ti, en, p, peak));
 	printf("%-7s %-8s t%-2d %10.0f ops/s  p50 %8.2f p99 %8.2f p99.9 %9.2f max %10.1f us  "
 	       "cpu %7.2f us/op  wa %-6s space %-5s rss %5.0f peak %5s MiB  reps [%s]%s\n",
 	       ph_name[p], engines[en].name, B.tcs[ti], MEDP(ti, en, p, opsps),
@@ -1620,9 +759,10 @@ static void print_ratios_and_targets(FILE *rcsv)
 			double f = MEDP(ti, E_FLEX, p, opsps);
 			char c[3][16];
 			for (int en = 1; en < NENG; en++)
-				fmtv(c[en - 1], sizeof(c[0]), 2, "x",
-				     B.eng_on[en] && B.eng_on[E_FLEX] ? f / MEDP(ti, en, p, opsps)
-								      : NAN);
+				fmt_num(c[en - 1], sizeof(c[0]), 2, "x",
+					B.eng_on[en] && B.eng_on[E_FLEX]
+					    ? f / MEDP(ti, en, p, opsps)
+					    : NAN);
 			printf("%-7s t%-3d %10s %10s %10s\n", ph_name[p], B.tcs[ti], c[0], c[1],
 			       c[2]);
 			if (rcsv) {
@@ -1746,35 +886,13 @@ static void write_csv(const char *path)
 /* ---- the run -----------------------------------------------------------------------------------
  */
 
-static void cpu_model(char *buf, size_t cap)
-{
-	char line[256];
-	FILE *f = fopen("/proc/cpuinfo", "r");
-
-	snprintf(buf, cap, "unknown");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		char *p = strchr(line, ':');
-		if (!strncmp(line, "model name", 10) && p) {
-			p += 2;
-			p[strcspn(p, "\n")] = 0;
-			snprintf(buf, cap, "%s", p);
-			break;
-		}
-	}
-	fclose(f);
-}
-
 /* RocksDB's version from the OPTIONS file a throwaway store writes (the
  * C API has no version call; the probe runs in a child so that the parent
  * never starts RocksDB's background threads before forking). */
 static void rocks_version(void)
 {
-	struct result res;
-	char dir[PATH_MAX + 32], line[256];
+	char dir[PATH_MAX + 32];
 
-	snprintf(B.rocks_version, sizeof(B.rocks_version), "?");
 	xsnprintf(dir, sizeof(dir), "%s/rocksdb-probe", B.work);
 	pid_t pid = fork();
 	if (pid == 0) {
@@ -1784,36 +902,19 @@ static void rocks_version(void)
 		rk_close(&s);
 		_exit(0);
 	}
-	(void)res;
 	waitpid(pid, NULL, 0);
-	char cmd[PATH_MAX + 128];
-	xsnprintf(cmd, sizeof(cmd), "cat %s/OPTIONS-* 2>/dev/null", dir);
-	FILE *f = popen(cmd, "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		char *p = strstr(line, "rocksdb_version=");
-		if (p) {
-			p += strlen("rocksdb_version=");
-			p[strcspn(p, " \r\n")] = 0;
-			snprintf(B.rocks_version, sizeof(B.rocks_version), "%s", p);
-			break;
-		}
-	}
-	if (f)
-		pclose(f);
+	rk_version(dir, B.rocks_version, sizeof(B.rocks_version));
 	rmtree(dir);
 }
 
 static void print_header(void)
 {
 	char cpu[256], date[64], thr[64] = "";
-	time_t now = time(NULL);
-	struct tm tm;
 	int lmaj, lmin, lpat;
 	static const char *const dn[] = {"uniform", "zipfian", "latest"};
 
 	cpu_model(cpu, sizeof(cpu));
-	localtime_r(&now, &tm);
-	strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S %Z", &tm);
+	date_now(date, sizeof(date));
 	mdb_version(&lmaj, &lmin, &lpat);
 	for (int i = 0; i < B.ntc; i++)
 		snprintf(thr + strlen(thr), sizeof(thr) - strlen(thr), "%s%d", i ? "," : "",
@@ -1821,18 +922,7 @@ static void print_header(void)
 	printf(
 	    "ycsb_bench: YCSB core workloads, FlexDB vs RocksDB, LevelDB, LMDB (FlexSpace paper, "
 	    "section 6.3)\n");
-#if defined(NDEBUG) && defined(__OPTIMIZE__)
-	printf("build:    release (optimised, assertions off)\n");
-#else
-	printf("build:    NOT a release build\n");
-#endif
-#ifndef NDEBUG
-	printf("WARNING:  assertions are enabled (built without -DNDEBUG): numbers are not "
-	       "representative\n");
-#endif
-#ifndef __OPTIMIZE__
-	printf("WARNING:  compiler optimisation is off: numbers are not representative\n");
-#endif
+	print_build_mode();
 	printf("library:  flex %s; RocksDB %s, LevelDB %d.%d, LMDB %d.%d.%d (system libraries, C "
 	       "APIs)\n",
 	       flex_version(NULL, NULL, NULL), B.rocks_version, leveldb_major_version(),
@@ -1855,8 +945,9 @@ static void print_header(void)
 	       "block cache %" PRIu64 " MiB + 2 x %" PRIu64
 	       " MiB write buffers; leveldb cache %" PRIu64 " MiB + write buffer %" PRIu64
 	       " MiB (+ 1 immutable); lmdb: OS page cache only\n",
-	       B.cache_bytes >> 20, B.memtable_bytes >> 20, B.cache_bytes >> 20,
-	       B.memtable_bytes >> 20, B.cache_bytes >> 20, B.memtable_bytes >> 20);
+	       engine_opts.cache_bytes >> 20, engine_opts.memtable_bytes >> 20,
+	       engine_opts.cache_bytes >> 20, engine_opts.memtable_bytes >> 20,
+	       engine_opts.cache_bytes >> 20, engine_opts.memtable_bytes >> 20);
 	printf("engines:  no compression; 10-bit bloom filters on rocksdb and leveldb; rocksdb "
 	       "other options default; flexdb defaults\n");
 	printf("writes:   no sync per write anywhere, each write handed to the OS before it "
@@ -1904,16 +995,6 @@ static void usage(void)
 	    "  --print-vectors    print the generator test vectors and exit\n");
 }
 
-static uint64_t parse_u64(const char *opt, const char *s)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 0);
-	if (errno || *end || !*s)
-		die("bad value for %s: %s", opt, s);
-	return v;
-}
-
 static void parse_args(int argc, char **argv)
 {
 	uint64_t num = 0, ops = 0, scan_ops = 0, kill_ops = 0;
@@ -1921,8 +1002,7 @@ static void parse_args(int argc, char **argv)
 
 	B.ds = &datasets[1];
 	B.seed = 42;
-	B.cache_bytes = (uint64_t)64 << 20;
-	B.memtable_bytes = (uint64_t)32 << 20;
+	engine_opts_default();
 	B.dist_override = -1;
 	B.plot = 1;
 	B.plot_script = "bench/plot_ycsb.sh";
@@ -1932,17 +1012,7 @@ static void parse_args(int argc, char **argv)
 	snprintf(B.out, sizeof(B.out), "results");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV()                                                                                    \
-	do {                                                                                       \
-		if (!v)                                                                            \
-			die("%s needs a value", a);                                                \
-		i++;                                                                               \
-	} while (0)
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage();
-			exit(0);
-		} else if (!strcmp(a, "--print-vectors")) {
+		if (!strcmp(a, "--print-vectors")) {
 			ycsb_write_vectors(stdout, 42);
 			exit(0);
 		} else if (!strcmp(a, "--quick")) {
@@ -1950,7 +1020,7 @@ static void parse_args(int argc, char **argv)
 		} else if (!strcmp(a, "--no-plot")) {
 			B.plot = 0;
 		} else if (!strcmp(a, "--dataset")) {
-			NEEDV();
+			const char *v = opt_value(argc, argv, &i);
 			size_t d;
 			for (d = 0; d < sizeof(datasets) / sizeof(datasets[0]); d++)
 				if (!strcmp(v, datasets[d].name))
@@ -1959,19 +1029,15 @@ static void parse_args(int argc, char **argv)
 				die("--dataset: zippydb, udb or sys");
 			B.ds = &datasets[d];
 		} else if (!strcmp(a, "--num")) {
-			NEEDV();
-			num = parse_u64(a, v);
+			num = opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--ops")) {
-			NEEDV();
-			ops = parse_u64(a, v);
+			ops = opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--scan-ops")) {
-			NEEDV();
-			scan_ops = parse_u64(a, v);
+			scan_ops = opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--kill-ops")) {
-			NEEDV();
-			kill_ops = parse_u64(a, v);
+			kill_ops = opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--threads")) {
-			NEEDV();
+			const char *v = opt_value(argc, argv, &i);
 			char *list = strdup(v), *save = NULL;
 			B.ntc = 0;
 			for (char *t = strtok_r(list, ",", &save); t;
@@ -1987,24 +1053,15 @@ static void parse_args(int argc, char **argv)
 			if (!B.ntc)
 				die("--threads: empty list");
 		} else if (!strcmp(a, "--reps")) {
-			NEEDV();
-			reps = (int)parse_u64(a, v);
+			reps = (int)opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--engines") || !strcmp(a, "--engine")) {
-			NEEDV();
-			char *list = strdup(v), *save = NULL;
-			for (char *t = strtok_r(list, ",", &save); t;
-			     t = strtok_r(NULL, ",", &save)) {
-				int en;
-				for (en = 0; en < NENG && strcmp(t, engines[en].name); en++)
-					;
-				if (en == NENG)
-					die("unknown engine %s", t);
-				B.eng_on[en] = 1;
-			}
-			free(list);
+			const char *names[NENG];
+			for (int en = 0; en < NENG; en++)
+				names[en] = engines[en].name;
+			mark_names(opt_value(argc, argv, &i), names, NENG, B.eng_on, "engine");
 			eng_given = 1;
 		} else if (!strcmp(a, "--distribution")) {
-			NEEDV();
+			const char *v = opt_value(argc, argv, &i);
 			B.dist_override = !strcmp(v, "uniform")	  ? YCSB_UNIFORM
 					  : !strcmp(v, "zipfian") ? YCSB_ZIPFIAN
 					  : !strcmp(v, "latest")  ? YCSB_LATEST
@@ -2012,34 +1069,20 @@ static void parse_args(int argc, char **argv)
 			if (B.dist_override == -2)
 				die("--distribution: uniform, zipfian or latest");
 		} else if (!strcmp(a, "--value-size")) {
-			NEEDV();
-			value_size = (int)parse_u64(a, v);
+			value_size = (int)opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--key-size")) {
-			NEEDV();
-			key_size = (int)parse_u64(a, v);
-		} else if (!strcmp(a, "--cache-mb")) {
-			NEEDV();
-			B.cache_bytes = parse_u64(a, v) << 20;
-		} else if (!strcmp(a, "--memtable-mb")) {
-			NEEDV();
-			B.memtable_bytes = parse_u64(a, v) << 20;
+			key_size = (int)opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--seed")) {
-			NEEDV();
-			B.seed = parse_u64(a, v);
+			B.seed = opt_u64(argc, argv, &i);
 		} else if (!strcmp(a, "--dir")) {
-			NEEDV();
-			snprintf(B.base, sizeof(B.base), "%s", v);
+			snprintf(B.base, sizeof(B.base), "%s", opt_value(argc, argv, &i));
 		} else if (!strcmp(a, "--out")) {
-			NEEDV();
-			snprintf(B.out, sizeof(B.out), "%s", v);
+			snprintf(B.out, sizeof(B.out), "%s", opt_value(argc, argv, &i));
 		} else if (!strcmp(a, "--plot-script")) {
-			NEEDV();
-			B.plot_script = v;
-		} else {
-			usage();
-			die("unknown option %s", a);
+			B.plot_script = opt_value(argc, argv, &i);
+		} else if (!engine_opts_arg(argc, argv, &i)) {
+			other_option(usage, a);
 		}
-#undef NEEDV
 	}
 	if (!eng_given)
 		for (int en = 0; en < NENG; en++)
@@ -2064,8 +1107,6 @@ static void parse_args(int argc, char **argv)
 		die("--reps must be 1 .. %d", MAX_REPS);
 	if (B.value_size > FLEXDB_MAX_VALUE || B.value_size + 8 > VALPOOL / 2)
 		die("--value-size too large");
-	if (B.cache_bytes < (1u << 20) || B.memtable_bytes < (1u << 20))
-		die("--cache-mb and --memtable-mb must be >= 1");
 }
 
 static void plot(const char *ratios)
@@ -2094,14 +1135,7 @@ int main(int argc, char **argv)
 	parse_args(argc, argv);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
-	B.valpool = malloc(VALPOOL);
-	if (!B.valpool)
-		die("out of memory");
-	struct ycsb_rng vr = {B.seed ^ 0xabcdef};
-	for (size_t i = 0; i < VALPOOL; i += 8) {
-		uint64_t x = ycsb_rng_next(&vr);
-		memcpy(B.valpool + i, &x, 8);
-	}
+	B.valpool = valpool_new(B.seed ^ 0xabcdef); /* ycsb_rng is splitmix64 too */
 	if (mkdir(B.base, 0755) && errno != EEXIST)
 		die("mkdir %s: %s", B.base, strerror(errno));
 	xsnprintf(B.work, sizeof(B.work), "%s/ycsb_bench.%d", B.base, (int)getpid());
@@ -2109,7 +1143,7 @@ int main(int argc, char **argv)
 		die("mkdir %s: %s", B.work, strerror(errno));
 	if (mkdir(B.out, 0755) && errno != EEXIST)
 		die("mkdir %s: %s", B.out, strerror(errno));
-	B.proc_io_ok = probe_proc_io();
+	B.proc_io_ok = probe_proc_io(B.work, B.valpool);
 	B.clear_refs_ok = reset_hwm();
 	if (B.eng_on[E_ROCKS])
 		rocks_version();
