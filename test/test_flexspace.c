@@ -858,7 +858,7 @@ static int fault_run(const struct fault_case *fc, long at, uint64_t seed, const 
 			if (n < 0 && !c.tripped)
 				bad = failf(w, "op %ld: read failed with no fault: %s", i,
 					    flex_strerror((int)n));
-			else if (n >= 0 && model_ok && ((uint64_t)n != exp || memcmp(rb, m.b + op.off, exp)))
+			else if (n >= 0 && model_ok && ((uint64_t)n != exp || (exp && memcmp(rb, m.b + op.off, exp))))
 				bad = failf(w, "op %ld: read(%" PRIu64 ", %" PRIu64 ") wrong (%zd)%s",
 					    i, op.off, want, n,
 					    failed_at >= 0 ? " on a failed handle" : "");
