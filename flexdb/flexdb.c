@@ -298,7 +298,14 @@ static int switch_memtable(struct flexdb *db)
 	pthread_mutex_unlock(&db->mtmu);
 	if (atomic_load(&db->failed))
 		return FLEX_EFAILED;
-	int rc;
+	/* The outgoing WAL is made durable before the next one can receive a
+	 * record: otherwise a power loss could keep a record of the new file
+	 * while losing the first records of this one, and replay (which has
+	 * no sequence number to check the first surviving record against)
+	 * would apply the later records without the earlier ones. */
+	int rc = fdb_wal_sync(db->active->wal);
+	if (rc)
+		return db_fail(db, rc);
 	struct fdb_memref *n = memref_new(db, db->wal_gen, &rc);
 	if (!n)
 		return rc;

@@ -602,20 +602,11 @@ static void power_loss_run(const char *name, int sync_writes, uint64_t memtable_
 }
 
 /* Tiny memtables: a WAL per memtable, handed to the committer after
- * every write or two, so several WAL files are in play at each crash. */
-/* KNOWN INTERMITTENT FAILURE (about 1 run in 12, not reproducible from the
- * seed because the committer's timing decides the crash images): an image
- * taken while the committer works on 64 KiB memtables, in the second or a
- * later session, sometimes recovers a store that matches no prefix of the
- * operations (a couple of pairs off).  Until it is diagnosed -- a library
- * ordering bug or a race in this harness -- it runs in `make stress` and
- * with FLEX_TEST_FLAKY=1, not in `make test`, so that it cannot be
- * mistaken for a passing test. */
+ * every write or two, so several WAL files are in play at each crash and
+ * the committer runs while the images are taken.  (It caught WALs whose
+ * records could survive out of order across a memtable switch.) */
 Test(flexdb_crash, power_loss_at_random_syncs_recovers_a_prefix)
 {
-	if (test_scale() < 2 && !getenv("FLEX_TEST_FLAKY"))
-		cr_skip_test("intermittent mismatch under investigation; "
-			     "run with FLEX_TEST_FLAKY=1 or FLEX_TEST_SCALE>=2");
 	power_loss_run("power_loss", 0, 64u << 10, scaled(4), scaled(1500));
 }
 
