@@ -116,10 +116,16 @@ static int fi_route(const struct fi_node *n, const void *key, uint32_t klen)
 	return lo - 1;
 }
 
-static void fi_descend_edge(struct fdb_ipath *p, struct fi_node *n, int64_t base, int d, int last)
+/* How a descent picks the child at each level. */
+enum { FI_FIRST, FI_LAST, FI_ROUTE };
+
+/* Walks from n (at depth d, with base offset base) down to a leaf, filling
+ * the path; the leaf position is set for FI_FIRST / FI_LAST. */
+static void fi_descend(struct fdb_ipath *p, struct fi_node *n, int64_t base, int d, int how,
+		       const void *key, uint32_t klen)
 {
 	while (!n->leaf) {
-		int k = last ? n->n - 1 : 0;
+		int k = how == FI_ROUTE ? fi_route(n, key, klen) : how == FI_LAST ? n->n - 1 : 0;
 		p->node[d] = n;
 		p->idx[d] = k;
 		p->base[d] = base;
@@ -130,7 +136,12 @@ static void fi_descend_edge(struct fdb_ipath *p, struct fi_node *n, int64_t base
 	p->depth = d;
 	p->leaf = n;
 	p->leaf_base = base;
-	p->j = last ? n->n - 1 : 0;
+	p->j = how == FI_LAST ? n->n - 1 : 0;
+}
+
+static void fi_descend_edge(struct fdb_ipath *p, struct fi_node *n, int64_t base, int d, int last)
+{
+	fi_descend(p, n, base, d, last ? FI_LAST : FI_FIRST, NULL, 0);
 }
 
 static struct fdb_ival *fi_cur(const struct fdb_ipath *p)
@@ -142,21 +153,8 @@ static struct fdb_ival *fi_cur(const struct fdb_ipath *p)
 struct fdb_ival *fdb_index_find(const struct fdb_index *x, const void *key, uint32_t klen,
 				struct fdb_ipath *p)
 {
-	struct fi_node *n = x->root;
-	int64_t base = 0;
-	int d = 0;
-	while (!n->leaf) {
-		int k = fi_route(n, key, klen);
-		p->node[d] = n;
-		p->idx[d] = k;
-		p->base[d] = base;
-		d++;
-		base += n->i.shift[k];
-		n = n->i.child[k];
-	}
-	p->depth = d;
-	p->leaf = n;
-	p->leaf_base = base;
+	fi_descend(p, x->root, 0, 0, FI_ROUTE, key, klen);
+	const struct fi_node *n = p->leaf;
 	int lo = 0, hi = n->n;
 	while (lo < hi) {
 		int mid = (lo + hi) >> 1;
