@@ -314,10 +314,82 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len)
 /* ---- reads -------------------------------------------------------------- */
 
 #define FS_READ_BATCH 64
+/* Pieces of DATA closer than this are read as one span: a few hundred
+ * bytes more of a cached page costs far less than another system call or
+ * submission.  The pieces a commit appended in key order lie back to back
+ * in DATA even when other pairs separate them logically, so a read of a
+ * randomly built range needs about one span per commit, not one per
+ * extent. */
+#define FS_READ_GAP 2048
+#define FS_READ_SPAN (256u << 10)
+
+/* Reads pieces v[0..n) of DATA (destinations disjoint), coalescing pieces
+ * that lie close together.  The pieces come in logical order; those of one
+ * commit come in rising address order, so each piece is tried against the
+ * most recent spans only. */
+static int fs_read_pieces(struct flexspace *fs, const struct flex_iovec *v, int n)
+{
+	if (n == 1)
+		return flex_io_read_full(fs->io, fs->data_fd, v[0].buf, v[0].len, v[0].off);
+	struct flex_iovec span[FS_READ_BATCH];
+	uint8_t owner[FS_READ_BATCH]; /* the span of each piece */
+	uint8_t count[FS_READ_BATCH]; /* pieces per span */
+	int ns = 0;
+	for (int i = 0; i < n; i++) {
+		uint64_t lo = v[i].off, hi = v[i].off + v[i].len;
+		int k = ns - 1;
+		for (; k >= 0 && k >= ns - 8; k--) {
+			uint64_t slo = span[k].off, shi = span[k].off + span[k].len;
+			uint64_t nlo = lo < slo ? lo : slo, nhi = hi > shi ? hi : shi;
+			if (lo <= shi + FS_READ_GAP && hi + FS_READ_GAP >= slo &&
+			    nhi - nlo <= FS_READ_SPAN) {
+				span[k].off = nlo;
+				span[k].len = nhi - nlo;
+				break;
+			}
+		}
+		if (k < 0 || k < ns - 8) {
+			k = ns++;
+			span[k] = (struct flex_iovec){.buf = NULL, .len = hi - lo, .off = lo};
+			count[k] = 0;
+		}
+		owner[i] = (uint8_t)k;
+		count[k]++;
+	}
+	size_t scratch = 0;
+	for (int k = 0; k < ns; k++)
+		if (count[k] > 1)
+			scratch += span[k].len;
+	uint8_t stackbuf[8192];
+	uint8_t *tmp = scratch <= sizeof(stackbuf) ? stackbuf : malloc(scratch);
+	if (!tmp)
+		return -ENOMEM;
+	size_t at = 0;
+	for (int k = 0; k < ns; k++) {
+		if (count[k] > 1) {
+			span[k].buf = tmp + at;
+			at += span[k].len;
+		}
+	}
+	for (int i = 0; i < n; i++)
+		if (count[owner[i]] == 1)
+			span[owner[i]].buf = v[i].buf; /* alone: straight to its place */
+	int rc = ns == 1 ? flex_io_read_full(fs->io, fs->data_fd, span[0].buf, span[0].len,
+					     span[0].off)
+			 : fs->io->read_batch(fs->io, fs->data_fd, span, ns);
+	for (int i = 0; !rc && i < n; i++) {
+		const struct flex_iovec *sp = &span[owner[i]];
+		if (count[owner[i]] > 1)
+			memcpy(v[i].buf, (const uint8_t *)sp->buf + (v[i].off - sp->off), v[i].len);
+	}
+	if (tmp != stackbuf)
+		free(tmp);
+	return rc;
+}
 
 /* Reads [off, off+len) (inside the space) into buf: holes as zeros, the
- * open segment from its buffer, everything else in batches through the
- * seam's read_batch (io_uring: many extents, one submission). */
+ * open segment from its buffer, everything else in batches of pieces
+ * (fs_read_pieces). */
 int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len)
 {
 	struct flextree_mapping m[FS_READ_BATCH];
@@ -358,10 +430,7 @@ int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t le
 			done += m[i].len;
 		}
 		if (nv) {
-			/* One piece: a plain pread beats an io_uring round trip. */
-			int rc = nv == 1 ? flex_io_read_full(fs->io, fs->data_fd, v[0].buf, v[0].len,
-							     v[0].off)
-					 : fs->io->read_batch(fs->io, fs->data_fd, v, nv);
+			int rc = fs_read_pieces(fs, v, nv);
 			if (rc)
 				return rc == -ENODATA ? FLEX_ECORRUPT : rc;
 		}
