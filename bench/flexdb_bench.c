@@ -610,8 +610,9 @@ static void run_workload(struct eng *e, enum wl w, int rep, uint64_t ops, struct
 			uint64_t mi = fs1.cache_misses - fs0.cache_misses;
 			nl += (size_t)snprintf(
 			    m->note + nl, sizeof(m->note) - nl,
-			    "cache hit %.0f%% (%" PRIu64 " loads)",
-			    hi + mi ? 100.0 * (double)hi / (double)(hi + mi) : 0.0, mi);
+			    "cache hit %.0f%% (%" PRIu64 " loads)  extents/interval %.1f",
+			    hi + mi ? 100.0 * (double)hi / (double)(hi + mi) : 0.0, mi,
+			    fs1.intervals ? (double)fs1.space.extents / (double)fs1.intervals : 0.0);
 		}
 	}
 	if (wl_writes(w)) {

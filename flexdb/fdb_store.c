@@ -904,6 +904,57 @@ static uint32_t refs_lower(const struct pair_ref *r, uint32_t n, const void *key
 	return lo;
 }
 
+/* Bytes of uncached intervals a scan reads in one FlexSpace read: pairs a
+ * commit appended together lie together in the data file even when other
+ * pairs separate them, so reading neighbouring intervals at once needs a
+ * few reads where one per interval needed a few each. */
+#define FDB_SCAN_READ_BYTES (128u << 10)
+#define FDB_SCAN_READ_IVALS 32
+
+/* A run of neighbouring uncached intervals read at once: logical bytes
+ * [off, off + len) of the FlexSpace. */
+struct scan_run {
+	uint8_t *buf;
+	uint64_t off, len;
+};
+
+/* Reads the uncached intervals from p's on (backwards with reverse) that
+ * the scan will probably need (`want` more pairs) into r. */
+static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const struct fdb_ival *iv,
+			 int reverse, int want, struct scan_run *r)
+{
+	struct fdb_ipath q = *p;
+	uint64_t lo = fdb_index_offset(p), hi = lo + iv->size;
+	uint64_t pairs = 0;
+	const struct fdb_ival *x = iv;
+	for (int k = 1; k < FDB_SCAN_READ_IVALS; k++) {
+		/* After recovery the pair count is unknown: guess from the size. */
+		pairs += x->count != FDB_COUNT_UNKNOWN ? x->count : x->size / 128 + 1;
+		if (pairs > (uint64_t)want)
+			break;
+		x = reverse ? fdb_index_prev(&q) : fdb_index_next(&q);
+		if (!x || x->cache || hi - lo + x->size > FDB_SCAN_READ_BYTES)
+			break;
+		if (reverse)
+			lo = fdb_index_offset(&q);
+		else
+			hi += x->size;
+	}
+	free(r->buf);
+	r->buf = malloc(hi > lo ? hi - lo : 1);
+	r->off = lo;
+	r->len = 0;
+	if (!r->buf)
+		return -ENOMEM;
+	ssize_t n = hi > lo ? flexspace_read(s->fs, r->buf, lo, hi - lo) : 0;
+	if (n < 0)
+		return (int)n;
+	if ((uint64_t)n != hi - lo)
+		return FLEX_ECORRUPT;
+	r->len = hi - lo;
+	return 0;
+}
+
 int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inclusive,
 		   int reverse, struct fdb_pair *out, int max, int *n, struct fdb_ar *ar)
 {
@@ -914,12 +965,12 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		iv = fdb_index_find(s->index, from, flen, &p);
 	else
 		iv = reverse ? fdb_index_last(s->index, &p) : fdb_index_first(s->index, &p);
+	struct scan_run run = {0};
 	int first = 1, rc = 0;
 	while (iv && *n < max && !rc) {
 		/* Cached entries are read in place; others from their raw
 		 * bytes, without building (or caching) an entry. */
 		struct pair_ref *refs = NULL;
-		uint8_t *raw = NULL;
 		uint32_t cnt;
 		const struct fdb_cent *c = iv->cache;
 		if (c) {
@@ -935,13 +986,15 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			}
 			cnt = c->n;
 		} else {
-			rc = ival_read_raw(s, iv, fdb_index_offset(&p), &raw);
-			if (!rc)
+			uint64_t off = fdb_index_offset(&p);
+			if (off < run.off || off + iv->size > run.off + run.len)
+				rc = scan_read_run(s, &p, iv, reverse, max - *n, &run);
+			if (!rc) {
+				const uint8_t *raw = run.buf + (off - run.off);
 				rc = raw_pairs(raw, raw + iv->size, &refs, &cnt);
-			if (rc) {
-				free(raw);
-				break;
 			}
+			if (rc)
+				break;
 		}
 		int64_t i;
 		if (first && flen) {
@@ -962,9 +1015,9 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			(*n)++;
 		}
 		free(refs);
-		free(raw);
 		iv = reverse ? fdb_index_prev(&p) : fdb_index_next(&p);
 	}
+	free(run.buf);
 	return rc;
 }
 
