@@ -608,10 +608,13 @@ static void run_workload(struct eng *e, enum wl w, int rep, uint64_t ops, struct
 		else {
 			uint64_t hi = fs1.cache_hits - fs0.cache_hits;
 			uint64_t mi = fs1.cache_misses - fs0.cache_misses;
+			uint64_t th = fs1.cache_thin_hits - fs0.cache_thin_hits;
+			uint64_t all = hi + mi + th;
 			nl += (size_t)snprintf(
 			    m->note + nl, sizeof(m->note) - nl,
-			    "cache hit %.0f%% (%" PRIu64 " loads)  extents/interval %.1f",
-			    hi + mi ? 100.0 * (double)hi / (double)(hi + mi) : 0.0, mi,
+			    "cache hit %.0f%% thin %.0f%% (%" PRIu64 " loads)  extents/interval %.1f",
+			    all ? 100.0 * (double)hi / (double)all : 0.0,
+			    all ? 100.0 * (double)th / (double)all : 0.0, mi,
 			    fs1.intervals ? (double)fs1.space.extents / (double)fs1.intervals : 0.0);
 		}
 	}

@@ -200,7 +200,9 @@ int fdb_index_check(const struct fdb_index *x);
 /* A cached interval: its raw bytes as stored in the FlexSpace (records
  * back to back, checksums verified when they entered), the offset of each
  * record, and each key's 16-bit fingerprint.  One allocation per array,
- * none per pair, so the cache holds nearly its size in pairs. */
+ * none per pair, so the cache holds nearly its size in pairs.  A *thin*
+ * entry (raw NULL) keeps only offsets and fingerprints: a lookup reads the
+ * one record it needs. */
 struct fdb_cent {
 	uint8_t *raw;
 	uint32_t size, rawcap;
@@ -220,9 +222,11 @@ struct fdb_store {
 	struct fdb_cent **ring;
 	uint32_t nring, ring_cap, hand;
 	size_t cache_bytes, cache_limit;
+	size_t thin_bytes; /* of thin entries, at most a quarter of the cache */
 	uint64_t keys, bytes;
 	uint64_t uncounted; /* intervals whose pair count is not known yet */
-	atomic_ullong hits, misses, admit_tick;
+	atomic_ullong hits, thin_hits, misses, admit_tick;
+	atomic_ullong gen; /* changed by every apply: see fdb_cands */
 	uint8_t *rec; /* scratch for one encoded record */
 };
 
@@ -230,19 +234,33 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 void fdb_store_close(struct fdb_store *s);
 /* Exclusive lock held: applies one put or delete to the FlexSpace. */
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
+
+/* Cache entries built by readers under the shared lock from intervals they
+ * read anyway; fdb_store_admit attaches them under the exclusive lock if
+ * the store has not changed since fdb_cands_init (its generation). */
+#define FDB_CANDS_MAX 32
+struct fdb_cands {
+	uint64_t gen;
+	int n;
+	struct {
+		struct fdb_ival *iv;
+		struct fdb_cent *c;
+	} v[FDB_CANDS_MAX];
+};
+void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands);
+void fdb_cands_free(struct fdb_cands *cands);
+/* Exclusive lock held: attaches (or frees) the candidates. */
+void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands);
+
 /* Shared lock held.  Returns 0 (found: value copied as flexdb_get does),
- * FLEXDB_NOTFOUND or an error.  An uncached interval is searched in its raw
- * bytes; *admit gets FDB_ADMIT when it should be cached (fdb_store_admit)
- * and FDB_FRAGMENTED when it is worth rewriting (fdb_store_defrag). */
-#define FDB_ADMIT 1
-#define FDB_FRAGMENTED 2
+ * FLEXDB_NOTFOUND or an error.  A miss offers its interval in cands;
+ * *fragmented says the interval is worth rewriting (fdb_store_defrag). */
 int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf, size_t cap,
-		  size_t *vlen, int *admit);
-/* Exclusive lock held: caches the interval holding key. */
-int fdb_store_admit(struct fdb_store *s, const void *key, uint32_t klen);
+		  size_t *vlen, struct fdb_cands *cands, int *fragmented);
 /* Exclusive lock held: rewrites the interval holding key contiguously. */
 int fdb_store_defrag(struct fdb_store *s, const void *key, uint32_t klen);
-/* A cache miss admits its interval into a full cache once in this many. */
+/* A cache miss admits its interval whole into a full cache once in this
+ * many (thin otherwise). */
 #define FDB_ADMIT_EVERY 16
 /* A bump allocator whose blocks never move: an iterator copies a chunk of
  * pairs into one, and frees it whole when it reads the next chunk. */
@@ -263,10 +281,11 @@ struct fdb_pair {
 /* Shared lock held: copies up to max pairs in key order starting at the
  * first key >= from (> from unless inclusive), or with reverse, in
  * descending order from the last key <= from (< from unless inclusive);
- * flen 0 starts at the first (last) key.  Uncached intervals are decoded
- * without being cached. */
+ * flen 0 starts at the first (last) key.  Uncached intervals read are
+ * offered in cands. */
 int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inclusive,
-		   int reverse, struct fdb_pair *out, int max, int *n, struct fdb_ar *ar);
+		   int reverse, struct fdb_pair *out, int max, int *n, struct fdb_ar *ar,
+		   struct fdb_cands *cands);
 int fdb_store_check(struct fdb_store *s);
 
 #endif /* FDB_INT_H */

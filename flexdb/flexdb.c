@@ -232,6 +232,17 @@ static void defrag_some(struct flexdb *db)
 	pthread_mutex_lock(&db->mtmu);
 }
 
+/* Any thread: caches the intervals a lookup or scan read (changing the
+ * cache needs the exclusive lock; failing to cache fails nothing). */
+static void cache_offer(struct flexdb *db, struct fdb_cands *cands)
+{
+	if (!cands->n)
+		return;
+	pthread_rwlock_wrlock(&db->lock);
+	fdb_store_admit(&db->store, cands);
+	pthread_rwlock_unlock(&db->lock);
+}
+
 /* Any thread: asks the committer to defragment the interval of key. */
 static void defrag_request(struct flexdb *db, const void *key, size_t klen)
 {
@@ -576,19 +587,15 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 	memref_put(i);
 	if (v)
 		return rc;
-	int admit;
+	int fragmented;
+	struct fdb_cands cands;
 	pthread_rwlock_rdlock(&db->lock);
-	rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, &admit);
+	fdb_cands_init(&db->store, &cands);
+	rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, &cands, &fragmented);
 	pthread_rwlock_unlock(&db->lock);
-	if (admit & FDB_FRAGMENTED)
+	if (fragmented)
 		defrag_request(db, key, klen);
-	if ((admit & FDB_ADMIT) && rc >= 0) {
-		/* Caching changes shared state: exclusive lock.  A failure to
-		 * cache does not fail the lookup. */
-		pthread_rwlock_wrlock(&db->lock);
-		fdb_store_admit(&db->store, key, (uint32_t)klen);
-		pthread_rwlock_unlock(&db->lock);
-	}
+	cache_offer(db, &cands);
 	return rc;
 }
 
@@ -712,10 +719,13 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 						&cnt[1], &it->ar);
 		}
 		if (!rc) {
+			struct fdb_cands cands;
 			pthread_rwlock_rdlock(&db->lock);
+			fdb_cands_init(&db->store, &cands);
 			rc = fdb_store_scan(&db->store, from, flen, inclusive, reverse, src[2],
-					    FDB_ITER_CHUNK, &cnt[2], &it->ar);
+					    FDB_ITER_CHUNK, &cnt[2], &it->ar, &cands);
 			pthread_rwlock_unlock(&db->lock);
+			cache_offer(db, &cands);
 		}
 		memref_put(a);
 		memref_put(im);
@@ -1153,6 +1163,7 @@ int flexdb_stats(struct flexdb *db, struct flexdb_stats *st)
 	st->cache_bytes = db->store.cache_bytes;
 	pthread_rwlock_unlock(&db->lock);
 	st->cache_hits = atomic_load(&db->store.hits);
+	st->cache_thin_hits = atomic_load(&db->store.thin_hits);
 	st->cache_misses = atomic_load(&db->store.misses);
 	st->committer_runs = atomic_load(&db->committer_runs);
 	st->committed_pairs = atomic_load(&db->committed_pairs);

@@ -70,8 +70,11 @@ struct flexdb_stats {
 	uint64_t bytes;		   /* bytes of encoded pairs in the FlexSpace */
 	uint64_t intervals;	   /* sparse index entries */
 	uint64_t cache_bytes;	   /* decoded intervals in the cache */
-	uint64_t cache_hits;
-	uint64_t cache_misses;
+	uint64_t cache_hits;	   /* lookups served from a whole cached interval */
+	uint64_t cache_misses;	   /* intervals read whole from the FlexSpace */
+	/* lookups through a thin entry (offsets and fingerprints only): one
+	 * record read from the FlexSpace instead of the whole interval */
+	uint64_t cache_thin_hits;
 	uint64_t memtable_bytes;   /* both memtables */
 	uint64_t memtable_entries; /* both memtables */
 	uint64_t wal_bytes;	   /* WAL files on disk */

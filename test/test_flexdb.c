@@ -727,9 +727,9 @@ struct mrun {
 	struct keypool pool;
 	uint8_t *vbuf, *gbuf, *kbuf;
 	long op;
-	uint64_t sess_committer, sess_gc, sess_tree;
+	uint64_t sess_committer, sess_gc, sess_tree, sess_thin;
 	uint64_t committer_runs, gc_runs, tree_commits, max_cache, scans, scan_steps, turns,
-	    batches, gets, checks;
+	    batches, gets, checks, thin_hits;
 };
 
 #define MFAIL(mr, ...)                                                                             \
@@ -802,6 +802,7 @@ static void m_stats(struct mrun *mr)
 	mr->sess_committer = st.committer_runs;
 	mr->sess_gc = st.space.gc_runs;
 	mr->sess_tree = st.space.tree_commits;
+	mr->sess_thin = st.cache_thin_hits;
 }
 
 static void m_check(struct mrun *mr)
@@ -969,6 +970,7 @@ static void m_reopen(struct mrun *mr)
 	mr->committer_runs += mr->sess_committer;
 	mr->gc_runs += mr->sess_gc;
 	mr->tree_commits += mr->sess_tree;
+	mr->thin_hits += mr->sess_thin;
 	int rc = flexdb_close(mr->db);
 	mr->db = NULL;
 	if (rc)
@@ -1106,10 +1108,13 @@ static void model_run(const char *name, struct flexdb_options opt, long nops, in
 		"  %s: %ld ops in %.1f s, %zu keys, %" PRIu64 " gets, %" PRIu64 " scans (%" PRIu64
 		" steps, %" PRIu64 " turns), %" PRIu64 " batches, %" PRIu64
 		" checks; committer runs %" PRIu64 ", max cache %" PRIu64 ", intervals %" PRIu64
-		", GC runs %" PRIu64 ", tree commits %" PRIu64 "\n",
+		", GC runs %" PRIu64 ", tree commits %" PRIu64 ", thin-entry lookups %" PRIu64 "\n",
 		name, nops, now_sec() - t0, mr->m.n, mr->gets, mr->scans, mr->scan_steps, mr->turns,
 		mr->batches, mr->checks, mr->committer_runs, mr->max_cache, st.intervals,
-		mr->gc_runs, mr->tree_commits);
+		mr->gc_runs, mr->tree_commits, mr->thin_hits);
+	/* A cache far smaller than the store keeps most intervals thin. */
+	if (opt.cache_size && opt.cache_size <= FDB_TINY_CACHE)
+		cr_expect(mr->thin_hits > 0, "%s: no lookup went through a thin entry", name);
 	if (opt.memtable_size)
 		cr_expect(mr->committer_runs > 0, "%s: the committer never ran", name);
 	cr_assert_eq(flexdb_close(mr->db), 0);
