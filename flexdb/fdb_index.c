@@ -24,6 +24,32 @@
 
 #define FI_CAP 64
 
+/* The first 8 bytes of a key, big-endian and zero-padded: prefixes that
+ * differ order their keys as fdb_keycmp does, so a search compares keys
+ * only when prefixes tie, instead of following a pointer at every step. */
+static inline uint64_t fi_prefix(const uint8_t *k, uint32_t len)
+{
+	uint64_t v = 0;
+	for (uint32_t i = 0; i < 8; i++)
+		v = v << 8 | (i < len ? k[i] : 0);
+	return v;
+}
+
+static inline int fi_cmp(uint64_t ap, const uint8_t *a, uint32_t alen, uint64_t bp,
+			 const uint8_t *b, uint32_t blen)
+{
+	if (ap != bp)
+		return ap < bp ? -1 : 1;
+	return fdb_keycmp(a, alen, b, blen);
+}
+
+/* A pivot: a copied key and its prefix. */
+struct fi_key {
+	uint64_t pfx;
+	uint8_t *k;
+	uint32_t len;
+};
+
 struct fi_node {
 	int leaf;
 	int n;
@@ -31,12 +57,12 @@ struct fi_node {
 		struct {
 			struct fdb_ival *iv[FI_CAP];
 			uint64_t off[FI_CAP];
+			uint64_t pfx[FI_CAP]; /* fi_prefix of each interval's key */
 		} l;
 		struct {
 			struct fi_node *child[FI_CAP];
 			int64_t shift[FI_CAP];
-			uint8_t *pk[FI_CAP]; /* pk[0] unused */
-			uint32_t pklen[FI_CAP];
+			struct fi_key pk[FI_CAP]; /* pk[0] unused */
 		} i;
 	};
 };
@@ -83,7 +109,7 @@ static void fi_free(struct fi_node *n)
 	} else {
 		for (int k = 0; k < n->n; k++) {
 			fi_free(n->i.child[k]);
-			free(n->i.pk[k]);
+			free(n->i.pk[k].k);
 		}
 	}
 	free(n);
@@ -103,12 +129,13 @@ uint64_t fdb_index_count(const struct fdb_index *x)
 }
 
 /* Last child whose pivot is <= key (child 0 has no pivot). */
-static int fi_route(const struct fi_node *n, const void *key, uint32_t klen)
+static int fi_route(const struct fi_node *n, uint64_t kp, const void *key, uint32_t klen)
 {
 	int lo = 1, hi = n->n;
 	while (lo < hi) {
 		int mid = (lo + hi) >> 1;
-		if (fdb_keycmp(n->i.pk[mid], n->i.pklen[mid], key, klen) <= 0)
+		const struct fi_key *pk = &n->i.pk[mid];
+		if (fi_cmp(pk->pfx, pk->k, pk->len, kp, key, klen) <= 0)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -124,8 +151,9 @@ enum { FI_FIRST, FI_LAST, FI_ROUTE };
 static void fi_descend(struct fdb_ipath *p, struct fi_node *n, int64_t base, int d, int how,
 		       const void *key, uint32_t klen)
 {
+	uint64_t kp = how == FI_ROUTE ? fi_prefix(key, klen) : 0;
 	while (!n->leaf) {
-		int k = how == FI_ROUTE ? fi_route(n, key, klen) : how == FI_LAST ? n->n - 1 : 0;
+		int k = how == FI_ROUTE ? fi_route(n, kp, key, klen) : how == FI_LAST ? n->n - 1 : 0;
 		p->node[d] = n;
 		p->idx[d] = k;
 		p->base[d] = base;
@@ -155,11 +183,12 @@ struct fdb_ival *fdb_index_find(const struct fdb_index *x, const void *key, uint
 {
 	fi_descend(p, x->root, 0, 0, FI_ROUTE, key, klen);
 	const struct fi_node *n = p->leaf;
+	uint64_t kp = fi_prefix(key, klen);
 	int lo = 0, hi = n->n;
 	while (lo < hi) {
 		int mid = (lo + hi) >> 1;
-		const struct fdb_ival *iv = n->l.iv[mid];
-		if (fdb_keycmp(iv->key, iv->klen, key, klen) <= 0)
+		if (n->l.pfx[mid] != kp ? n->l.pfx[mid] < kp
+					: fdb_keycmp(n->l.iv[mid]->key, n->l.iv[mid]->klen, key, klen) <= 0)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -234,6 +263,13 @@ uint64_t fdb_index_offset(const struct fdb_ipath *p)
 	return (uint64_t)(p->leaf_base + (int64_t)l->l.off[p->j]);
 }
 
+void fdb_index_rekey(struct fdb_ipath *p)
+{
+	struct fi_node *l = p->leaf;
+	const struct fdb_ival *iv = l->l.iv[p->j];
+	l->l.pfx[p->j] = fi_prefix(iv->key, iv->klen);
+}
+
 void fdb_index_shift(struct fdb_ipath *p, int64_t delta)
 {
 	struct fi_node *l = p->leaf;
@@ -246,20 +282,21 @@ void fdb_index_shift(struct fdb_ipath *p, int64_t delta)
 	}
 }
 
-static int fi_copy_key(const struct fdb_ival *iv, uint8_t **pk, uint32_t *pklen)
+static int fi_copy_key(const struct fdb_ival *iv, struct fi_key *pk)
 {
-	*pk = malloc(iv->klen ? iv->klen : 1);
-	if (!*pk)
+	pk->k = malloc(iv->klen ? iv->klen : 1);
+	if (!pk->k)
 		return -ENOMEM;
-	memcpy(*pk, iv->key, iv->klen);
-	*pklen = iv->klen;
+	memcpy(pk->k, iv->key, iv->klen);
+	pk->len = iv->klen;
+	pk->pfx = fi_prefix(iv->key, iv->klen);
 	return 0;
 }
 
 /* Inserts child c (with its shift and pivot) after index k of the node at
  * depth d of the path, splitting upward as needed. */
 static int fi_insert_child(struct fdb_index *x, struct fdb_ipath *p, int d, struct fi_node *c,
-			   int64_t shift, uint8_t *pk, uint32_t pklen)
+			   int64_t shift, struct fi_key pk)
 {
 	if (d < 0) {
 		struct fi_node *r = fi_new(0);
@@ -271,7 +308,6 @@ static int fi_insert_child(struct fdb_index *x, struct fdb_ipath *p, int d, stru
 		r->i.child[1] = c;
 		r->i.shift[1] = shift;
 		r->i.pk[1] = pk;
-		r->i.pklen[1] = pklen;
 		x->root = r;
 		x->height++;
 		return 0;
@@ -286,11 +322,9 @@ static int fi_insert_child(struct fdb_index *x, struct fdb_ipath *p, int d, stru
 		r->n = FI_CAP - h;
 		memcpy(r->i.child, n->i.child + h, r->n * sizeof(void *));
 		memcpy(r->i.shift, n->i.shift + h, r->n * sizeof(int64_t));
-		memcpy(r->i.pk, n->i.pk + h, r->n * sizeof(void *));
-		memcpy(r->i.pklen, n->i.pklen + h, r->n * sizeof(uint32_t));
-		uint8_t *up = r->i.pk[0];
-		uint32_t uplen = r->i.pklen[0];
-		r->i.pk[0] = NULL;
+		memcpy(r->i.pk, n->i.pk + h, r->n * sizeof(struct fi_key));
+		struct fi_key up = r->i.pk[0];
+		r->i.pk[0] = (struct fi_key){0};
 		n->n = h;
 		/* Both halves keep the base of the split node: the new node's
 		 * pointer shift is the old node's. */
@@ -302,25 +336,22 @@ static int fi_insert_child(struct fdb_index *x, struct fdb_ipath *p, int d, stru
 		}
 		memmove(target->i.child + at + 1, target->i.child + at, (target->n - at) * sizeof(void *));
 		memmove(target->i.shift + at + 1, target->i.shift + at, (target->n - at) * sizeof(int64_t));
-		memmove(target->i.pk + at + 1, target->i.pk + at, (target->n - at) * sizeof(void *));
-		memmove(target->i.pklen + at + 1, target->i.pklen + at, (target->n - at) * sizeof(uint32_t));
+		memmove(target->i.pk + at + 1, target->i.pk + at,
+			(target->n - at) * sizeof(struct fi_key));
 		target->i.child[at] = c;
 		target->i.shift[at] = shift;
 		target->i.pk[at] = pk;
-		target->i.pklen[at] = pklen;
 		target->n++;
 		/* c never lands first in r (at == h appends to n), so r's
 		 * first pivot is the separator that goes up. */
-		return fi_insert_child(x, p, d - 1, r, s, up, uplen);
+		return fi_insert_child(x, p, d - 1, r, s, up);
 	}
 	memmove(n->i.child + at + 1, n->i.child + at, (n->n - at) * sizeof(void *));
 	memmove(n->i.shift + at + 1, n->i.shift + at, (n->n - at) * sizeof(int64_t));
-	memmove(n->i.pk + at + 1, n->i.pk + at, (n->n - at) * sizeof(void *));
-	memmove(n->i.pklen + at + 1, n->i.pklen + at, (n->n - at) * sizeof(uint32_t));
+	memmove(n->i.pk + at + 1, n->i.pk + at, (n->n - at) * sizeof(struct fi_key));
 	n->i.child[at] = c;
 	n->i.shift[at] = shift;
 	n->i.pk[at] = pk;
-	n->i.pklen[at] = pklen;
 	n->n++;
 	return 0;
 }
@@ -334,25 +365,27 @@ int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_
 	if (l->n < FI_CAP) {
 		memmove(l->l.iv + at + 1, l->l.iv + at, (l->n - at) * sizeof(void *));
 		memmove(l->l.off + at + 1, l->l.off + at, (l->n - at) * sizeof(uint64_t));
+		memmove(l->l.pfx + at + 1, l->l.pfx + at, (l->n - at) * sizeof(uint64_t));
 		l->l.iv[at] = iv;
+		l->l.pfx[at] = fi_prefix(iv->key, iv->klen);
 		l->l.off[at] = (uint64_t)((int64_t)off - base);
 		l->n++;
 		x->count++;
 		return 0;
 	}
 	int h = FI_CAP / 2;
-	uint8_t *pk;
-	uint32_t pklen;
-	if (fi_copy_key(l->l.iv[h], &pk, &pklen))
+	struct fi_key pk;
+	if (fi_copy_key(l->l.iv[h], &pk))
 		return -ENOMEM;
 	struct fi_node *r = fi_new(1);
 	if (!r) {
-		free(pk);
+		free(pk.k);
 		return -ENOMEM;
 	}
 	r->n = FI_CAP - h;
 	memcpy(r->l.iv, l->l.iv + h, r->n * sizeof(void *));
 	memcpy(r->l.off, l->l.off + h, r->n * sizeof(uint64_t));
+	memcpy(r->l.pfx, l->l.pfx + h, r->n * sizeof(uint64_t));
 	l->n = h;
 	struct fi_node *target = l;
 	if (at > h) {
@@ -361,14 +394,16 @@ int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_
 	}
 	memmove(target->l.iv + at + 1, target->l.iv + at, (target->n - at) * sizeof(void *));
 	memmove(target->l.off + at + 1, target->l.off + at, (target->n - at) * sizeof(uint64_t));
+	memmove(target->l.pfx + at + 1, target->l.pfx + at, (target->n - at) * sizeof(uint64_t));
 	target->l.iv[at] = iv;
+	target->l.pfx[at] = fi_prefix(iv->key, iv->klen);
 	target->l.off[at] = (uint64_t)((int64_t)off - base);
 	target->n++;
 	x->count++;
 	int64_t s = p->depth > 0 ? ((struct fi_node *)p->node[p->depth - 1])
 					   ->i.shift[p->idx[p->depth - 1]]
 				 : 0;
-	return fi_insert_child(x, p, p->depth - 1, r, s, pk, pklen);
+	return fi_insert_child(x, p, p->depth - 1, r, s, pk);
 }
 
 int fdb_index_append(struct fdb_index *x, struct fdb_ival *iv, uint64_t off)
@@ -386,20 +421,19 @@ int fdb_index_append(struct fdb_index *x, struct fdb_ival *iv, uint64_t off)
 static void fi_refresh_pivots(struct fdb_index *x, const uint8_t *key, uint32_t klen)
 {
 	struct fi_node *n = x->root;
+	uint64_t kp = fi_prefix(key, klen);
 	while (!n->leaf) {
-		int k = fi_route(n, key, klen);
+		int k = fi_route(n, kp, key, klen);
 		if (k > 0) {
 			const struct fi_node *c = n->i.child[k];
 			while (!c->leaf)
 				c = c->i.child[0];
 			const struct fdb_ival *f = c->n ? c->l.iv[0] : NULL;
-			if (f && fdb_keycmp(n->i.pk[k], n->i.pklen[k], f->key, f->klen) != 0) {
-				uint8_t *pk;
-				uint32_t pklen;
-				if (fi_copy_key(f, &pk, &pklen) == 0) {
-					free(n->i.pk[k]);
+			if (f && fdb_keycmp(n->i.pk[k].k, n->i.pk[k].len, f->key, f->klen) != 0) {
+				struct fi_key pk;
+				if (fi_copy_key(f, &pk) == 0) {
+					free(n->i.pk[k].k);
 					n->i.pk[k] = pk;
-					n->i.pklen[k] = pklen;
 				}
 			}
 		}
@@ -414,6 +448,7 @@ void fdb_index_remove(struct fdb_index *x, struct fdb_ipath *p)
 	const struct fdb_ival *gone = l->l.iv[j]; /* freed by the caller, after */
 	memmove(l->l.iv + j, l->l.iv + j + 1, (l->n - j - 1) * sizeof(void *));
 	memmove(l->l.off + j, l->l.off + j + 1, (l->n - j - 1) * sizeof(uint64_t));
+	memmove(l->l.pfx + j, l->l.pfx + j + 1, (l->n - j - 1) * sizeof(uint64_t));
 	l->n--;
 	x->count--;
 	struct fi_node *c = l;
@@ -421,17 +456,16 @@ void fdb_index_remove(struct fdb_index *x, struct fdb_ipath *p)
 		struct fi_node *n = p->node[d];
 		int k = p->idx[d];
 		free(c);
-		free(n->i.pk[k]);
+		free(n->i.pk[k].k);
 		if (k == 0 && n->n > 1) {
-			free(n->i.pk[1]);
-			n->i.pk[1] = NULL;
+			free(n->i.pk[1].k);
+			n->i.pk[1] = (struct fi_key){0};
 		}
 		memmove(n->i.child + k, n->i.child + k + 1, (n->n - k - 1) * sizeof(void *));
 		memmove(n->i.shift + k, n->i.shift + k + 1, (n->n - k - 1) * sizeof(int64_t));
-		memmove(n->i.pk + k, n->i.pk + k + 1, (n->n - k - 1) * sizeof(void *));
-		memmove(n->i.pklen + k, n->i.pklen + k + 1, (n->n - k - 1) * sizeof(uint32_t));
+		memmove(n->i.pk + k, n->i.pk + k + 1, (n->n - k - 1) * sizeof(struct fi_key));
 		n->n--;
-		n->i.pk[0] = NULL;
+		n->i.pk[0] = (struct fi_key){0};
 		c = n;
 	}
 	/* A root with one child gives way to it, passing its shift down. */
@@ -468,6 +502,8 @@ static int fi_check(const struct fi_node *n, const uint8_t *lo, uint32_t lolen, 
 			return FLEX_ECORRUPT;
 		for (int j = 0; j < n->n; j++) {
 			const struct fdb_ival *iv = n->l.iv[j];
+			if (n->l.pfx[j] != fi_prefix(iv->key, iv->klen))
+				return FLEX_ECORRUPT;
 			if (have_lo && fdb_keycmp(iv->key, iv->klen, lo, lolen) < 0)
 				return FLEX_ECORRUPT;
 			if (have_hi && fdb_keycmp(iv->key, iv->klen, hi, hilen) >= 0)
@@ -479,11 +515,13 @@ static int fi_check(const struct fi_node *n, const uint8_t *lo, uint32_t lolen, 
 		return 0;
 	}
 	for (int k = 0; k < n->n; k++) {
-		const uint8_t *clo = k ? n->i.pk[k] : lo;
-		uint32_t clolen = k ? n->i.pklen[k] : lolen;
+		if (k && n->i.pk[k].pfx != fi_prefix(n->i.pk[k].k, n->i.pk[k].len))
+			return FLEX_ECORRUPT;
+		const uint8_t *clo = k ? n->i.pk[k].k : lo;
+		uint32_t clolen = k ? n->i.pk[k].len : lolen;
 		int chave_lo = k ? 1 : have_lo;
-		const uint8_t *chi = k + 1 < n->n ? n->i.pk[k + 1] : hi;
-		uint32_t chilen = k + 1 < n->n ? n->i.pklen[k + 1] : hilen;
+		const uint8_t *chi = k + 1 < n->n ? n->i.pk[k + 1].k : hi;
+		uint32_t chilen = k + 1 < n->n ? n->i.pk[k + 1].len : hilen;
 		int chave_hi = k + 1 < n->n ? 1 : have_hi;
 		int rc = fi_check(n->i.child[k], clo, clolen, chave_lo, chi, chilen, chave_hi,
 				  depth + 1, height, prev);
