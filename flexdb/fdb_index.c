@@ -24,13 +24,20 @@
 
 #define FI_CAP 64
 
-/* The first 8 bytes of a key, big-endian and zero-padded: prefixes that
- * differ order their keys as fdb_keycmp does, so a search compares keys
- * only when prefixes tie, instead of following a pointer at every step. */
-static inline uint64_t fi_prefix(const uint8_t *k, uint32_t len)
+/* Keys are compared first by a *window*: their 8 bytes after the prefix
+ * every non-empty key in the index shares (the index's `common`, up to
+ * FI_SKIP_MAX bytes), big-endian and zero-padded.  Windows that differ
+ * order their keys as fdb_keycmp does, so a search follows a key pointer
+ * only when windows tie, instead of at every step.  A search key outside
+ * the common prefix gets window 0 or UINT64_MAX (below or above every
+ * non-empty key); a tie always falls back to the full comparison, so the
+ * empty first key needs no special case. */
+#define FI_SKIP_MAX 32
+
+static inline uint64_t fi_window_at(const uint8_t *k, uint32_t len, uint32_t skip)
 {
 	uint64_t v = 0;
-	for (uint32_t i = 0; i < 8; i++)
+	for (uint32_t i = skip; i < skip + 8; i++)
 		v = v << 8 | (i < len ? k[i] : 0);
 	return v;
 }
@@ -43,12 +50,43 @@ static inline int fi_cmp(uint64_t ap, const uint8_t *a, uint32_t alen, uint64_t 
 	return fdb_keycmp(a, alen, b, blen);
 }
 
-/* A pivot: a copied key and its prefix. */
+/* A pivot: a copied key and its window. */
 struct fi_key {
 	uint64_t pfx;
 	uint8_t *k;
 	uint32_t len;
 };
+
+struct fi_node;
+struct fdb_index {
+	struct fi_node *root;
+	int height;
+	uint64_t count;
+	/* The prefix shared by every non-empty key inserted (skip bytes; it
+	 * only shrinks, and fi_rewindow recomputes the windows when it does). */
+	uint32_t skip;
+	int have_common;
+	uint8_t common[FI_SKIP_MAX];
+};
+
+/* A stored key's window. */
+static inline uint64_t fi_window(const struct fdb_index *x, const uint8_t *k, uint32_t len)
+{
+	return len ? fi_window_at(k, len, x->skip) : 0;
+}
+
+/* A search key's window. */
+static uint64_t fi_search_window(const struct fdb_index *x, const uint8_t *k, uint32_t len)
+{
+	if (x->skip) {
+		int c = memcmp(k, x->common, len < x->skip ? len : x->skip);
+		if (c < 0 || (c == 0 && len < x->skip))
+			return 0;
+		if (c > 0)
+			return UINT64_MAX;
+	}
+	return fi_window_at(k, len, x->skip);
+}
 
 struct fi_node {
 	int leaf;
@@ -57,7 +95,7 @@ struct fi_node {
 		struct {
 			struct fdb_ival *iv[FI_CAP];
 			uint64_t off[FI_CAP];
-			uint64_t pfx[FI_CAP]; /* fi_prefix of each interval's key */
+			uint64_t pfx[FI_CAP]; /* the window of each interval's key */
 		} l;
 		struct {
 			struct fi_node *child[FI_CAP];
@@ -65,12 +103,6 @@ struct fi_node {
 			struct fi_key pk[FI_CAP]; /* pk[0] unused */
 		} i;
 	};
-};
-
-struct fdb_index {
-	struct fi_node *root;
-	int height;
-	uint64_t count;
 };
 
 static struct fi_node *fi_new(int leaf)
@@ -149,11 +181,12 @@ enum { FI_FIRST, FI_LAST, FI_ROUTE };
 /* Walks from n (at depth d, with base offset base) down to a leaf, filling
  * the path; the leaf position is set for FI_FIRST / FI_LAST. */
 static void fi_descend(struct fdb_ipath *p, struct fi_node *n, int64_t base, int d, int how,
-		       const void *key, uint32_t klen)
+		       uint64_t kp, const void *key, uint32_t klen)
 {
-	uint64_t kp = how == FI_ROUTE ? fi_prefix(key, klen) : 0;
 	while (!n->leaf) {
-		int k = how == FI_ROUTE ? fi_route(n, kp, key, klen) : how == FI_LAST ? n->n - 1 : 0;
+		int k = how == FI_ROUTE	 ? fi_route(n, kp, key, klen)
+			: how == FI_LAST ? n->n - 1
+					 : 0;
 		p->node[d] = n;
 		p->idx[d] = k;
 		p->base[d] = base;
@@ -169,7 +202,7 @@ static void fi_descend(struct fdb_ipath *p, struct fi_node *n, int64_t base, int
 
 static void fi_descend_edge(struct fdb_ipath *p, struct fi_node *n, int64_t base, int d, int last)
 {
-	fi_descend(p, n, base, d, last ? FI_LAST : FI_FIRST, NULL, 0);
+	fi_descend(p, n, base, d, last ? FI_LAST : FI_FIRST, 0, NULL, 0);
 }
 
 static struct fdb_ival *fi_cur(const struct fdb_ipath *p)
@@ -181,14 +214,15 @@ static struct fdb_ival *fi_cur(const struct fdb_ipath *p)
 struct fdb_ival *fdb_index_find(const struct fdb_index *x, const void *key, uint32_t klen,
 				struct fdb_ipath *p)
 {
-	fi_descend(p, x->root, 0, 0, FI_ROUTE, key, klen);
+	uint64_t kp = fi_search_window(x, key, klen);
+	fi_descend(p, x->root, 0, 0, FI_ROUTE, kp, key, klen);
 	const struct fi_node *n = p->leaf;
-	uint64_t kp = fi_prefix(key, klen);
 	int lo = 0, hi = n->n;
 	while (lo < hi) {
 		int mid = (lo + hi) >> 1;
-		if (n->l.pfx[mid] != kp ? n->l.pfx[mid] < kp
-					: fdb_keycmp(n->l.iv[mid]->key, n->l.iv[mid]->klen, key, klen) <= 0)
+		if (n->l.pfx[mid] != kp
+			? n->l.pfx[mid] < kp
+			: fdb_keycmp(n->l.iv[mid]->key, n->l.iv[mid]->klen, key, klen) <= 0)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -263,11 +297,49 @@ uint64_t fdb_index_offset(const struct fdb_ipath *p)
 	return (uint64_t)(p->leaf_base + (int64_t)l->l.off[p->j]);
 }
 
-void fdb_index_rekey(struct fdb_ipath *p)
+void fdb_index_rekey(struct fdb_index *x, struct fdb_ipath *p)
 {
 	struct fi_node *l = p->leaf;
 	const struct fdb_ival *iv = l->l.iv[p->j];
-	l->l.pfx[p->j] = fi_prefix(iv->key, iv->klen);
+	l->l.pfx[p->j] = fi_window(x, iv->key, iv->klen);
+}
+
+static void fi_rewindow_node(const struct fdb_index *x, struct fi_node *n)
+{
+	if (n->leaf) {
+		for (int j = 0; j < n->n; j++)
+			n->l.pfx[j] = fi_window(x, n->l.iv[j]->key, n->l.iv[j]->klen);
+		return;
+	}
+	for (int k = 0; k < n->n; k++) {
+		if (k)
+			n->i.pk[k].pfx = fi_window(x, n->i.pk[k].k, n->i.pk[k].len);
+		fi_rewindow_node(x, n->i.child[k]);
+	}
+}
+
+/* Before a key enters the index: shrinks the common prefix to what the
+ * key shares with it (recomputing every window, which happens at most
+ * FI_SKIP_MAX times). */
+static void fi_learn_key(struct fdb_index *x, const uint8_t *k, uint32_t len)
+{
+	if (!len)
+		return;
+	if (!x->have_common) {
+		x->have_common = 1;
+		x->skip = len < FI_SKIP_MAX ? len : FI_SKIP_MAX;
+		memcpy(x->common, k, x->skip);
+		if (x->count)
+			fi_rewindow_node(x, x->root);
+		return;
+	}
+	uint32_t l = 0;
+	while (l < x->skip && l < len && k[l] == x->common[l])
+		l++;
+	if (l < x->skip) {
+		x->skip = l;
+		fi_rewindow_node(x, x->root);
+	}
 }
 
 void fdb_index_shift(struct fdb_ipath *p, int64_t delta)
@@ -282,14 +354,14 @@ void fdb_index_shift(struct fdb_ipath *p, int64_t delta)
 	}
 }
 
-static int fi_copy_key(const struct fdb_ival *iv, struct fi_key *pk)
+static int fi_copy_key(const struct fdb_index *x, const struct fdb_ival *iv, struct fi_key *pk)
 {
 	pk->k = malloc(iv->klen ? iv->klen : 1);
 	if (!pk->k)
 		return -ENOMEM;
 	memcpy(pk->k, iv->key, iv->klen);
 	pk->len = iv->klen;
-	pk->pfx = fi_prefix(iv->key, iv->klen);
+	pk->pfx = fi_window(x, iv->key, iv->klen);
 	return 0;
 }
 
@@ -334,8 +406,10 @@ static int fi_insert_child(struct fdb_index *x, struct fdb_ipath *p, int d, stru
 			target = r;
 			at -= h;
 		}
-		memmove(target->i.child + at + 1, target->i.child + at, (target->n - at) * sizeof(void *));
-		memmove(target->i.shift + at + 1, target->i.shift + at, (target->n - at) * sizeof(int64_t));
+		memmove(target->i.child + at + 1, target->i.child + at,
+			(target->n - at) * sizeof(void *));
+		memmove(target->i.shift + at + 1, target->i.shift + at,
+			(target->n - at) * sizeof(int64_t));
 		memmove(target->i.pk + at + 1, target->i.pk + at,
 			(target->n - at) * sizeof(struct fi_key));
 		target->i.child[at] = c;
@@ -359,6 +433,7 @@ static int fi_insert_child(struct fdb_index *x, struct fdb_ipath *p, int d, stru
 int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_ival *iv,
 			   uint64_t off)
 {
+	fi_learn_key(x, iv->key, iv->klen);
 	struct fi_node *l = x->count ? p->leaf : x->root;
 	int64_t base = x->count ? p->leaf_base : 0;
 	int at = x->count ? p->j + 1 : 0;
@@ -367,7 +442,7 @@ int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_
 		memmove(l->l.off + at + 1, l->l.off + at, (l->n - at) * sizeof(uint64_t));
 		memmove(l->l.pfx + at + 1, l->l.pfx + at, (l->n - at) * sizeof(uint64_t));
 		l->l.iv[at] = iv;
-		l->l.pfx[at] = fi_prefix(iv->key, iv->klen);
+		l->l.pfx[at] = fi_window(x, iv->key, iv->klen);
 		l->l.off[at] = (uint64_t)((int64_t)off - base);
 		l->n++;
 		x->count++;
@@ -375,7 +450,7 @@ int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_
 	}
 	int h = FI_CAP / 2;
 	struct fi_key pk;
-	if (fi_copy_key(l->l.iv[h], &pk))
+	if (fi_copy_key(x, l->l.iv[h], &pk))
 		return -ENOMEM;
 	struct fi_node *r = fi_new(1);
 	if (!r) {
@@ -396,13 +471,13 @@ int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_
 	memmove(target->l.off + at + 1, target->l.off + at, (target->n - at) * sizeof(uint64_t));
 	memmove(target->l.pfx + at + 1, target->l.pfx + at, (target->n - at) * sizeof(uint64_t));
 	target->l.iv[at] = iv;
-	target->l.pfx[at] = fi_prefix(iv->key, iv->klen);
+	target->l.pfx[at] = fi_window(x, iv->key, iv->klen);
 	target->l.off[at] = (uint64_t)((int64_t)off - base);
 	target->n++;
 	x->count++;
-	int64_t s = p->depth > 0 ? ((struct fi_node *)p->node[p->depth - 1])
-					   ->i.shift[p->idx[p->depth - 1]]
-				 : 0;
+	int64_t s = p->depth > 0
+			? ((struct fi_node *)p->node[p->depth - 1])->i.shift[p->idx[p->depth - 1]]
+			: 0;
 	return fi_insert_child(x, p, p->depth - 1, r, s, pk);
 }
 
@@ -421,7 +496,7 @@ int fdb_index_append(struct fdb_index *x, struct fdb_ival *iv, uint64_t off)
 static void fi_refresh_pivots(struct fdb_index *x, const uint8_t *key, uint32_t klen)
 {
 	struct fi_node *n = x->root;
-	uint64_t kp = fi_prefix(key, klen);
+	uint64_t kp = fi_search_window(x, key, klen);
 	while (!n->leaf) {
 		int k = fi_route(n, kp, key, klen);
 		if (k > 0) {
@@ -431,7 +506,7 @@ static void fi_refresh_pivots(struct fdb_index *x, const uint8_t *key, uint32_t 
 			const struct fdb_ival *f = c->n ? c->l.iv[0] : NULL;
 			if (f && fdb_keycmp(n->i.pk[k].k, n->i.pk[k].len, f->key, f->klen) != 0) {
 				struct fi_key pk;
-				if (fi_copy_key(f, &pk) == 0) {
+				if (fi_copy_key(x, f, &pk) == 0) {
 					free(n->i.pk[k].k);
 					n->i.pk[k] = pk;
 				}
@@ -491,9 +566,9 @@ void fdb_index_remove(struct fdb_index *x, struct fdb_ipath *p)
 		fi_refresh_pivots(x, gone->key, gone->klen);
 }
 
-static int fi_check(const struct fi_node *n, const uint8_t *lo, uint32_t lolen, int have_lo,
-		    const uint8_t *hi, uint32_t hilen, int have_hi, int depth, int height,
-		    const struct fdb_ival **prev)
+static int fi_check(const struct fdb_index *x, const struct fi_node *n, const uint8_t *lo,
+		    uint32_t lolen, int have_lo, const uint8_t *hi, uint32_t hilen, int have_hi,
+		    int depth, int height, const struct fdb_ival **prev)
 {
 	if (!n || (n->n == 0 && depth > 0) || n->n > FI_CAP)
 		return FLEX_ECORRUPT;
@@ -502,20 +577,23 @@ static int fi_check(const struct fi_node *n, const uint8_t *lo, uint32_t lolen, 
 			return FLEX_ECORRUPT;
 		for (int j = 0; j < n->n; j++) {
 			const struct fdb_ival *iv = n->l.iv[j];
-			if (n->l.pfx[j] != fi_prefix(iv->key, iv->klen))
+			if (n->l.pfx[j] != fi_window(x, iv->key, iv->klen) ||
+			    (iv->klen &&
+			     (iv->klen < x->skip || memcmp(iv->key, x->common, x->skip))))
 				return FLEX_ECORRUPT;
 			if (have_lo && fdb_keycmp(iv->key, iv->klen, lo, lolen) < 0)
 				return FLEX_ECORRUPT;
 			if (have_hi && fdb_keycmp(iv->key, iv->klen, hi, hilen) >= 0)
 				return FLEX_ECORRUPT;
-			if (*prev && fdb_keycmp((*prev)->key, (*prev)->klen, iv->key, iv->klen) >= 0)
+			if (*prev &&
+			    fdb_keycmp((*prev)->key, (*prev)->klen, iv->key, iv->klen) >= 0)
 				return FLEX_ECORRUPT;
 			*prev = iv;
 		}
 		return 0;
 	}
 	for (int k = 0; k < n->n; k++) {
-		if (k && n->i.pk[k].pfx != fi_prefix(n->i.pk[k].k, n->i.pk[k].len))
+		if (k && n->i.pk[k].pfx != fi_window(x, n->i.pk[k].k, n->i.pk[k].len))
 			return FLEX_ECORRUPT;
 		const uint8_t *clo = k ? n->i.pk[k].k : lo;
 		uint32_t clolen = k ? n->i.pk[k].len : lolen;
@@ -523,7 +601,7 @@ static int fi_check(const struct fi_node *n, const uint8_t *lo, uint32_t lolen, 
 		const uint8_t *chi = k + 1 < n->n ? n->i.pk[k + 1].k : hi;
 		uint32_t chilen = k + 1 < n->n ? n->i.pk[k + 1].len : hilen;
 		int chave_hi = k + 1 < n->n ? 1 : have_hi;
-		int rc = fi_check(n->i.child[k], clo, clolen, chave_lo, chi, chilen, chave_hi,
+		int rc = fi_check(x, n->i.child[k], clo, clolen, chave_lo, chi, chilen, chave_hi,
 				  depth + 1, height, prev);
 		if (rc)
 			return rc;
@@ -536,5 +614,5 @@ int fdb_index_check(const struct fdb_index *x)
 	if (!x->root)
 		return FLEX_ECORRUPT;
 	const struct fdb_ival *prev = NULL;
-	return fi_check(x->root, NULL, 0, 0, NULL, 0, 0, 0, x->height, &prev);
+	return fi_check(x, x->root, NULL, 0, 0, NULL, 0, 0, 0, x->height, &prev);
 }

@@ -185,7 +185,7 @@ struct fdb_ival *fdb_index_prev(struct fdb_ipath *p);
 uint64_t fdb_index_offset(const struct fdb_ipath *p);
 /* Call after changing the key of the path's interval (which must keep
  * its place in the order). */
-void fdb_index_rekey(struct fdb_ipath *p);
+void fdb_index_rekey(struct fdb_index *x, struct fdb_ipath *p);
 /* Adds delta to the offsets of every interval after the path's. */
 void fdb_index_shift(struct fdb_ipath *p, int64_t delta);
 /* Inserts iv right after the path's interval (or first, in an empty

@@ -769,7 +769,7 @@ static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
 			f->klen = 0;
 			if (!f->key)
 				return -ENOMEM;
-			fdb_index_rekey(&q);
+			fdb_index_rekey(s->index, &q);
 		}
 		return 0;
 	}
