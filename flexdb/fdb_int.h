@@ -216,6 +216,7 @@ struct fdb_cent {
 	struct fdb_ival *iv;
 	atomic_uchar ref; /* CLOCK bit */
 	uint32_t slot;	  /* index in the CLOCK ring */
+	uint8_t packed;	  /* thin, arrays in the same allocation */
 };
 
 struct fdb_store {

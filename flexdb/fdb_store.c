@@ -60,8 +60,10 @@ static void cent_free(struct fdb_cent *c)
 	if (!c)
 		return;
 	free(c->raw);
-	free(c->off);
-	free(c->fp);
+	if (!c->packed) {
+		free(c->off);
+		free(c->fp);
+	}
 	free(c);
 }
 
@@ -71,25 +73,36 @@ static size_t cent_bytes(const struct fdb_cent *c)
 	return sizeof(*c) + c->rawcap + (size_t)c->cap * (sizeof(uint32_t) + sizeof(uint16_t));
 }
 
-/* Drops an entry's raw bytes (not yet in the ring): what stays, the offset
- * and fingerprint of each pair, lets a lookup read just the one record it
- * wants from the FlexSpace instead of the whole interval. */
-static void cent_make_thin(struct fdb_cent *c)
+/* Makes an entry thin: what stays, the offset and fingerprint of each
+ * pair, lets a lookup read just the one record it wants from the FlexSpace
+ * instead of the whole interval.  The thin entry is one allocation (the
+ * arrays right after the struct: one cache miss fewer per lookup), so it
+ * may move: returns it (c itself if out of memory). */
+static struct fdb_cent *cent_make_thin(struct fdb_cent *c)
 {
-	free(c->raw);
-	c->raw = NULL;
-	c->rawcap = 0;
-	if (c->n && c->n < c->cap) {
-		uint32_t *o = realloc(c->off, c->n * sizeof(uint32_t));
-		uint16_t *f = realloc(c->fp, c->n * sizeof(uint16_t));
-		if (o)
-			c->off = o;
-		if (f)
-			c->fp = f;
-		if (o && f)
-			c->cap = c->n;
+	size_t arrays = (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
+	struct fdb_cent *t = malloc(sizeof(*t) + arrays);
+	if (!t) {
+		free(c->raw);
+		c->raw = NULL;
+		c->rawcap = 0;
+		c->bytes = cent_bytes(c);
+		return c;
 	}
-	c->bytes = cent_bytes(c);
+	*t = *c;
+	t->raw = NULL;
+	t->rawcap = 0;
+	t->off = (uint32_t *)(t + 1);
+	t->fp = (uint16_t *)(t->off + c->n);
+	if (c->n) {
+		memcpy(t->off, c->off, c->n * sizeof(uint32_t));
+		memcpy(t->fp, c->fp, c->n * sizeof(uint16_t));
+	}
+	t->cap = c->n;
+	t->packed = 1;
+	t->bytes = cent_bytes(t);
+	cent_free(c);
+	return t;
 }
 
 static int cent_reserve(struct fdb_cent *c, uint32_t n, uint32_t size)
@@ -235,7 +248,9 @@ static void cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent 
 			size_t thin = sizeof(*c) + (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
 			if (s->thin_bytes + thin <= thin_cap) {
 				size_t before = c->bytes;
-				cent_make_thin(c);
+				c = cent_make_thin(c);
+				s->ring[s->hand] = c;
+				c->iv->cache = c;
 				s->cache_bytes = s->cache_bytes - before + c->bytes;
 				s->thin_bytes += c->bytes;
 				s->hand++;
@@ -890,7 +905,7 @@ static int admit_kind(struct fdb_store *s, uint32_t size)
 static void cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent *c, int kind)
 {
 	if (kind == 1)
-		cent_make_thin(c);
+		c = cent_make_thin(c);
 	cands->v[cands->n].iv = iv;
 	cands->v[cands->n++].c = c;
 }
