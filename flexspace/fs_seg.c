@@ -313,7 +313,9 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len)
 
 /* ---- reads -------------------------------------------------------------- */
 
-#define FS_READ_BATCH 64
+#define FS_READ_BATCH 128
+/* Extents GC relocates per batch (a buffer of this many maximal extents). */
+#define FS_GC_BATCH 64
 /* Pieces of DATA closer than this are read as one span: a few hundred
  * bytes more of a cached page costs far less than another system call or
  * submission.  The pieces a commit appended in key order lie back to back
@@ -325,8 +327,10 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len)
 
 /* Reads pieces v[0..n) of DATA (destinations disjoint), coalescing pieces
  * that lie close together.  The pieces come in logical order; those of one
- * commit come in rising address order, so each piece is tried against the
- * most recent spans only. */
+ * commit come in rising address order, so a piece extends the span that
+ * ends just before it, found through a small table by end address (a
+ * span's slot is rewritten as it grows; a stale or colliding slot only
+ * costs a separate span). */
 static int fs_read_pieces(struct flexspace *fs, const struct flex_iovec *v, int n)
 {
 	if (n == 1)
@@ -334,25 +338,33 @@ static int fs_read_pieces(struct flexspace *fs, const struct flex_iovec *v, int 
 	struct flex_iovec span[FS_READ_BATCH];
 	uint8_t owner[FS_READ_BATCH]; /* the span of each piece */
 	uint8_t count[FS_READ_BATCH]; /* pieces per span */
+	int8_t byend[256];	      /* span by (end / FS_READ_GAP) % 256, or -1 */
+	memset(byend, -1, sizeof(byend));
 	int ns = 0;
 	for (int i = 0; i < n; i++) {
 		uint64_t lo = v[i].off, hi = v[i].off + v[i].len;
-		int k = ns - 1;
-		for (; k >= 0 && k >= ns - 8; k--) {
-			uint64_t slo = span[k].off, shi = span[k].off + span[k].len;
+		/* A span ending within FS_READ_GAP of lo has its end in one of
+		 * three buckets. */
+		int k = -1;
+		for (int d = 0; d < 3 && k < 0; d++) {
+			int c = byend[(lo / FS_READ_GAP + 2 - d) % 256];
+			if (c < 0)
+				continue;
+			uint64_t slo = span[c].off, shi = span[c].off + span[c].len;
 			uint64_t nlo = lo < slo ? lo : slo, nhi = hi > shi ? hi : shi;
 			if (lo <= shi + FS_READ_GAP && hi + FS_READ_GAP >= slo &&
 			    nhi - nlo <= FS_READ_SPAN) {
-				span[k].off = nlo;
-				span[k].len = nhi - nlo;
-				break;
+				span[c].off = nlo;
+				span[c].len = nhi - nlo;
+				k = c;
 			}
 		}
-		if (k < 0 || k < ns - 8) {
+		if (k < 0) {
 			k = ns++;
 			span[k] = (struct flex_iovec){.buf = NULL, .len = hi - lo, .off = lo};
 			count[k] = 0;
 		}
+		byend[(span[k].off + span[k].len) / FS_READ_GAP % 256] = (int8_t)k;
 		owner[i] = (uint8_t)k;
 		count[k]++;
 	}
@@ -540,15 +552,15 @@ static int fs_gc_run(struct flexspace *fs)
 		rc = vs.err;
 	if (rc)
 		goto out;
-	data = malloc((size_t)fs->max_extent * FS_READ_BATCH);
+	data = malloc((size_t)fs->max_extent * FS_GC_BATCH);
 	if (!data) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	fs->in_gc = 1;
-	for (size_t i = 0; i < vs.n && !rc; i += FS_READ_BATCH) {
-		size_t k = vs.n - i < FS_READ_BATCH ? vs.n - i : FS_READ_BATCH;
-		struct flex_iovec v[FS_READ_BATCH];
+	for (size_t i = 0; i < vs.n && !rc; i += FS_GC_BATCH) {
+		size_t k = vs.n - i < FS_GC_BATCH ? vs.n - i : FS_GC_BATCH;
+		struct flex_iovec v[FS_GC_BATCH];
 		for (size_t j = 0; j < k; j++)
 			v[j] = (struct flex_iovec){.buf = data + j * fs->max_extent,
 						   .len = vs.ext[i + j].len,
