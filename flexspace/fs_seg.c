@@ -314,8 +314,6 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len)
 /* ---- reads -------------------------------------------------------------- */
 
 #define FS_READ_BATCH 128
-/* Extents GC relocates per batch (a buffer of this many maximal extents). */
-#define FS_GC_BATCH 64
 /* Pieces of DATA closer than this are read as one span: a few hundred
  * bytes more of a cached page costs far less than another system call or
  * submission.  The pieces a commit appended in key order lie back to back
