@@ -775,6 +775,84 @@ Test(flexspace, large_single_write_and_insert_cross_many_segments)
 	tmp_remove(dir);
 }
 
+/* Reads of pieces that several "commits" interleaved: the pieces each
+ * commit appended lie back to back in DATA, so a read of the whole range
+ * costs about one transfer per commit, not one per extent.  An I/O table
+ * counts the transfers. */
+static atomic_long reads_pread, reads_batched;
+
+static ssize_t counting_pread(const struct flex_io *io, int fd, void *buf, size_t len,
+			      uint64_t off)
+{
+	atomic_fetch_add(&reads_pread, 1);
+	return flex_io_posix()->pread(io, fd, buf, len, off);
+}
+
+static int counting_read_batch(const struct flex_io *io, int fd, const struct flex_iovec *v,
+			       int n)
+{
+	atomic_fetch_add(&reads_batched, n);
+	return flex_io_posix()->read_batch(io, fd, v, n);
+}
+
+Test(flexspace, reads_of_interleaved_commits_are_coalesced)
+{
+	struct flex_io io = *flex_io_posix();
+	io.pread = counting_pread;
+	io.read_batch = counting_read_batch;
+	struct flexspace_options o = {.io = &io, .create = 1};
+	char dir[PATH_MAX];
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), &o);
+	struct model m = {0};
+	enum { COMMITS = 6, PIECE = 97 };
+	uint8_t piece[PIECE];
+	/* Commit c inserts one piece after every piece of each earlier
+	 * commit, left to right: its pieces are consecutive in DATA but every
+	 * other one logically. */
+	uint64_t n = 0;
+	for (int c = 0; c < COMMITS; c++) {
+		uint64_t at = 0, cnt = n ? n : 8;
+		for (uint64_t i = 0; i < cnt; i++) {
+			op_data((uint64_t)c * 1000 + i, piece, PIECE);
+			if (n)
+				at += PIECE; /* after the next existing piece */
+			cr_assert_eq(flexspace_insert(fs, piece, at, PIECE), PIECE);
+			model_insert(&m, piece, at, PIECE);
+			at += PIECE;
+		}
+		n += cnt;
+		cr_assert_eq(flexspace_sync(fs), 0); /* into DATA, not the buffer */
+	}
+	struct flexspace_stats st;
+	flexspace_stats(fs, &st);
+	struct why w;
+	cr_assert_eq(space_matches(fs, &m, &w), 0, "%s", w.msg);
+	uint8_t *buf = malloc(n * PIECE);
+	/* Ranges of every length that start anywhere: all bytes right. */
+	for (uint64_t a = 0; a < n * PIECE; a += 613) {
+		uint64_t len = n * PIECE - a < 9000 ? n * PIECE - a : 9000;
+		cr_assert_eq(flexspace_read(fs, buf, a, len), (ssize_t)len);
+		cr_assert_eq(memcmp(buf, m.b + a, len), 0, "range at %" PRIu64, a);
+	}
+	/* One whole read of the first 128 extents: one transfer per commit
+	 * (the table is a hash: allow a few more), not one per extent. */
+	uint64_t len = 128 * PIECE;
+	atomic_store(&reads_pread, 0);
+	atomic_store(&reads_batched, 0);
+	cr_assert_eq(flexspace_read(fs, buf, 0, len), (ssize_t)len);
+	cr_assert_eq(memcmp(buf, m.b, len), 0);
+	long transfers = atomic_load(&reads_pread) + atomic_load(&reads_batched);
+	fprintf(stderr, "  interleaved commits: %" PRIu64 " extents, 128 read in %ld transfers\n",
+		st.extents, transfers);
+	cr_assert_geq(st.extents, (uint64_t)n - 2, "the layout is fragmented");
+	cr_assert_leq(transfers, 2 * COMMITS, "%ld transfers for 128 extents of %d commits",
+		      transfers, COMMITS);
+	free(buf);
+	model_free(&m);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
 /* ---- faults --------------------------------------------------------------- */
 
 #define FAULT_OPS 400
