@@ -608,14 +608,23 @@ static void run_workload(struct eng *e, enum wl w, int rep, uint64_t ops, struct
 		else {
 			uint64_t hi = fs1.cache_hits - fs0.cache_hits;
 			uint64_t mi = fs1.cache_misses - fs0.cache_misses;
-			uint64_t th = fs1.cache_thin_hits - fs0.cache_thin_hits;
-			uint64_t all = hi + mi + th;
+			uint64_t thin = fs1.cache_thin_hits - fs0.cache_thin_hits;
+			uint64_t all = hi + mi + thin;
 			nl += (size_t)snprintf(
 			    m->note + nl, sizeof(m->note) - nl,
 			    "cache hit %.0f%% thin %.0f%% (%" PRIu64 " loads)  extents/interval %.1f",
 			    all ? 100.0 * (double)hi / (double)all : 0.0,
-			    all ? 100.0 * (double)th / (double)all : 0.0, mi,
+			    all ? 100.0 * (double)thin / (double)all : 0.0, mi,
 			    fs1.intervals ? (double)fs1.space.extents / (double)fs1.intervals : 0.0);
+		/* Reads trigger background defragmentation: what it wrote. */
+		if (!wl_writes(w))
+			nl += (size_t)snprintf(
+			    m->note + nl, sizeof(m->note) - nl,
+			    "  defrag: data %.0f MB gc %.0f MB tree commits %" PRIu64,
+			    (double)(fs1.space.data_bytes_written - fs0.space.data_bytes_written) /
+				1e6,
+			    (double)(fs1.space.gc_bytes_moved - fs0.space.gc_bytes_moved) / 1e6,
+			    fs1.space.tree_commits - fs0.space.tree_commits);
 		}
 	}
 	if (wl_writes(w)) {

@@ -216,7 +216,7 @@ struct fdb_cent {
 	struct fdb_ival *iv;
 	atomic_uchar ref; /* CLOCK bit */
 	uint32_t slot;	  /* index in the CLOCK ring */
-	uint8_t packed;	  /* thin, arrays in the same allocation */
+	uint8_t packed;	  /* off and fp live in the struct's allocation */
 };
 
 struct fdb_store {
@@ -229,7 +229,7 @@ struct fdb_store {
 	size_t thin_bytes; /* of thin entries, at most a quarter of the cache */
 	uint64_t keys, bytes;
 	uint64_t uncounted; /* intervals whose pair count is not known yet */
-	atomic_ullong hits, thin_hits, misses, admit_tick;
+	atomic_ullong hits, thin_hits, misses, admit_tick, frag_tick;
 	atomic_ullong gen; /* changed by every apply: see fdb_cands */
 	uint8_t *rec; /* scratch for one encoded record */
 };
@@ -239,29 +239,37 @@ void fdb_store_close(struct fdb_store *s);
 /* Exclusive lock held: applies one put or delete to the FlexSpace. */
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
 
-/* Cache entries built by readers under the shared lock from intervals they
- * read anyway; fdb_store_admit attaches them under the exclusive lock if
- * the store has not changed since fdb_cands_init (its generation). */
+/* What a reader learnt under the shared lock, acted on after it: cache
+ * entries built from intervals it read anyway (fdb_store_admit attaches
+ * them under the exclusive lock if the store has not changed since
+ * fdb_cands_init: its generation), and keys of intervals it found
+ * fragmented (the committer rewrites them: fdb_store_defrag). */
 #define FDB_CANDS_MAX 32
+#define FDB_FRAG_MAX 4
 struct fdb_cands {
 	uint64_t gen;
-	int n;
+	int n, nfrag;
 	struct {
 		struct fdb_ival *iv;
 		struct fdb_cent *c;
 	} v[FDB_CANDS_MAX];
+	struct {
+		uint8_t *key; /* malloc'd, the caller's to free */
+		uint32_t klen;
+	} frag[FDB_FRAG_MAX];
 };
 void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands);
+/* Frees the entries (not the frag keys). */
 void fdb_cands_free(struct fdb_cands *cands);
-/* Exclusive lock held: attaches (or frees) the candidates. */
+/* Exclusive lock held: attaches (or frees) the entries. */
 void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands);
 
 /* Shared lock held.  Returns 0 (found: value copied as flexdb_get does),
- * FLEXDB_NOTFOUND or an error.  A miss offers its interval in cands;
- * *fragmented says the interval is worth rewriting (fdb_store_defrag). */
+ * FLEXDB_NOTFOUND or an error.  A miss offers its interval in cands. */
 int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf, size_t cap,
-		  size_t *vlen, struct fdb_cands *cands, int *fragmented);
-/* Exclusive lock held: rewrites the interval holding key contiguously. */
+		  size_t *vlen, struct fdb_cands *cands);
+/* Exclusive lock held: rewrites the interval holding key contiguously if
+ * it is still fragmented. */
 int fdb_store_defrag(struct fdb_store *s, const void *key, uint32_t klen);
 /* A cache miss admits its interval whole into a full cache once in this
  * many (thin otherwise). */

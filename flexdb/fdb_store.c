@@ -73,25 +73,25 @@ static size_t cent_bytes(const struct fdb_cent *c)
 	return sizeof(*c) + c->rawcap + (size_t)c->cap * (sizeof(uint32_t) + sizeof(uint16_t));
 }
 
-/* Makes an entry thin: what stays, the offset and fingerprint of each
- * pair, lets a lookup read just the one record it wants from the FlexSpace
- * instead of the whole interval.  The thin entry is one allocation (the
- * arrays right after the struct: one cache miss fewer per lookup), so it
- * may move: returns it (c itself if out of memory). */
-static struct fdb_cent *cent_make_thin(struct fdb_cent *c)
+/* Moves an entry's offsets and fingerprints right after its struct (one
+ * allocation, so a lookup misses the cache once less; cent_reserve moves
+ * them out again when the entry grows).  With `thin`, also drops its raw
+ * bytes: what stays lets a lookup read just the one record it wants from
+ * the FlexSpace instead of the whole interval.  The entry moves: returns
+ * it (c itself, unpacked, when out of memory). */
+static struct fdb_cent *cent_pack(struct fdb_cent *c, int thin)
 {
 	size_t arrays = (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
 	struct fdb_cent *t = malloc(sizeof(*t) + arrays);
-	if (!t) {
+	if (thin) {
 		free(c->raw);
 		c->raw = NULL;
 		c->rawcap = 0;
 		c->bytes = cent_bytes(c);
-		return c;
 	}
+	if (!t)
+		return c;
 	*t = *c;
-	t->raw = NULL;
-	t->rawcap = 0;
 	t->off = (uint32_t *)(t + 1);
 	t->fp = (uint16_t *)(t->off + c->n);
 	if (c->n) {
@@ -101,12 +101,34 @@ static struct fdb_cent *cent_make_thin(struct fdb_cent *c)
 	t->cap = c->n;
 	t->packed = 1;
 	t->bytes = cent_bytes(t);
+	c->raw = NULL; /* now t's */
 	cent_free(c);
 	return t;
 }
 
 static int cent_reserve(struct fdb_cent *c, uint32_t n, uint32_t size)
 {
+	if (n > c->cap && c->packed) {
+		/* Arrays inside the struct's allocation: move them out. */
+		uint32_t cap = c->cap > 8 ? c->cap : 8;
+		while (cap < n)
+			cap *= 2;
+		uint32_t *o = malloc((size_t)cap * sizeof(*o));
+		uint16_t *f = malloc((size_t)cap * sizeof(*f));
+		if (!o || !f) {
+			free(o);
+			free(f);
+			return -ENOMEM;
+		}
+		if (c->n) {
+			memcpy(o, c->off, c->n * sizeof(*o));
+			memcpy(f, c->fp, c->n * sizeof(*f));
+		}
+		c->off = o;
+		c->fp = f;
+		c->cap = cap;
+		c->packed = 0;
+	}
 	if (n > c->cap) {
 		uint32_t cap = c->cap ? c->cap : 16;
 		while (cap < n)
@@ -248,7 +270,7 @@ static void cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent 
 			size_t thin = sizeof(*c) + (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
 			if (s->thin_bytes + thin <= thin_cap) {
 				size_t before = c->bytes;
-				c = cent_make_thin(c);
+				c = cent_pack(c, 1);
 				s->ring[s->hand] = c;
 				c->iv->cache = c;
 				s->cache_bytes = s->cache_bytes - before + c->bytes;
@@ -376,7 +398,7 @@ static int cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size,
 		cent_free(c);
 		return rc;
 	}
-	*out = c;
+	*out = cent_pack(c, 0);
 	return 0;
 }
 
@@ -905,14 +927,14 @@ static int admit_kind(struct fdb_store *s, uint32_t size)
 static void cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent *c, int kind)
 {
 	if (kind == 1)
-		c = cent_make_thin(c);
+		c = cent_pack(c, 1);
 	cands->v[cands->n].iv = iv;
 	cands->v[cands->n++].c = c;
 }
 
 void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands)
 {
-	cands->n = 0;
+	cands->n = cands->nfrag = 0;
 	cands->gen = atomic_load_explicit(&s->gen, memory_order_relaxed);
 }
 
@@ -948,11 +970,44 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands)
 		cache_evict(s, 0, NULL);
 }
 
+/* Extents of [off, off + size) of the FlexSpace. */
+static uint64_t extents_of(struct fdb_store *s, uint64_t off, uint32_t size)
+{
+	struct extent_count ec = {0};
+	if (size)
+		flexspace_extents(s->fs, off, size, count_extent, &ec);
+	return ec.n;
+}
+
+/* Worth rewriting: a read of an interval whose pairs are separate extents
+ * costs more, and makes the extent index larger. */
+static int ival_fragmented(uint64_t extents, uint32_t size)
+{
+	return extents > 2 && extents * FDB_FRAG_EXTENT_BYTES > size;
+}
+
+/* Shared lock: now and then (one uncached read in four) checks how
+ * scattered an interval is, and reports it (by key) when fragmented. */
+static void frag_sample(struct fdb_store *s, struct fdb_cands *cands, uint64_t off,
+			uint32_t size, const uint8_t *key, uint32_t klen)
+{
+	if (cands->nfrag == FDB_FRAG_MAX || size <= 256 ||
+	    (atomic_fetch_add_explicit(&s->frag_tick, 1, memory_order_relaxed) & 3) != 0)
+		return;
+	if (!ival_fragmented(extents_of(s, off, size), size))
+		return;
+	uint8_t *k = malloc(klen ? klen : 1);
+	if (!k)
+		return;
+	memcpy(k, key, klen);
+	cands->frag[cands->nfrag].key = k;
+	cands->frag[cands->nfrag++].klen = klen;
+}
+
 int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf, size_t cap,
-		  size_t *vlen, struct fdb_cands *cands, int *fragmented)
+		  size_t *vlen, struct fdb_cands *cands)
 {
 	struct fdb_ipath p;
-	*fragmented = 0;
 	struct fdb_ival *iv = fdb_index_find(s->index, key, klen, &p);
 	if (!iv)
 		return FLEXDB_NOTFOUND;
@@ -986,14 +1041,7 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 		rc = raw_search(raw, raw + iv->size, key, klen, buf, cap, vlen);
 		free(raw);
 	}
-	/* Now and then, look at how scattered the interval is: a read of an
-	 * interval whose pairs are all separate extents costs more. */
-	if ((atomic_load_explicit(&s->misses, memory_order_relaxed) & 3) == 0 && iv->size > 256) {
-		struct extent_count ec = {0};
-		flexspace_extents(s->fs, off, iv->size, count_extent, &ec);
-		if (ec.n > 2 && ec.n * FDB_FRAG_EXTENT_BYTES > iv->size)
-			*fragmented = 1;
-	}
+	frag_sample(s, cands, off, iv->size, key, klen);
 	return rc;
 }
 
@@ -1003,9 +1051,13 @@ int fdb_store_defrag(struct fdb_store *s, const void *key, uint32_t klen)
 	struct fdb_ival *iv = fdb_index_find(s->index, key, klen, &p);
 	if (!iv || !iv->size)
 		return 0;
+	/* Requests repeat, and an update may have rewritten it since. */
+	uint64_t off = fdb_index_offset(&p);
+	if (!ival_fragmented(extents_of(s, off, iv->size), iv->size))
+		return 0;
 	/* Logical offsets and tags do not change, so the index and any cached
 	 * entry stay valid. */
-	return flexspace_defrag(s->fs, fdb_index_offset(&p), iv->size);
+	return flexspace_defrag(s->fs, off, iv->size);
 }
 
 struct fdb_ar_blk {

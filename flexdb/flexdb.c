@@ -232,30 +232,33 @@ static void defrag_some(struct flexdb *db)
 	pthread_mutex_lock(&db->mtmu);
 }
 
-/* Any thread: caches the intervals a lookup or scan read (changing the
- * cache needs the exclusive lock; failing to cache fails nothing). */
+/* Any thread: asks the committer to defragment the interval of key
+ * (taking over the key). */
+static void defrag_request(struct flexdb *db, uint8_t *key, uint32_t klen)
+{
+	pthread_mutex_lock(&db->mtmu);
+	if (db->ndefrag < FDB_DEFRAG_QUEUE && !db->stop) {
+		db->defrag[db->ndefrag++] = (struct fdb_dkey){key, klen};
+		pthread_cond_broadcast(&db->mtcond);
+		key = NULL;
+	}
+	pthread_mutex_unlock(&db->mtmu);
+	free(key);
+}
+
+/* Any thread, after a read: caches the intervals it read (changing the
+ * cache needs the exclusive lock; failing to cache fails nothing) and
+ * passes on the fragmented ones it found. */
 static void cache_offer(struct flexdb *db, struct fdb_cands *cands)
 {
+	for (int i = 0; i < cands->nfrag; i++)
+		defrag_request(db, cands->frag[i].key, cands->frag[i].klen);
+	cands->nfrag = 0;
 	if (!cands->n)
 		return;
 	pthread_rwlock_wrlock(&db->lock);
 	fdb_store_admit(&db->store, cands);
 	pthread_rwlock_unlock(&db->lock);
-}
-
-/* Any thread: asks the committer to defragment the interval of key. */
-static void defrag_request(struct flexdb *db, const void *key, size_t klen)
-{
-	pthread_mutex_lock(&db->mtmu);
-	if (db->ndefrag < FDB_DEFRAG_QUEUE && !db->stop) {
-		uint8_t *k = malloc(klen);
-		if (k) {
-			memcpy(k, key, klen);
-			db->defrag[db->ndefrag++] = (struct fdb_dkey){k, (uint32_t)klen};
-			pthread_cond_broadcast(&db->mtcond);
-		}
-	}
-	pthread_mutex_unlock(&db->mtmu);
 }
 
 static void *committer_main(void *arg)
@@ -587,14 +590,11 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 	memref_put(i);
 	if (v)
 		return rc;
-	int fragmented;
 	struct fdb_cands cands;
 	pthread_rwlock_rdlock(&db->lock);
 	fdb_cands_init(&db->store, &cands);
-	rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, &cands, &fragmented);
+	rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, &cands);
 	pthread_rwlock_unlock(&db->lock);
-	if (fragmented)
-		defrag_request(db, key, klen);
 	cache_offer(db, &cands);
 	return rc;
 }
