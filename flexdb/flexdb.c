@@ -318,8 +318,13 @@ static int switch_memtable(struct flexdb *db)
 		return db_fail(db, rc);
 	FLEX_KILLPOINT("fdb.switch.wal_synced");
 	struct fdb_memref *n = memref_new(db, db->wal_gen, &rc);
-	if (!n)
-		return rc;
+	if (!n) {
+		/* A failed write or sync of the new WAL or of the directory
+		 * is fatal like any other (docs/DURABILITY.md): retrying the
+		 * creation at the next write would trust a directory whose
+		 * failed fsync may have dropped earlier changes. */
+		return db_fail(db, rc);
+	}
 	db->wal_gen++;
 	pthread_mutex_lock(&db->mtmu);
 	db->imm = db->active;
