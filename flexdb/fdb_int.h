@@ -222,13 +222,18 @@ struct fdb_store {
 	size_t cache_bytes, cache_limit;
 	uint64_t keys, bytes;
 	uint64_t uncounted; /* intervals whose pair count is not known yet */
+	/* Status of a change that failed part-way: the FlexSpace may hold
+	 * some of it and the index and cache none, so nothing may be read
+	 * through them any more (FLEX_EFAILED); 0 while they agree. */
+	int failed;
 	atomic_ullong hits, misses, admit_tick;
 	uint8_t *rec; /* scratch for one encoded record */
 };
 
 int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_limit);
 void fdb_store_close(struct fdb_store *s);
-/* Exclusive lock held: applies one put or delete to the FlexSpace. */
+/* Exclusive lock held: applies one put or delete to the FlexSpace.  After
+ * a failure every fdb_store_* call below returns FLEX_EFAILED. */
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
 /* Shared lock held.  Returns 0 (found: value copied as flexdb_get does),
  * FLEXDB_NOTFOUND or an error.  An uncached interval is searched in its raw

@@ -550,7 +550,14 @@ static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
  * growth took. */
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
 {
+	if (s->failed)
+		return FLEX_EFAILED;
 	int rc = store_apply(s, op);
+	/* A failure part-way (say the old pair collapsed, the new one not
+	 * inserted) leaves the index offsets off from the FlexSpace: reading
+	 * through them would report intact pairs as corrupt, or miss them. */
+	if (rc)
+		s->failed = rc;
 	if (s->cache_bytes > s->cache_limit)
 		cache_evict(s, 0, NULL);
 	return rc;
@@ -725,6 +732,8 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 {
 	struct fdb_ipath p;
 	*admit = 0;
+	if (s->failed)
+		return FLEX_EFAILED;
 	struct fdb_ival *iv = fdb_index_find(s->index, key, klen, &p);
 	if (!iv)
 		return FLEXDB_NOTFOUND;
@@ -781,17 +790,24 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 int fdb_store_defrag(struct fdb_store *s, const void *key, uint32_t klen)
 {
 	struct fdb_ipath p;
+	if (s->failed)
+		return FLEX_EFAILED;
 	struct fdb_ival *iv = fdb_index_find(s->index, key, klen, &p);
 	if (!iv || !iv->size)
 		return 0;
 	/* Logical offsets and tags do not change, so the index and any cached
-	 * entry stay valid. */
-	return flexspace_defrag(s->fs, fdb_index_offset(&p), iv->size);
+	 * entry stay valid -- unless the rewrite fails half-way. */
+	int rc = flexspace_defrag(s->fs, fdb_index_offset(&p), iv->size);
+	if (rc)
+		s->failed = rc;
+	return rc;
 }
 
 int fdb_store_admit(struct fdb_store *s, const void *key, uint32_t klen)
 {
 	struct fdb_ipath p;
+	if (s->failed)
+		return FLEX_EFAILED;
 	struct fdb_ival *iv = fdb_index_find(s->index, key, klen, &p);
 	if (!iv || iv->cache)
 		return 0;
@@ -908,6 +924,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		   int reverse, struct fdb_pair *out, int max, int *n, struct fdb_ar *ar)
 {
 	*n = 0;
+	if (s->failed)
+		return FLEX_EFAILED;
 	struct fdb_ipath p;
 	struct fdb_ival *iv;
 	if (flen)
@@ -972,6 +990,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 
 int fdb_store_check(struct fdb_store *s)
 {
+	if (s->failed)
+		return FLEX_EFAILED;
 	int rc = flexspace_check(s->fs);
 	if (!rc)
 		rc = fdb_index_check(s->index);

@@ -154,17 +154,25 @@ static int after_failure(struct flexdb *db, const struct cio *c, int *sticky, st
 	int p = flexdb_put(db, probe_key, sizeof(probe_key) - 1, probe_val, sizeof(probe_val) - 1);
 	int s3 = flexdb_sync(db);
 	int d = flexdb_delete(db, "k", 1);
-	/* Reads go on either way; their results are not the point here, but
-	 * they must not crash on a failed handle. */
+	/* Reads go on either way: they may fail (FLEX_EFAILED once a commit
+	 * into the FlexSpace failed, or the injected error itself), but never
+	 * call intact data corrupt nor crash. */
 	char v[64];
-	flexdb_get(db, probe_key, sizeof(probe_key) - 1, v, sizeof(v), NULL);
+	int g = flexdb_get(db, probe_key, sizeof(probe_key) - 1, v, sizeof(v), NULL);
+	int ir = 0;
 	struct flexdb_iter *it;
 	if (flexdb_iter_open(db, &it) == 0) {
-		for (int i = 0, r = flexdb_iter_seek(it, NULL, 0);
-		     r == 0 && flexdb_iter_valid(it) && i < 50; i++)
-			r = flexdb_iter_next(it);
+		ir = flexdb_iter_seek(it, NULL, 0);
+		for (int i = 0; ir == 0 && flexdb_iter_valid(it) && i < 50; i++)
+			ir = flexdb_iter_next(it);
 		flexdb_iter_close(it);
 	}
+	int ck = flexdb_check(db);
+	if (g == FLEX_ECORRUPT || ir == FLEX_ECORRUPT || ck == FLEX_ECORRUPT)
+		return failf(w,
+			     "on the handle after the failure, intact data reads as corrupt: get %d, "
+			     "iteration %d, flexdb_check %d",
+			     g, ir, ck);
 	*sticky = s2 == FLEX_EFAILED;
 	if (*sticky) {
 		if (p != FLEX_EFAILED || s3 != FLEX_EFAILED || d != FLEX_EFAILED)
