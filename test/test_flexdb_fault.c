@@ -28,9 +28,9 @@
  *    (or everything, after a successful close) and at most the failed one.
  *
  * FLEX_TEST_SEED replays a sweep; FLEX_FAULT_AT=<call> runs one fault point
- * of each test in this process, printing every injected fault.
- * FLEX_TEST_SCALE multiplies the points a sweep may visit (make stress
- * sweeps every call).
+ * of each test in this process, printing every injected fault.  make test
+ * sweeps every call of one seed's workload; FLEX_TEST_SCALE=50 (make
+ * stress) six seeds.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -59,9 +59,9 @@ TestSuite(flexdb_fault, .timeout = 600, .fini = fdb_tmp_cleanup);
 /* Operations in the base store and in the faulted stream. */
 #define BASE_OPS 200
 #define FAULT_OPS 400
-/* Fault points a sweep visits in make test (FLEX_TEST_SCALE multiplies
- * them; from a scale of about 3 on, every call is failed). */
-#define FAULT_POINTS 300
+/* Most fault points one sweep visits: more than the workload's calls of
+ * any class (about 800 at most), so every call is failed in turn. */
+#define FAULT_POINTS 1000
 
 struct fcase {
 	const char *name;
@@ -417,14 +417,18 @@ static void *rerun_main(void *arg)
 	return NULL;
 }
 
-static void fault_sweep(const struct fcase *fc)
+struct tally {
+	long calls, runs, failures, crashes, faults, hit, op_errors, sticky;
+	long open_failed, close_failed, newer;
+	char first[700], first_crash[700];
+};
+
+/* One sweep of the workload of one seed: every call of the class failed in
+ * turn (or one in `step` when there are more than FAULT_POINTS). */
+static void sweep_seed(const struct fcase *fc, uint64_t seed, struct tally *t)
 {
-	char name[96];
-	snprintf(name, sizeof(name), "flexdb fault %s", fc->name);
-	uint64_t seed = test_seed(name);
 	struct fctx x;
 	fctx_init(&x, seed);
-	double t0 = now_sec();
 	/* A clean run counts the workload's calls of the class.  The
 	 * committer thread makes the count vary a little between runs. */
 	struct fres res = {0};
@@ -442,36 +446,37 @@ static void fault_sweep(const struct fcase *fc)
 			     at, res.w.msg);
 		return;
 	}
-	long points = scaled(FAULT_POINTS);
 	/* Past the clean count too: the interleaving with the committer
 	 * varies, and a point beyond the last call must change nothing. */
 	long span = calls + calls / 20 + 1;
-	long step = span > points ? (span + points - 1) / points : 1;
-	long runs = 0, failures = 0, crashes = 0, faults = 0, hit = 0, op_errors = 0, sticky = 0;
-	long open_failed = 0, close_failed = 0, newer = 0;
-	char first[700] = "", first_crash[700] = "";
+	long step = span > FAULT_POINTS ? (span + FAULT_POINTS - 1) / FAULT_POINTS : 1;
+	long failures = 0;
+	t->calls += calls;
 	for (long at = 1 + (long)(seed % (uint64_t)step); at <= span; at += step) {
 		if (fault_run_forked(&x, fc, at, &res)) {
 			int crash = !strncmp(res.w.msg, "the run crashed", 15) ||
 				    !strncmp(res.w.msg, "the run died", 12);
-			crashes += crash;
-			if (crash && !first_crash[0])
-				snprintf(first_crash, sizeof(first_crash),
-					 "; first crash: fault at call %ld: %s", at, res.w.msg);
-			if (!crash && !first[0])
-				snprintf(first, sizeof(first), "fault at call %ld: %s", at,
+			t->crashes += crash;
+			if (crash && !t->first_crash[0])
+				snprintf(t->first_crash, sizeof(t->first_crash),
+					 "; first crash: seed %" PRIu64 ", fault at call %ld: %s",
+					 seed, at, res.w.msg);
+			if (!crash && !t->first[0])
+				snprintf(t->first, sizeof(t->first),
+					 "seed %" PRIu64 ", fault at call %ld: %s", seed, at,
 					 res.w.msg);
 			failures++;
 		}
-		runs++;
-		faults += res.faults;
-		hit += res.tripped;
-		op_errors += res.op_errors;
-		sticky += res.sticky;
-		open_failed += res.open_failed;
-		close_failed += res.close_failed;
-		newer += res.newer;
+		t->runs++;
+		t->faults += res.faults;
+		t->hit += res.tripped;
+		t->op_errors += res.op_errors;
+		t->sticky += res.sticky;
+		t->open_failed += res.open_failed;
+		t->close_failed += res.close_failed;
+		t->newer += res.newer;
 	}
+	t->failures += failures;
 	/* Some points again in this process, so that LeakSanitizer sees what
 	 * the failure paths and flexdb_close leave behind. */
 	if (!failures) {
@@ -479,8 +484,8 @@ static void fault_sweep(const struct fcase *fc)
 		pthread_t th;
 		cr_assert_eq(pthread_create(&th, NULL, rerun_main, &rr), 0);
 		pthread_join(th, NULL);
-		cr_assert_lt(rr.bad_at, 0, "in-process rerun at call %ld: %s", rr.bad_at,
-			     rr.res.w.msg);
+		cr_assert_lt(rr.bad_at, 0, "seed %" PRIu64 ": in-process rerun at call %ld: %s",
+			     seed, rr.bad_at, rr.res.w.msg);
 #if defined(__SANITIZE_ADDRESS__)
 		cr_assert_eq(__lsan_do_recoverable_leak_check(), 0,
 			     "seed %" PRIu64 " (%s): memory left behind by failed runs (report "
@@ -488,18 +493,35 @@ static void fault_sweep(const struct fcase *fc)
 			     seed, fc->name);
 #endif
 	}
+	fctx_free(&x);
+}
+
+/* make test sweeps one seed's workload; make stress (FLEX_TEST_SCALE=50)
+ * six, each with its own base store and stream. */
+static void fault_sweep(const struct fcase *fc)
+{
+	char name[96];
+	snprintf(name, sizeof(name), "flexdb fault %s", fc->name);
+	uint64_t seed = test_seed(name);
+	long rounds = getenv("FLEX_FAULT_AT") ? 1 : 1 + (long)(test_scale() / 10);
+	struct tally t;
+	memset(&t, 0, sizeof(t));
+	double t0 = now_sec();
+	for (long r = 0; r < rounds && !t.failures; r++)
+		sweep_seed(fc, seed + (uint64_t)r * 0x9e3779b97f4a7c15ull, &t);
+	if (getenv("FLEX_FAULT_AT"))
+		return;
 	fprintf(stderr,
-		"%s: %ld calls in the workload, %ld runs (one every %ld call%s), %ld faults "
-		"injected in %ld "
+		"%s: %ld seed%s, %ld calls in the workloads, %ld runs, %ld faults injected in %ld "
 		"runs, %ld failed ops, %ld failed handles, %ld failed opens, %ld failed closes, "
 		"%ld states verified (%ld past the last ack), 0 acknowledged lost, %.1f s\n",
-		name, calls, runs, step, step == 1 ? "" : "s", faults, hit, op_errors, sticky,
-		open_failed, close_failed, runs - failures, newer, now_sec() - t0);
-	fctx_free(&x);
-	cr_assert_eq(failures, 0,
-		     "seed %" PRIu64 " (%s): %ld of %ld runs broke the contract (%ld crashed); "
-		     "first: %s%s (FLEX_TEST_SEED=%" PRIu64 " FLEX_FAULT_AT=<call> replays one)",
-		     seed, fc->name, failures, runs, crashes, first, first_crash, seed);
+		name, rounds, rounds == 1 ? "" : "s", t.calls, t.runs, t.faults, t.hit, t.op_errors,
+		t.sticky, t.open_failed, t.close_failed, t.runs - t.failures, t.newer,
+		now_sec() - t0);
+	cr_assert_eq(t.failures, 0,
+		     "%s: %ld of %ld runs broke the contract (%ld crashed); first: %s%s "
+		     "(FLEX_TEST_SEED=<seed> FLEX_FAULT_AT=<call> replays one)",
+		     name, t.failures, t.runs, t.crashes, t.first, t.first_crash);
 }
 
 Test(flexdb_fault, any_call_fails_once_with_eio)
