@@ -229,6 +229,10 @@ struct fdb_store {
 	size_t thin_bytes; /* of thin entries, at most a quarter of the cache */
 	uint64_t keys, bytes;
 	uint64_t uncounted; /* intervals whose pair count is not known yet */
+	/* Status of a change that failed part-way: the FlexSpace may hold
+	 * some of it and the index and cache none, so nothing may be read
+	 * through them any more (FLEX_EFAILED); 0 while they agree. */
+	int failed;
 	atomic_ullong hits, thin_hits, misses, admit_tick, frag_tick;
 	atomic_ullong gen; /* changed by every apply: see fdb_cands */
 	uint8_t *rec; /* scratch for one encoded record */
@@ -236,7 +240,8 @@ struct fdb_store {
 
 int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_limit);
 void fdb_store_close(struct fdb_store *s);
-/* Exclusive lock held: applies one put or delete to the FlexSpace. */
+/* Exclusive lock held: applies one put or delete to the FlexSpace.  After
+ * a failure every fdb_store_* call below returns FLEX_EFAILED. */
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
 
 /* What a reader learnt under the shared lock, acted on after it: cache

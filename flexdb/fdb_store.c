@@ -694,8 +694,15 @@ static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
  * growth took. */
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
 {
+	if (s->failed)
+		return FLEX_EFAILED;
 	atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
 	int rc = store_apply(s, op);
+	/* A failure part-way (say the old pair collapsed, the new one not
+	 * inserted) leaves the index offsets off from the FlexSpace: reading
+	 * through them would report intact pairs as corrupt, or miss them. */
+	if (rc)
+		s->failed = rc;
 	if (s->cache_bytes > s->cache_limit)
 		cache_evict(s, 0, NULL);
 	return rc;
@@ -948,7 +955,7 @@ void fdb_cands_free(struct fdb_cands *cands)
 void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands)
 {
 	/* Built under the shared lock: valid only if nothing changed since. */
-	if (cands->gen != atomic_load_explicit(&s->gen, memory_order_relaxed)) {
+	if (s->failed || cands->gen != atomic_load_explicit(&s->gen, memory_order_relaxed)) {
 		fdb_cands_free(cands);
 		return;
 	}
@@ -1008,6 +1015,8 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 		  size_t *vlen, struct fdb_cands *cands)
 {
 	struct fdb_ipath p;
+	if (s->failed)
+		return FLEX_EFAILED;
 	struct fdb_ival *iv = fdb_index_find(s->index, key, klen, &p);
 	if (!iv)
 		return FLEXDB_NOTFOUND;
@@ -1048,6 +1057,8 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 int fdb_store_defrag(struct fdb_store *s, const void *key, uint32_t klen)
 {
 	struct fdb_ipath p;
+	if (s->failed)
+		return FLEX_EFAILED;
 	struct fdb_ival *iv = fdb_index_find(s->index, key, klen, &p);
 	if (!iv || !iv->size)
 		return 0;
@@ -1056,8 +1067,11 @@ int fdb_store_defrag(struct fdb_store *s, const void *key, uint32_t klen)
 	if (!ival_fragmented(extents_of(s, off, iv->size), iv->size))
 		return 0;
 	/* Logical offsets and tags do not change, so the index and any cached
-	 * entry stay valid. */
-	return flexspace_defrag(s->fs, off, iv->size);
+	 * entry stay valid -- unless the rewrite fails half-way. */
+	int rc = flexspace_defrag(s->fs, off, iv->size);
+	if (rc)
+		s->failed = rc;
+	return rc;
 }
 
 struct fdb_ar_blk {
@@ -1221,6 +1235,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		   struct fdb_cands *cands)
 {
 	*n = 0;
+	if (s->failed)
+		return FLEX_EFAILED;
 	struct fdb_ipath p;
 	struct fdb_ival *iv;
 	if (flen)
@@ -1303,6 +1319,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 
 int fdb_store_check(struct fdb_store *s)
 {
+	if (s->failed)
+		return FLEX_EFAILED;
 	int rc = flexspace_check(s->fs);
 	if (!rc)
 		rc = fdb_index_check(s->index);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../flextree/flex_killpoint.h"
 #include "fdb_int.h"
 
 #define WAL_MAGIC "FLEXWAL1"
@@ -83,10 +84,16 @@ int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64
 	put64(h + 24, XXH3_64bits(h, 24));
 	int rc = flex_io_write_full(io, w->fd, h, WAL_HDR, 0);
 	/* The file must exist durably before any record in it is relied on. */
-	if (!rc)
+	if (!rc) {
+		FLEX_KILLPOINT("fdb.walnew.sync.before");
 		rc = io->fdatasync(io, w->fd);
-	if (!rc)
+	}
+	if (!rc) {
+		FLEX_KILLPOINT("fdb.walnew.sync.after");
 		rc = io->fsync(io, dir_fd);
+	}
+	if (!rc)
+		FLEX_KILLPOINT("fdb.walnew.dir.sync.after");
 	if (rc) {
 		io->close(io, w->fd);
 		unlink(w->path);
@@ -117,6 +124,8 @@ int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size
 		free(b);
 	if (rc)
 		return rc;
+	/* In the file, not yet in the memtable nor acknowledged. */
+	FLEX_KILLPOINT("fdb.wal.appended");
 	atomic_fetch_add(&w->size, total);
 	atomic_store(&w->last_seq, seq);
 	return 0;
@@ -127,9 +136,11 @@ int fdb_wal_sync(struct fdb_wal *w)
 	uint64_t target = atomic_load(&w->last_seq);
 	if (atomic_load(&w->synced_seq) >= target)
 		return 0;
+	FLEX_KILLPOINT("fdb.wal.sync.before");
 	int rc = w->io->fdatasync(w->io, w->fd);
 	if (rc)
 		return rc;
+	FLEX_KILLPOINT("fdb.wal.sync.after");
 	uint64_t cur = atomic_load(&w->synced_seq);
 	while (cur < target && !atomic_compare_exchange_weak(&w->synced_seq, &cur, target))
 		;
@@ -252,8 +263,12 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, fdb_
 	free(b);
 	/* What is replayed must stay durable: it may never have been synced
 	 * by the session that wrote it. */
-	if (!rc)
+	if (!rc) {
+		FLEX_KILLPOINT("fdb.replay.sync.before");
 		rc = io->fdatasync(io, fd);
+	}
+	if (!rc)
+		FLEX_KILLPOINT("fdb.replay.sync.after");
 	io->close(io, fd);
 	return rc;
 }

@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../flextree/flex_killpoint.h"
 #include "fdb_int.h"
 
 #define FDB_COMMIT_CHUNK 1000
@@ -180,6 +181,9 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 			rc = fdb_store_apply(&db->store, &op);
 			atomic_fetch_add(&db->committed_pairs, 1);
 			fdb_mt_next(&it);
+			/* Mid-commit: some pairs are in the FlexSpace, unsynced. */
+			if (!rc)
+				FLEX_KILLPOINT("fdb.commit.pair_applied");
 		}
 		pthread_rwlock_unlock(&db->lock);
 	}
@@ -188,6 +192,7 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 	if (!rc) {
 		/* The WAL's records are durable in the FlexSpace now.  The
 		 * memtable rebuilt at open has the old WAL files instead. */
+		FLEX_KILLPOINT("fdb.commit.space_synced");
 		if (m->wal) {
 			rc = unlink(m->wal->path) ? -errno : 0;
 		} else {
@@ -200,8 +205,13 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 			}
 			db->nrec_gens = 0;
 		}
-		if (!rc)
+		/* Removed, but the removal is not durable yet. */
+		if (!rc) {
+			FLEX_KILLPOINT("fdb.commit.dir.sync.before");
 			rc = db->io->fsync(db->io, db->dir_fd);
+		}
+		if (!rc)
+			FLEX_KILLPOINT("fdb.commit.dir.sync.after");
 	}
 	if (!rc)
 		atomic_fetch_add(&db->committer_runs, 1);
@@ -320,9 +330,15 @@ static int switch_memtable(struct flexdb *db)
 	int rc = fdb_wal_sync(db->active->wal);
 	if (rc)
 		return db_fail(db, rc);
+	FLEX_KILLPOINT("fdb.switch.wal_synced");
 	struct fdb_memref *n = memref_new(db, db->wal_gen, &rc);
-	if (!n)
-		return rc;
+	if (!n) {
+		/* A failed write or sync of the new WAL or of the directory
+		 * is fatal like any other (docs/DURABILITY.md): retrying the
+		 * creation at the next write would trust a directory whose
+		 * failed fsync may have dropped earlier changes. */
+		return db_fail(db, rc);
+	}
 	db->wal_gen++;
 	pthread_mutex_lock(&db->mtmu);
 	db->imm = db->active;
@@ -967,8 +983,12 @@ static int db_recover(struct flexdb *db)
 			if (unlink(path) && errno != ENOENT)
 				rc = -errno;
 		}
-		if (!rc)
+		if (!rc) {
+			FLEX_KILLPOINT("fdb.recover.dir.sync.before");
 			rc = db->io->fsync(db->io, db->dir_fd);
+		}
+		if (!rc)
+			FLEX_KILLPOINT("fdb.recover.dir.sync.after");
 		free(gens);
 		gens = NULL;
 		n = 0;
@@ -1117,8 +1137,10 @@ int flexdb_close(struct flexdb *db)
 		free(db->defrag[k].key);
 	db->ndefrag = 0;
 	struct fdb_memref *a = db->active, *i = db->imm;
-	if (!rc && a && fdb_mt_count(a->mt) == 0)
+	if (!rc && a && fdb_mt_count(a->mt) == 0) {
 		unlink(a->wal->path); /* empty: nothing to replay */
+		FLEX_KILLPOINT("fdb.close.wal_removed");
+	}
 	memref_put(a);
 	memref_put(i);
 	db->active = db->imm = NULL;

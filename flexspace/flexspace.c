@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../flextree/flex_killpoint.h"
 #include "flexspace_int.h"
 
 int fs_fail(struct flexspace *fs, int rc)
@@ -122,8 +123,12 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 		return rc;
 	if ((rc = fs_seg_init(fs, data_bytes)) != 0)
 		return rc;
-	if (fresh && (rc = fs->io->fsync(fs->io, fs->dir_fd)) != 0)
-		return rc;
+	if (fresh) {
+		FLEX_KILLPOINT("fs.dir.sync.before");
+		if ((rc = fs->io->fsync(fs->io, fs->dir_fd)) != 0)
+			return rc;
+		FLEX_KILLPOINT("fs.dir.sync.after");
+	}
 
 	uint64_t records;
 	if ((rc = fs_log_replay(fs, &records)) != 0)

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "../flextree/flex_killpoint.h"
 #include "flexspace_int.h"
 
 #define LOG_MAGIC "FLEXLOG1"
@@ -125,8 +126,11 @@ static int log_write_header(struct flexspace *fs, uint64_t base)
 	free(b);
 	if (!rc) {
 		fs->st.log_bytes_written += LOG_HDR_SLOT;
+		FLEX_KILLPOINT("fs.loghdr.sync.before");
 		rc = fs->io->fdatasync(fs->io, fs->log_fd);
 	}
+	if (!rc)
+		FLEX_KILLPOINT("fs.loghdr.sync.after");
 	return rc;
 }
 
@@ -233,6 +237,8 @@ int fs_log_sync(struct flexspace *fs)
 	if ((rc = fs_flush_buffer(fs)) != 0 || (rc = fs_sync_data(fs)) != 0)
 		return fs_fail(fs, rc);
 	if (fs->nlog) {
+		/* The data is durable, the records naming it are not written. */
+		FLEX_KILLPOINT("fs.log.write.before");
 		size_t bytes = BATCH_HDR + (size_t)fs->nlog * REC_BYTES;
 		uint8_t *b = malloc(bytes);
 		if (!b)
@@ -261,9 +267,11 @@ int fs_log_sync(struct flexspace *fs)
 		fs->st.log_bytes_written += bytes;
 	}
 	if (fs->log_unsynced) {
+		FLEX_KILLPOINT("fs.log.sync.before");
 		if ((rc = fs->io->fdatasync(fs->io, fs->log_fd)) != 0)
 			return fs_fail(fs, rc);
 		fs->log_unsynced = 0;
+		FLEX_KILLPOINT("fs.log.sync.after");
 	}
 	fs_seg_release_pending(fs);
 	if (fs->log_size > fs->log_limit)
@@ -284,6 +292,7 @@ int fs_log_reset(struct flexspace *fs)
 	 * anyway; cutting them off just returns the space. */
 	if ((rc = fs->io->ftruncate(fs->io, fs->log_fd, LOG_START)) != 0)
 		return rc;
+	FLEX_KILLPOINT("fs.log.truncated");
 	fs->log_base = ts.version;
 	fs->log_size = LOG_START;
 	fs->log_seq = 1;
@@ -304,6 +313,8 @@ int fs_commit(struct flexspace *fs)
 		return fs_fail(fs, rc);
 	flextree_stats(fs->tree, &after);
 	fs->st.tree_bytes_written += after.bytes_written - before.bytes_written;
+	/* The tree is committed; the log still names the previous version. */
+	FLEX_KILLPOINT("fs.commit.tree_done");
 	if (after.version != fs->log_base || fs->log_size > LOG_START || fs->nlog) {
 		if ((rc = fs_log_reset(fs)) != 0)
 			return fs_fail(fs, rc);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../flextree/flex_killpoint.h"
 #include "flexspace_int.h"
 
 static int fs_grow_segments(struct flexspace *fs, uint32_t want)
@@ -134,9 +135,12 @@ int fs_sync_data(struct flexspace *fs)
 {
 	if (!fs->data_unsynced)
 		return 0;
+	FLEX_KILLPOINT("fs.data.sync.before");
 	int rc = fs->io->fdatasync(fs->io, fs->data_fd);
-	if (!rc)
+	if (!rc) {
 		fs->data_unsynced = 0;
+		FLEX_KILLPOINT("fs.data.sync.after");
+	}
 	return rc;
 }
 
@@ -258,6 +262,7 @@ void fs_trim_data(struct flexspace *fs)
 		return;
 	if (fs->io->ftruncate(fs->io, fs->data_fd, (uint64_t)n * fs->seg_size) != 0)
 		return; /* keeping the space is harmless */
+	FLEX_KILLPOINT("fs.data.trimmed");
 	fs->nfree -= fs->nsegs - n;
 	fs->nsegs = n;
 	if (fs->free_hint > n)
@@ -566,8 +571,13 @@ static int fs_gc_run(struct flexspace *fs)
 		rc = fs->io->read_batch(fs->io, fs->data_fd, v, (int)k);
 		if (rc == -ENODATA)
 			rc = FLEX_ECORRUPT;
-		for (size_t j = 0; j < k && !rc; j++)
+		for (size_t j = 0; j < k && !rc; j++) {
 			rc = fs_relocate(fs, &vs.ext[i + j], data + j * fs->max_extent);
+			/* Part of the victims' extents moved, none of it
+			 * logged: the n-th hit is mid-collection. */
+			if (!rc)
+				FLEX_KILLPOINT("fs.gc.moved");
+		}
 	}
 	fs->in_gc = 0;
 	if (!rc) {

@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "flex_killpoint.h"
 #include "flextree_int.h"
 
 #define FT_SLOT 4096u
@@ -348,12 +349,21 @@ int ft_file_commit(struct flextree *t)
 	if (!rc)
 		rc = ft_writer_flush(&w);
 	free(w.buf);
-	if (!rc)
+	if (!rc) {
+		FLEX_KILLPOINT("ft.nodes.sync.before");
 		rc = t->io->fdatasync(t->io, t->fd);
-	if (!rc)
+	}
+	if (!rc) {
+		/* Mid-commit: the new nodes are durable, no header names them. */
+		FLEX_KILLPOINT("ft.nodes.sync.after");
 		rc = ft_write_header(t, t->version + 1);
-	if (!rc)
+	}
+	if (!rc) {
+		FLEX_KILLPOINT("ft.header.sync.before");
 		rc = t->io->fdatasync(t->io, t->fd);
+	}
+	if (!rc)
+		FLEX_KILLPOINT("ft.header.sync.after");
 	if (rc) {
 		/* Nodes may now claim slots whose images never reached the
 		 * disk: this handle can no longer commit correctly. */
@@ -452,8 +462,11 @@ static int ft_sync_parent(const struct flex_io *io, const char *path)
 	free(dir);
 	if (fd < 0)
 		return fd;
+	FLEX_KILLPOINT("ft.dir.sync.before");
 	int rc = io->fsync(io, fd);
 	io->close(io, fd);
+	if (!rc)
+		FLEX_KILLPOINT("ft.dir.sync.after");
 	return rc;
 }
 
@@ -466,10 +479,14 @@ static int ft_file_create(struct flextree *t, const char *path)
 	t->nslots = 2;
 	t->dirty_nodes = 1;
 	int rc = ft_file_commit(t);
-	if (!rc)
+	if (!rc) {
+		FLEX_KILLPOINT("ft.create.sync.before");
 		rc = t->io->fsync(t->io, t->fd);
-	if (!rc)
+	}
+	if (!rc) {
+		FLEX_KILLPOINT("ft.create.sync.after");
 		rc = ft_sync_parent(t->io, path);
+	}
 	return rc;
 }
 

@@ -110,7 +110,9 @@ FLEX_EXPORT int flexdb_delete(struct flexdb *db, const void *key, size_t klen);
 /* Looks key up.  0 when found: copies min(cap, value length) bytes to buf
  * (buf may be NULL when cap is 0) and stores the full length in *vlen
  * (vlen may be NULL).  FLEXDB_NOTFOUND when absent.  Negative on error,
- * FLEX_ECORRUPT when the stored pair fails its checksum. */
+ * FLEX_ECORRUPT when the stored pair fails its checksum, FLEX_EFAILED when
+ * the key is not in a memtable and a commit into the FlexSpace has failed
+ * (docs/DURABILITY.md, "Errors"). */
 FLEX_EXPORT int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf,
 			   size_t cap, size_t *vlen);
 
@@ -161,7 +163,8 @@ FLEX_EXPORT void flexdb_iter_close(struct flexdb_iter *it);
 /* Deep check: the FlexSpace's check, every pair's checksum, keys strictly
  * increasing across intervals, the sparse index's offsets, sizes and
  * counts against the space, and the cache against the space.  0 when
- * sound, FLEX_ECORRUPT otherwise.  O(store size). */
+ * sound, FLEX_ECORRUPT otherwise; FLEX_EFAILED after a failed commit into
+ * the FlexSpace (the index no longer describes it).  O(store size). */
 FLEX_EXPORT int flexdb_check(struct flexdb *db);
 
 FLEX_EXPORT int flexdb_stats(struct flexdb *db, struct flexdb_stats *st);

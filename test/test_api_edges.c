@@ -23,11 +23,13 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "flex_common.h"
@@ -35,6 +37,7 @@
 #include "flexdb.h"
 #include "flexspace.h"
 #include "flextree.h"
+#include "../flextree/flex_killpoint.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -154,6 +157,88 @@ Test(api_edges, strerror_and_version)
 	flex_version(NULL, &b, NULL);
 	cr_assert_eq(b, FLEX_VERSION_MINOR);
 }
+
+/* ---- flex_killpoint (builds with assertions only) ----------------------------------- */
+
+#ifndef NDEBUG
+/* In a child: arms spec, hits the points in order; returns the child's
+ * status and the report's first line (empty when none). */
+static int killpoint_child(const char *spec, const char *const *hits, int nhits, const char *report,
+			   char *line, size_t cap)
+{
+	unlink(report);
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		if (spec)
+			setenv("FLEX_KILLPOINT", spec, 1);
+		setenv("FLEX_KILLPOINT_REPORT", report, 1);
+		for (int i = 0; i < nhits; i++)
+			flex_killpoint(hits[i]);
+		_exit(0);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	line[0] = '\0';
+	FILE *f = fopen(report, "r");
+	if (f) {
+		if (!fgets(line, (int)cap, f))
+			line[0] = '\0';
+		fclose(f);
+	}
+	unlink(report);
+	return st;
+}
+
+static int killed(int st)
+{
+	return WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+}
+
+Test(api_edges, killpoint_spec_edges)
+{
+	struct tmpdir d;
+	tmp_make(&d, "killpoint");
+	char report[PATH_MAX + 16], line[256];
+	join(report, sizeof(report), d.path, "report");
+	/* Disarmed in this process (this parses the empty environment once;
+	 * a forked child must read its own). */
+	unsetenv("FLEX_KILLPOINT");
+	flex_killpoint("a.b");
+	flex_killpoint(NULL);
+	static const char *const five[] = {"a.b", "a.b", "a.c", "x", "a.b"};
+	/* Malformed specifications arm nothing. */
+	static const char *const bad[] = {
+	    "a.b", "a.b:", "a.b:0", "a.b:-1", "a.b:1x", ":1", "a.b:99999999999999999999", ""};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int st = killpoint_child(bad[i], five, 5, report, line, sizeof(line));
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0 && !line[0],
+			  "spec \"%s\": status 0x%x, report \"%s\"", bad[i], st, line);
+	}
+	char longspec[300];
+	memset(longspec, 'a', sizeof(longspec));
+	memcpy(longspec + sizeof(longspec) - 3, ":1", 3);
+	int st = killpoint_child(longspec, five, 5, report, line, sizeof(line));
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "an over-long pattern arms nothing");
+	/* The n-th hit of the name, not of other names; a count past the hits
+	 * never fires. */
+	st = killpoint_child("a.b:3", five, 5, report, line, sizeof(line));
+	cr_assert(killed(st) && !strcmp(line, "a.b 3\n"), "a.b:3: 0x%x \"%s\"", st, line);
+	st = killpoint_child("a.b:4", five, 5, report, line, sizeof(line));
+	cr_assert(WIFEXITED(st) && !line[0], "a.b:4 fired with 3 hits");
+	/* Prefixes count every match; "*" matches every point. */
+	st = killpoint_child("a.*:3", five, 5, report, line, sizeof(line));
+	cr_assert(killed(st) && !strcmp(line, "a.c 3\n"), "a.*:3: 0x%x \"%s\"", st, line);
+	st = killpoint_child("*:4", five, 5, report, line, sizeof(line));
+	cr_assert(killed(st) && !strcmp(line, "x 4\n"), "*:4: 0x%x \"%s\"", st, line);
+	st = killpoint_child("a:1", five, 5, report, line, sizeof(line));
+	cr_assert(WIFEXITED(st), "a full name is not a prefix");
+	/* Still disarmed here. */
+	flex_killpoint("a.b");
+	tmp_free(&d);
+}
+#endif
 
 /* ---- flex_io ------------------------------------------------------------------------ */
 
@@ -786,6 +871,7 @@ static const char *const exported_covered[] = {
     "flexdb_iter_prev",	     "flexdb_iter_key",
     "flexdb_iter_value",     "flexdb_iter_close",
     "flexdb_check",	     "flexdb_stats",
+    "flex_killpoint",
 };
 
 static int covered(const char *name)

@@ -46,6 +46,7 @@
 
 #include "crashio.h"
 #include "flexspace.h"
+#include "killpoint.h"
 
 TestSuite(flexspace_crash, .timeout = 300);
 
@@ -58,12 +59,19 @@ static const struct gen_cfg crash_gen = {.target_size = 512u << 10, .big_len = 2
 
 #define KILL_MAXOPS 4000
 
+/* Kill-point cycles in make test (FLEX_TEST_SCALE multiplies them). */
+#ifndef KILLPOINT_CYCLES
+#define KILLPOINT_CYCLES 320
+#endif
+
 struct kill_shared {
 	atomic_long started; /* index of the operation the child started last */
 };
 
-/* The child: runs the stream until killed.  Exit codes name failures. */
-static void kill_child(const char *dir, uint64_t cseed, long self_kill_at, int ackfd,
+/* The child: runs the stream until killed, or with maxops > 0 (kill
+ * points) runs that many operations and closes the space.  Exit codes
+ * name failures. */
+static void kill_child(const char *dir, uint64_t cseed, long self_kill_at, long maxops, int ackfd,
 		       struct kill_shared *sh)
 {
 	alarm(60);
@@ -73,7 +81,8 @@ static void kill_child(const char *dir, uint64_t cseed, long self_kill_at, int a
 		_exit(10);
 	uint8_t *buf = malloc(256u << 10);
 	uint64_t r = cseed;
-	for (long i = 0; i < KILL_MAXOPS; i++) {
+	long n = maxops ? maxops : KILL_MAXOPS;
+	for (long i = 0; i < n; i++) {
 		struct op op;
 		gen_op(&r, flexspace_size(fs), &crash_gen, &op);
 		atomic_store(&sh->started, i);
@@ -95,15 +104,31 @@ static void kill_child(const char *dir, uint64_t cseed, long self_kill_at, int a
 				_exit(12);
 		}
 	}
+	if (maxops) {
+		/* A close acknowledges everything, like a sync. */
+		if (flexspace_close(fs) != 0)
+			_exit(14);
+		int32_t v = (int32_t)(n - 1);
+		_exit(write(ackfd, &v, sizeof(v)) == sizeof(v) ? 0 : 12);
+	}
 	raise(SIGKILL);
 	_exit(13);
 }
 
-Test(flexspace_crash, kill9_recovers_a_prefix_no_older_than_the_last_sync)
+/*
+ * Cycles on one directory, each recovery starting from the previous one's
+ * result.  kp_maxops == 0: the parent kills the child after a random
+ * delay, or every other child kills itself at a random operation.
+ * Otherwise every cycle arms a FlexTree or FlexSpace kill point
+ * (killpoint.h) in a child running at most kp_maxops operations.
+ */
+static void kill9_cycles(const char *name, long cycles, long kp_maxops)
 {
-	uint64_t seed = test_seed("kill9"), r = seed;
-	char dir[PATH_MAX];
+	uint64_t seed = test_seed(name), r = seed;
+	char dir[PATH_MAX], report[PATH_MAX + 16];
 	cr_assert_eq(tmp_make(dir, sizeof(dir), "kill9"), 0);
+	snprintf(report, sizeof(report), "%s.killpoint", dir);
+	unlink(report);
 	struct kill_shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
 				      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	cr_assert_neq(sh, MAP_FAILED);
@@ -111,13 +136,27 @@ Test(flexspace_crash, kill9_recovers_a_prefix_no_older_than_the_last_sync)
 	uint64_t *hashes = malloc((KILL_MAXOPS + 2) * sizeof(uint64_t));
 	uint8_t *buf = malloc(256u << 10);
 	struct model base = {0}, m = {0};
-	long cycles = scaled(150), self_kills = 0, newer = 0, total_ops = 0, no_ack = 0;
+	long self_kills = 0, newer = 0, total_ops = 0, no_ack = 0, kills = 0, completed = 0;
+	long fresh = 0;
 	double t0 = now_sec();
 	struct flexspace_options o = tiny_options();
+	struct kp_sched sched;
+	kp_sched_init(&sched, KP_SPACE);
 
 	for (long cyc = 0; cyc < cycles; cyc++) {
 		uint64_t cseed = rnd(&r);
-		long self_kill_at = cyc % 2 ? (long)rnd_below(&r, 600) : -1;
+		long self_kill_at = -1, kn = 0;
+		int p = -1;
+		if (kp_maxops) {
+			p = kp_next(&sched, &r, &kn);
+			if (kp_points[p].prep == KP_PREP_FRESH) {
+				tmp_clear(dir);
+				model_truncate(&base, 0);
+				fresh++;
+			}
+		} else if (cyc % 2) {
+			self_kill_at = (long)rnd_below(&r, 600);
+		}
 		unsigned delay_us = 1000 + (unsigned)rnd_below(&r, 30000);
 		int pfd[2];
 		cr_assert_eq(pipe(pfd), 0);
@@ -126,19 +165,41 @@ Test(flexspace_crash, kill9_recovers_a_prefix_no_older_than_the_last_sync)
 		cr_assert_geq(pid, 0);
 		if (pid == 0) {
 			close(pfd[0]);
-			kill_child(dir, cseed, self_kill_at, pfd[1], sh);
+			if (p >= 0)
+				kp_arm(kp_points[p].name, kn, report);
+			kill_child(dir, cseed, self_kill_at, kp_maxops, pfd[1], sh);
 		}
 		close(pfd[1]);
-		if (self_kill_at < 0) {
+		if (!kp_maxops && self_kill_at < 0) {
 			usleep(delay_us);
 			kill(pid, SIGKILL);
 		}
 		int st;
 		cr_assert_eq(waitpid(pid, &st, 0), pid);
-		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
-			  "seed %" PRIu64 " cycle %ld: the child failed by itself (status 0x%x: exit "
-			  "10 open, 11 an operation failed, 12 pipe)",
-			  seed, cyc, st);
+		int killed = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+		if (p >= 0) {
+			char fired[64];
+			long fn = 0;
+			int f = kp_fired(report, fired, sizeof(fired), &fn);
+			int done = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+			cr_assert(
+			    (killed && f == 1 && !strcmp(fired, kp_points[p].name) && fn == kn) ||
+				(done && f == 0),
+			    "seed %" PRIu64 " cycle %ld, armed %s:%ld: the child %s (status 0x%x: "
+			    "exit 10 open, 11 an operation failed, 12 pipe, 14 close), report %d "
+			    "%s:%ld",
+			    seed, cyc, kp_points[p].name, kn, killed ? "was killed" : "ended", st,
+			    f, f == 1 ? fired : "", fn);
+			kp_record(&sched, p, kn, killed);
+			completed += done;
+		} else {
+			cr_assert(killed,
+				  "seed %" PRIu64
+				  " cycle %ld: the child failed by itself (status 0x%x: "
+				  "exit 10 open, 11 an operation failed, 12 pipe)",
+				  seed, cyc, st);
+		}
+		kills += killed;
 		self_kills += self_kill_at >= 0;
 		long last_ack = -1;
 		int32_t v;
@@ -164,11 +225,17 @@ Test(flexspace_crash, kill9_recovers_a_prefix_no_older_than_the_last_sync)
 		long lo = last_ack + 1, hi = started + 1, k;
 		struct why w = {""};
 		int bad = verify_recovered(dir, &o, sizes, hashes, lo, hi, &k, &w);
+		char how[160];
+		if (p >= 0)
+			snprintf(how, sizeof(how), "%s %s:%ld", killed ? "killed at" : "armed",
+				 kp_points[p].name, kn);
+		else
+			snprintf(how, sizeof(how), "%s",
+				 self_kill_at >= 0 ? "killed itself" : "killed by the parent");
 		cr_assert_eq(bad, 0,
 			     "seed %" PRIu64 " cycle %ld (child seed %" PRIu64
 			     ", last ack op %ld, last op started %ld, %s): %s",
-			     seed, cyc, cseed, last_ack, started,
-			     self_kill_at >= 0 ? "killed itself" : "killed by the parent", w.msg);
+			     seed, cyc, cseed, last_ack, started, how, w.msg);
 		newer += k > lo;
 		/* The next cycle starts from what was recovered: state k. */
 		rr = cseed;
@@ -180,16 +247,40 @@ Test(flexspace_crash, kill9_recovers_a_prefix_no_older_than_the_last_sync)
 		cr_assert_eq(model_hash(&base), hashes[k]);
 	}
 	fprintf(stderr,
-		"kill9: %ld cycles (%ld self-kills), %ld ops started, %ld recovered past the "
-		"last ack, %ld with no ack, final size %" PRIu64 ", %.1f s\n",
-		cycles, self_kills, total_ops, newer, no_ack, base.size, now_sec() - t0);
+		"%s: %ld cycles (%ld killed, %ld self-kills, %ld ran to a clean close, %ld fresh "
+		"directories), %ld states verified, %ld ops started, %ld recovered past the last "
+		"ack, %ld with no ack, 0 acknowledged lost, final size %" PRIu64 ", %.1f s\n",
+		name, cycles, kills, self_kills, completed, fresh, cycles, total_ops, newer, no_ack,
+		base.size, now_sec() - t0);
+	if (kp_maxops) {
+		char missing[1024];
+		int never = kp_summary(&sched, name, missing, sizeof(missing));
+		cr_assert_eq(never, 0,
+			     "%s seed %" PRIu64 ": %d kill points never fired in %ld cycles:%s",
+			     name, seed, never, cycles, missing);
+	}
+	kp_sched_free(&sched);
 	model_free(&base);
 	model_free(&m);
 	free(sizes);
 	free(hashes);
 	free(buf);
 	munmap(sh, sizeof(*sh));
+	unlink(report);
 	tmp_remove(dir);
+}
+
+Test(flexspace_crash, kill9_recovers_a_prefix_no_older_than_the_last_sync)
+{
+	kill9_cycles("kill9", scaled(150), 0);
+}
+
+/* Every FlexTree and FlexSpace kill point, armed at growing hit counts in
+ * a child running a short stream with tiny segments and log (collections,
+ * tree commits and log resets within a few dozen operations). */
+Test(flexspace_crash, kill_points_recover_a_prefix_no_older_than_the_last_sync)
+{
+	kill9_cycles("kill_points", scaled(KILLPOINT_CYCLES), 300);
 }
 
 /* The smallest log there is: one record, synced, then kill -9. */
