@@ -43,8 +43,10 @@ struct flexdb_options {
 	/* Passed to the FlexSpace (io, segment size, GC ratio, ...).  Its
 	 * `create` field is ignored: see create below. */
 	struct flexspace_options space;
-	/* Bytes of decoded intervals the cache may hold.  0 means 64 MiB.
-	 * Range: 1 MiB .. 1 TiB. */
+	/* Bytes the interval cache may hold: intervals kept whole (their
+	 * pairs, offsets and fingerprints) and, in at most a quarter of it,
+	 * thin (offsets and fingerprints only: a lookup reads one pair).
+	 * 0 means 64 MiB.  Range: 1 MiB .. 1 TiB. */
 	uint64_t cache_size;
 	/* Bytes a memtable may hold before it is handed to the committer; two
 	 * exist at most, so writers block only when both are full.  0 means
@@ -69,7 +71,7 @@ struct flexdb_stats {
 	uint64_t intervals_uncounted;
 	uint64_t bytes;		   /* bytes of encoded pairs in the FlexSpace */
 	uint64_t intervals;	   /* sparse index entries */
-	uint64_t cache_bytes;	   /* decoded intervals in the cache */
+	uint64_t cache_bytes;	   /* held by the interval cache */
 	uint64_t cache_hits;	   /* lookups served from a whole cached interval */
 	uint64_t cache_misses;	   /* intervals read whole from the FlexSpace */
 	/* lookups through a thin entry (offsets and fingerprints only): one
