@@ -249,21 +249,25 @@ int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
  * them under the exclusive lock if the store has not changed since
  * fdb_cands_init: its generation), and keys of intervals it found
  * fragmented (the committer rewrites them: fdb_store_defrag). */
-#define FDB_CANDS_MAX 32
+#define FDB_CANDS_INLINE 32
 #define FDB_FRAG_MAX 4
+struct fdb_cand {
+	struct fdb_ival *iv;
+	struct fdb_cent *c;
+};
 struct fdb_cands {
 	uint64_t gen;
-	int n, nfrag;
-	struct {
-		struct fdb_ival *iv;
-		struct fdb_cent *c;
-	} v[FDB_CANDS_MAX];
+	int n, cap, nfrag;
+	struct fdb_cand *v; /* inline_v, or the caller's array of cap */
+	struct fdb_cand inline_v[FDB_CANDS_INLINE];
 	struct {
 		uint8_t *key; /* malloc'd, the caller's to free */
 		uint32_t klen;
 	} frag[FDB_FRAG_MAX];
 };
-void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands);
+/* Shared lock held: starts an empty set with room for FDB_CANDS_INLINE
+ * entries, or for cap in v when v is not NULL. */
+void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands, struct fdb_cand *v, int cap);
 /* Frees the entries (not the frag keys). */
 void fdb_cands_free(struct fdb_cands *cands);
 /* Exclusive lock held: attaches (or frees) the entries. */
@@ -273,6 +277,12 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands);
  * FLEXDB_NOTFOUND or an error.  A miss offers its interval in cands. */
 int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf, size_t cap,
 		  size_t *vlen, struct fdb_cands *cands);
+/* Shared lock held: reads the uncached intervals that ops[0..n) (in key
+ * order) will change, neighbours together, and offers them in cands, so
+ * that the committer applies them under the exclusive lock without
+ * reading. */
+int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
+		       struct fdb_cands *cands);
 /* Exclusive lock held: rewrites the interval holding key contiguously if
  * it is still fragmented. */
 int fdb_store_defrag(struct fdb_store *s, const void *key, uint32_t klen);

@@ -42,6 +42,13 @@
 /* A read-side miss asks for a rewrite of an interval whose extents average
  * less than this many bytes. */
 #define FDB_FRAG_EXTENT_BYTES 1024
+/* Bytes of uncached intervals a scan or the committer's prefetch reads in
+ * one FlexSpace read: pairs a commit appended together lie together in the
+ * data file even when other pairs separate them, so reading neighbouring
+ * intervals at once needs a few reads where one per interval needed a few
+ * each. */
+#define FDB_SCAN_READ_BYTES (128u << 10)
+#define FDB_SCAN_READ_IVALS 32
 
 /* ---- cache entries -------------------------------------------------------- */
 
@@ -939,9 +946,11 @@ static void cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_c
 	cands->v[cands->n++].c = c;
 }
 
-void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands)
+void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands, struct fdb_cand *v, int cap)
 {
 	cands->n = cands->nfrag = 0;
+	cands->v = v ? v : cands->inline_v;
+	cands->cap = v ? cap : FDB_CANDS_INLINE;
 	cands->gen = atomic_load_explicit(&s->gen, memory_order_relaxed);
 }
 
@@ -1040,7 +1049,7 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 	int rc = ival_read_raw(s, iv, off, &raw);
 	if (rc)
 		return rc;
-	int kind = cands->n < FDB_CANDS_MAX ? admit_kind(s, iv->size) : 0;
+	int kind = cands->n < cands->cap ? admit_kind(s, iv->size) : 0;
 	if (kind) {
 		if ((rc = cent_from_raw(iv, raw, iv->size, &c)) != 0)
 			return rc;
@@ -1051,6 +1060,64 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 		free(raw);
 	}
 	frag_sample(s, cands, off, iv->size, key, klen);
+	return rc;
+}
+
+/* Reads the intervals list[0..n) (ascending offsets) in spans of
+ * neighbours, offering each as a whole entry. */
+#define FDB_PREFETCH_GAP 4096
+int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
+		       struct fdb_cands *cands)
+{
+	if (s->failed)
+		return FLEX_EFAILED;
+	struct fdb_cand *list = malloc((size_t)(n ? n : 1) * sizeof(*list));
+	uint64_t *offs = malloc((size_t)(n ? n : 1) * sizeof(*offs));
+	int nl = 0, rc = 0;
+	size_t bytes = 0;
+	const struct fdb_ival *prev = NULL;
+	for (int i = 0; list && offs && i < n && nl < cands->cap - cands->n; i++) {
+		struct fdb_ipath p;
+		struct fdb_ival *iv = fdb_index_find(s->index, ops[i].key, ops[i].klen, &p);
+		if (!iv || iv == prev)
+			continue;
+		prev = iv;
+		if ((iv->cache && iv->cache->raw) || !iv->size || !admit_kind(s, iv->size))
+			continue;
+		/* What fits the cache beside what it holds already. */
+		if ((bytes += iv->size) > s->cache_limit / 4)
+			break;
+		list[nl].iv = iv;
+		offs[nl++] = fdb_index_offset(&p);
+	}
+	for (int a = 0; a < nl && !rc;) {
+		int b = a + 1;
+		uint64_t lo = offs[a], hi = offs[a] + list[a].iv->size;
+		while (b < nl && offs[b] >= hi && offs[b] - hi <= FDB_PREFETCH_GAP &&
+		       offs[b] + list[b].iv->size - lo <= FDB_SCAN_READ_BYTES) {
+			hi = offs[b] + list[b].iv->size;
+			b++;
+		}
+		uint8_t *buf = malloc(hi - lo);
+		ssize_t got = buf ? flexspace_read(s->fs, buf, lo, hi - lo) : -ENOMEM;
+		rc = got < 0 ? (int)got : (uint64_t)got != hi - lo ? FLEX_ECORRUPT : 0;
+		for (int k = a; k < b && !rc; k++) {
+			uint32_t size = list[k].iv->size;
+			uint8_t *raw = malloc(size);
+			struct fdb_cent *c;
+			if (!raw) {
+				rc = -ENOMEM;
+				break;
+			}
+			memcpy(raw, buf + (offs[k] - lo), size);
+			if ((rc = cent_from_raw(list[k].iv, raw, size, &c)) == 0)
+				cand_push(cands, list[k].iv, c, 2);
+		}
+		free(buf);
+		a = b;
+	}
+	free(list);
+	free(offs);
 	return rc;
 }
 
@@ -1177,12 +1244,6 @@ static uint32_t refs_lower(const struct pair_ref *r, uint32_t n, const void *key
 	return lo;
 }
 
-/* Bytes of uncached intervals a scan reads in one FlexSpace read: pairs a
- * commit appended together lie together in the data file even when other
- * pairs separate them, so reading neighbouring intervals at once needs a
- * few reads where one per interval needed a few each. */
-#define FDB_SCAN_READ_BYTES (128u << 10)
-#define FDB_SCAN_READ_IVALS 32
 
 /* A run of neighbouring uncached intervals read at once: logical bytes
  * [off, off + len) of the FlexSpace. */
@@ -1276,7 +1337,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			 * copying and checking intervals a scan passes costs more
 			 * than the few later hits repay (seek+next50: 1.28x
 			 * RocksDB without, 1.10-1.21x with the misses' policy). */
-			if (cands->n < FDB_CANDS_MAX &&
+			if (cands->n < cands->cap &&
 			    s->cache_bytes + 2 * (size_t)iv->size <= s->cache_limit) {
 				uint8_t *copy = malloc(iv->size ? iv->size : 1);
 				struct fdb_cent *nc = NULL;

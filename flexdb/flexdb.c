@@ -167,26 +167,44 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 	int rc = m->wal ? fdb_wal_sync(m->wal) : 0;
 	if (rc)
 		return rc;
+	struct fdb_batch_op *ops = malloc(FDB_COMMIT_CHUNK * sizeof(*ops));
+	struct fdb_cand *cv = malloc(FDB_COMMIT_CHUNK * sizeof(*cv));
+	if (!ops || !cv)
+		rc = -ENOMEM;
 	struct fdb_mt_iter it;
 	fdb_mt_seek(&it, m->mt, NULL, 0);
 	while (fdb_mt_valid(&it) && !rc) {
-		pthread_rwlock_wrlock(&db->lock);
-		for (int i = 0; i < FDB_COMMIT_CHUNK && fdb_mt_valid(&it) && !rc; i++) {
-			struct fdb_batch_op op;
+		/* A chunk of pairs (the memtable outlives the commit). */
+		int n = 0;
+		for (; n < FDB_COMMIT_CHUNK && fdb_mt_valid(&it); n++, fdb_mt_next(&it)) {
 			const struct fdb_val *v = fdb_mt_val(&it, UINT64_MAX);
-			op.key = fdb_mt_key(&it, &op.klen);
-			op.op = v->tomb ? FDB_OP_DEL : FDB_OP_PUT;
-			op.val = v->data;
-			op.vlen = v->vlen;
-			rc = fdb_store_apply(&db->store, &op);
+			ops[n].key = fdb_mt_key(&it, &ops[n].klen);
+			ops[n].op = v->tomb ? FDB_OP_DEL : FDB_OP_PUT;
+			ops[n].val = v->data;
+			ops[n].vlen = v->vlen;
+		}
+		/* Read the intervals it changes while readers go on; only the
+		 * committer changes the store, so they are still current when
+		 * the exclusive lock is taken. */
+		struct fdb_cands cands;
+		pthread_rwlock_rdlock(&db->lock);
+		fdb_cands_init(&db->store, &cands, cv, FDB_COMMIT_CHUNK);
+		rc = fdb_store_prefetch(&db->store, ops, n, &cands);
+		pthread_rwlock_unlock(&db->lock);
+		pthread_rwlock_wrlock(&db->lock);
+		fdb_store_admit(&db->store, &cands);
+		for (int i = 0; i < n && !rc; i++) {
+			rc = fdb_store_apply(&db->store, &ops[i]);
 			atomic_fetch_add(&db->committed_pairs, 1);
-			fdb_mt_next(&it);
 			/* Mid-commit: some pairs are in the FlexSpace, unsynced. */
 			if (!rc)
 				FLEX_KILLPOINT("fdb.commit.pair_applied");
 		}
 		pthread_rwlock_unlock(&db->lock);
+		fdb_cands_free(&cands); /* after a prefetch error */
 	}
+	free(ops);
+	free(cv);
 	if (!rc)
 		rc = flexspace_sync(db->fs);
 	if (!rc) {
@@ -608,7 +626,7 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 		return rc;
 	struct fdb_cands cands;
 	pthread_rwlock_rdlock(&db->lock);
-	fdb_cands_init(&db->store, &cands);
+	fdb_cands_init(&db->store, &cands, NULL, 0);
 	rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, &cands);
 	pthread_rwlock_unlock(&db->lock);
 	cache_offer(db, &cands);
@@ -737,7 +755,7 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		if (!rc) {
 			struct fdb_cands cands;
 			pthread_rwlock_rdlock(&db->lock);
-			fdb_cands_init(&db->store, &cands);
+			fdb_cands_init(&db->store, &cands, NULL, 0);
 			rc = fdb_store_scan(&db->store, from, flen, inclusive, reverse, src[2],
 					    FDB_ITER_CHUNK, &cnt[2], &it->ar, &cands);
 			pthread_rwlock_unlock(&db->lock);
