@@ -157,6 +157,10 @@ struct fdb_ival {
 	uint32_t size;	/* bytes */
 	uint32_t count; /* pairs; FDB_COUNT_UNKNOWN after recovery */
 	struct fdb_cent *cache;
+	/* The key came from an anchor pair too long to verify at open; its
+	 * checksum is checked when the interval is loaded or a lookup ends
+	 * just before it (fdb_store.c). */
+	uint8_t unverified;
 };
 #define FDB_COUNT_UNKNOWN UINT32_MAX
 

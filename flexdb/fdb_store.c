@@ -316,6 +316,7 @@ static int ival_load(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *
 	int rc = ival_decode(s, iv, fdb_index_offset(p), &c, fragmented);
 	if (rc)
 		return rc;
+	iv->unverified = 0; /* the decode verified its first pair */
 	if (iv->count == FDB_COUNT_UNKNOWN) {
 		s->keys += c->n; /* first load since open */
 		s->uncounted--;
@@ -357,6 +358,41 @@ static int collect_anchor(void *arg, const struct flextree_extent *e)
 	}
 	a->off[a->n++] = e->loff;
 	return 0;
+}
+
+/* The interval keys come from the anchor pairs, and a wrong one sends
+ * lookups to the wrong interval, where a present key is "absent" (a bit
+ * flipped in an anchor's key did exactly that).  So an anchor pair is
+ * verified at open when the bytes read for its key hold all of it, as
+ * they do unless its value is several KiB; a longer one is verified when
+ * its interval is first loaded or a lookup misses just before it
+ * (anchor_verify), instead of reading large values at open. */
+static int anchor_check(const uint8_t *p, size_t n)
+{
+	size_t size;
+	const uint8_t *k, *v;
+	uint32_t kl, vl;
+	return fdb_rec_decode(p, p + n, &size, &k, &kl, &v, &vl);
+}
+
+static int anchor_verify(struct fdb_store *s, uint64_t off)
+{
+	uint8_t hdr[10];
+	uint32_t klen, vlen;
+	size_t h;
+	ssize_t n = flexspace_read(s->fs, hdr, off, sizeof(hdr));
+	if (n < 0)
+		return (int)n;
+	if (fdb_rec_peek(hdr, hdr + n, &klen, &vlen, &h))
+		return FLEX_ECORRUPT;
+	size_t size = h + klen + vlen + 4;
+	uint8_t *rec = malloc(size);
+	if (!rec)
+		return -ENOMEM;
+	n = flexspace_read(s->fs, rec, off, size);
+	int rc = n < 0 ? (int)n : (size_t)n != size || anchor_check(rec, size) ? FLEX_ECORRUPT : 0;
+	free(rec);
+	return rc;
 }
 
 static struct fdb_ival *ival_new(const void *key, uint32_t klen)
@@ -411,11 +447,15 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 			size_t h;
 			if (n < 0)
 				rc = (int)n;
-			else if (fdb_rec_peek(hdr, hdr + n, &klen, &vlen, &h) || (size_t)n < h + klen ||
-				 (prev->klen && fdb_keycmp(prev->key, prev->klen, hdr + h, klen) >= 0))
+			else if (fdb_rec_peek(hdr, hdr + n, &klen, &vlen, &h) ||
+				 (size_t)n < h + klen || h + klen + vlen + 4 > end - off ||
+				 (prev->klen &&
+				  fdb_keycmp(prev->key, prev->klen, hdr + h, klen) >= 0))
 				rc = FLEX_ECORRUPT;
-			else
-				iv = ival_new(hdr + h, klen);
+			else if (h + klen + vlen + 4 <= (size_t)n && anchor_check(hdr, (size_t)n))
+				rc = FLEX_ECORRUPT;
+			else if ((iv = ival_new(hdr + h, klen)) != NULL)
+				iv->unverified = h + klen + vlen + 4 > (size_t)n;
 		}
 		if (!rc && !iv)
 			rc = -ENOMEM;
@@ -690,35 +730,49 @@ static int ival_read_raw(struct fdb_store *s, const struct fdb_ival *iv, uint64_
 	return 0;
 }
 
-/* Looks key up in an interval's raw bytes without decoding it: record
- * headers are walked (bounds-checked) and only the matching record's
- * checksum is verified, since only its bytes are returned. */
-static int raw_search(const uint8_t *p, const uint8_t *end, const void *key, uint32_t klen,
-		      void *buf, size_t cap, size_t *vlen)
+/* Looks key up in an interval's raw bytes without building an entry.
+ * Every record is verified, not only a match: the answer "absent" rests
+ * on all of them, and a damaged length would misalign the walk, a damaged
+ * key end it early or let it pass the key (a sweep of bit flips found both
+ * reporting present keys absent).  Hashing a whole interval costs about a
+ * microsecond, less than reading it.  Keys must also be strictly
+ * increasing from the interval's key on. */
+static int raw_search(const uint8_t *p, const uint8_t *end, const struct fdb_ival *iv,
+		      const void *key, uint32_t klen, void *buf, size_t cap, size_t *vlen)
 {
+	const uint8_t *pk = iv->key, *hit = NULL;
+	uint32_t pklen = iv->klen, hitlen = 0;
+	int first = 1;
 	while (p < end) {
+		size_t size;
+		const uint8_t *k, *v;
 		uint32_t kl, vl;
-		size_t h;
-		if (fdb_rec_peek(p, end, &kl, &vl, &h) || (size_t)(end - p) < h + kl + vl + 4)
+		if (fdb_rec_decode(p, end, &size, &k, &kl, &v, &vl))
 			return FLEX_ECORRUPT;
-		int c = fdb_keycmp(p + h, kl, key, klen);
-		if (c == 0) {
-			size_t size;
-			const uint8_t *k, *v;
-			if (fdb_rec_decode(p, end, &size, &k, &kl, &v, &vl))
-				return FLEX_ECORRUPT;
-			if (cap && buf)
-				memcpy(buf, v, cap < vl ? cap : vl);
-			if (vlen)
-				*vlen = vl;
-			return 0;
+		int order = fdb_keycmp(pk, pklen, k, kl);
+		if (first ? order > 0 : order >= 0)
+			return FLEX_ECORRUPT;
+		if (fdb_keycmp(k, kl, key, klen) == 0) {
+			hit = v;
+			hitlen = vl;
 		}
-		if (c > 0)
-			break; /* sorted: the key is absent */
-		p += h + kl + vl + 4;
+		pk = k;
+		pklen = kl;
+		first = 0;
+		p += size;
 	}
-	return FLEXDB_NOTFOUND;
+	if (!hit)
+		return FLEXDB_NOTFOUND;
+	if (cap && buf)
+		memcpy(buf, hit, cap < hitlen ? cap : hitlen);
+	if (vlen)
+		*vlen = hitlen;
+	return 0;
 }
+
+static int store_get(struct fdb_store *s, const struct fdb_ipath *p, struct fdb_ival *iv,
+		     const void *key, uint32_t klen, void *buf, size_t cap, size_t *vlen,
+		     int *admit);
 
 int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf, size_t cap,
 		  size_t *vlen, int *admit)
@@ -728,6 +782,24 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 	struct fdb_ival *iv = fdb_index_find(s->index, key, klen, &p);
 	if (!iv)
 		return FLEXDB_NOTFOUND;
+	int rc = store_get(s, &p, iv, key, klen, buf, cap, vlen, admit);
+	if (rc == FLEXDB_NOTFOUND) {
+		/* Absent here, so maybe in the next interval if its key (from
+		 * an anchor not verified at open) is wrong. */
+		struct fdb_ival *nx = fdb_index_next(&p);
+		if (nx && nx->unverified) {
+			int vrc = anchor_verify(s, fdb_index_offset(&p));
+			if (vrc)
+				return vrc;
+		}
+	}
+	return rc;
+}
+
+static int store_get(struct fdb_store *s, const struct fdb_ipath *p, struct fdb_ival *iv,
+		     const void *key, uint32_t klen, void *buf, size_t cap, size_t *vlen,
+		     int *admit)
+{
 	struct fdb_cent *c = iv->cache;
 	if (!c) {
 		/* A miss is served from the raw bytes under the shared lock.
@@ -736,10 +808,10 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 		 * in soon, a cold one seldom pushes a warm one out. */
 		atomic_fetch_add(&s->misses, 1);
 		uint8_t *raw;
-		int rc = ival_read_raw(s, iv, fdb_index_offset(&p), &raw);
+		int rc = ival_read_raw(s, iv, fdb_index_offset(p), &raw);
 		if (rc)
 			return rc;
-		rc = raw_search(raw, raw + iv->size, key, klen, buf, cap, vlen);
+		rc = raw_search(raw, raw + iv->size, iv, key, klen, buf, cap, vlen);
 		free(raw);
 		uint64_t tick = atomic_fetch_add(&s->admit_tick, 1);
 		if (s->cache_bytes + 2 * (size_t)iv->size <= s->cache_limit ||
@@ -750,7 +822,7 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 		 * costs one I/O per pair. */
 		if (tick % 4 == 0 && iv->size > 256) {
 			struct extent_count ec = {0};
-			flexspace_extents(s->fs, fdb_index_offset(&p), iv->size, count_extent, &ec);
+			flexspace_extents(s->fs, fdb_index_offset(p), iv->size, count_extent, &ec);
 			if (ec.n > 2 && ec.n * FDB_FRAG_EXTENT_BYTES > iv->size)
 				*admit |= FDB_FRAGMENTED;
 		}
@@ -858,8 +930,10 @@ struct pair_ref {
 };
 
 /* Parses an interval's raw bytes into refs, verifying every checksum
- * (these pairs are returned). */
-static int raw_pairs(const uint8_t *p, const uint8_t *end, struct pair_ref **out, uint32_t *n)
+ * (these pairs are returned) and that keys increase from the interval's
+ * key on (the binary search below relies on it). */
+static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival *iv,
+		     struct pair_ref **out, uint32_t *n)
 {
 	uint32_t cap = 32;
 	struct pair_ref *r = malloc(cap * sizeof(*r));
@@ -869,7 +943,13 @@ static int raw_pairs(const uint8_t *p, const uint8_t *end, struct pair_ref **out
 	while (p < end) {
 		size_t size;
 		struct pair_ref x;
-		if (fdb_rec_decode(p, end, &size, &x.key, &x.klen, &x.val, &x.vlen)) {
+		int bad = fdb_rec_decode(p, end, &size, &x.key, &x.klen, &x.val, &x.vlen);
+		if (!bad) {
+			int c = *n ? fdb_keycmp(r[*n - 1].key, r[*n - 1].klen, x.key, x.klen)
+				   : fdb_keycmp(iv->key, iv->klen, x.key, x.klen);
+			bad = *n ? c >= 0 : c > 0;
+		}
+		if (bad) {
 			free(r);
 			return FLEX_ECORRUPT;
 		}
@@ -937,7 +1017,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		} else {
 			rc = ival_read_raw(s, iv, fdb_index_offset(&p), &raw);
 			if (!rc)
-				rc = raw_pairs(raw, raw + iv->size, &refs, &cnt);
+				rc = raw_pairs(raw, raw + iv->size, iv, &refs, &cnt);
 			if (rc) {
 				free(raw);
 				break;

@@ -928,15 +928,17 @@ Test(flexdb_crash, damaged_pair_in_the_flexspace_is_reported_never_returned)
 	}
 	cr_assert_eq(flexdb_close(db), 0);
 	snprintf(data, sizeof(data), "%s/space/DATA", dir);
+	/* Pair 203 is inside its interval (intervals start at every eighth
+	 * pair here): a damaged first pair is reported at open instead. */
 	uint64_t at[8];
-	int n = file_find(data, "VALUE-0200-", 11, at, 8);
+	int n = file_find(data, "VALUE-0203-", 11, at, 8);
 	cr_assert_gt(n, 0, "the value is not in space/DATA");
 	for (int i = 0; i < n; i++)
 		flip_byte(data, at[i] + 20);
 	cr_assert_eq(flexdb_open(dir, NULL, &db), 0);
 	char buf[128];
 	size_t vn;
-	int rc = flexdb_get(db, "pair-0200", 9, buf, sizeof(buf), &vn);
+	int rc = flexdb_get(db, "pair-0203", 9, buf, sizeof(buf), &vn);
 	cr_expect_eq(rc, FLEX_ECORRUPT, "get of the damaged pair: rc %d (%s)", rc,
 		     flex_strerror(rc));
 	rc = flexdb_check(db);
@@ -968,4 +970,133 @@ Test(flexdb_crash, damaged_pair_in_the_flexspace_is_reported_never_returned)
 	cr_expect_eq(rc, 0, "an undamaged pair far away: %s", flex_strerror(rc));
 	cr_assert_eq(flexdb_close(db), 0);
 	tmp_remove(dir);
+}
+
+/* A store of n pairs "r-%04d" (keys 0, step, 2 * step, ...) with values
+ * of vlen bytes, closed. */
+static void db_simple(const char *dir, int n, uint32_t vlen, int step)
+{
+	struct flexdb *db;
+	cr_assert_eq(flexdb_open(dir, NULL, &db), 0);
+	uint8_t *v = malloc(vlen + 1);
+	for (int i = 0; i < n; i++) {
+		char k[16];
+		int kl = snprintf(k, sizeof(k), "r-%04d", i * step);
+		memset(v, 'a' + i % 26, vlen);
+		cr_assert_eq(flexdb_put(db, k, (size_t)kl, v, vlen), 0);
+	}
+	free(v);
+	cr_assert_eq(flexdb_close(db), 0);
+}
+
+/* Flips one bit of the last byte of key k where it is stored in
+ * space/DATA (bit 6: "r-0012" becomes "r-001r", past its neighbours; bit
+ * 0 of an even digit: the key grows by one). */
+static void flip_key(const char *dir, const char *k, int bit)
+{
+	char data[512];
+	snprintf(data, sizeof(data), "%s/space/DATA", dir);
+	uint64_t at[2];
+	cr_assert_eq(file_find(data, k, strlen(k), at, 2), 1, "%s is not in DATA once", k);
+	int fd = open(data, O_RDWR);
+	cr_assert(fd >= 0);
+	uint8_t b;
+	off_t o = (off_t)(at[0] + strlen(k) - 1);
+	cr_assert_eq(pread(fd, &b, 1, o), 1);
+	b ^= (uint8_t)(1u << bit);
+	cr_assert_eq(pwrite(fd, &b, 1, o), 1);
+	close(fd);
+}
+
+static int anchor_fn(void *arg, const struct flextree_extent *e)
+{
+	if (e->tag == 1 && e->loff > 0) {
+		*(uint64_t *)arg = e->loff;
+		return 1;
+	}
+	return 0;
+}
+
+/* The number in the key of the pair that starts the second interval,
+ * from the FlexSpace's tags (docs/FORMAT.md). */
+static int first_anchor(const char *dir)
+{
+	char sp[512];
+	snprintf(sp, sizeof(sp), "%s/space", dir);
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(sp, NULL, &fs), 0);
+	uint64_t off = 0;
+	flexspace_extents(fs, 0, UINT64_MAX, anchor_fn, &off);
+	cr_assert_gt(off, 0, "no second interval");
+	uint8_t b[16] = {0};
+	cr_assert_eq(flexspace_read(fs, b, off, 15), 15);
+	flexspace_close(fs);
+	size_t h = 2; /* klen (6), then a varint value length */
+	while (b[h - 1] & 0x80)
+		h++;
+	cr_assert_eq(b[0], 6);
+	return atoi((const char *)b + h + 2);
+}
+
+static void copy_store(const char *from, const char *to)
+{
+	char cmd[1200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -r '%s' '%s'", to, from, to);
+	cr_assert_eq(system(cmd), 0);
+}
+
+/* A damaged key inside an interval made a lookup of a later key in it
+ * report "absent": the walk over the raw interval checked only the
+ * matching pair's checksum, and stopped at the first larger key. */
+Test(flexdb_crash, damaged_pair_never_hides_the_next_key)
+{
+	char dir[256], work[256];
+	fdb_tmpdir(dir, sizeof(dir), "hide");
+	fdb_tmpdir(work, sizeof(work), "hide_w");
+	db_simple(dir, 100, 20, 1);
+	int anchor = first_anchor(dir);
+	for (int i = anchor + 1; i < anchor + 4; i++) {
+		copy_store(dir, work);
+		char k[16], next[16];
+		snprintf(k, sizeof(k), "r-%04d", i);
+		snprintf(next, sizeof(next), "r-%04d", i + 1);
+		flip_key(work, k, 6);
+		struct flexdb *db;
+		cr_assert_eq(flexdb_open(work, NULL, &db), 0);
+		int rc = flexdb_get(db, next, strlen(next), NULL, 0, NULL);
+		cr_expect_eq(rc, FLEX_ECORRUPT, "get %s after damage to %s: %d", next, k, rc);
+		cr_expect_eq(flexdb_check(db), FLEX_ECORRUPT);
+		flexdb_close(db);
+	}
+	tmp_remove(dir);
+	tmp_remove(work);
+}
+
+/* A damaged key in the pair that starts an interval became the interval's
+ * key at open, sending lookups of the true key to the previous interval
+ * ("absent").  A short pair is verified at open; one too long to read
+ * there is verified when a lookup misses just before it. */
+Test(flexdb_crash, damaged_interval_key_is_caught)
+{
+	for (int longv = 0; longv < 2; longv++) {
+		char dir[256];
+		fdb_tmpdir(dir, sizeof(dir), "ikey");
+		/* Even keys: the damaged key stays below the next interval's. */
+		db_simple(dir, longv ? 12 : 100, longv ? 6000 : 20, 2);
+		char k[16];
+		snprintf(k, sizeof(k), "r-%04d", first_anchor(dir));
+		flip_key(dir, k, 0);
+		struct flexdb *db;
+		int rc = flexdb_open(dir, NULL, &db);
+		if (!longv) {
+			cr_expect_eq(rc, FLEX_ECORRUPT, "open: %s", flex_strerror(rc));
+		} else {
+			cr_assert_eq(rc, 0, "open: %s", flex_strerror(rc));
+			rc = flexdb_get(db, k, strlen(k), NULL, 0, NULL);
+			cr_expect_eq(rc, FLEX_ECORRUPT, "get %s: %d", k, rc);
+			cr_expect_eq(flexdb_check(db), FLEX_ECORRUPT);
+			flexdb_close(db);
+		}
+		tmp_remove(dir);
+	}
 }
