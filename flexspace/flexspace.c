@@ -66,6 +66,28 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 	return 0;
 }
 
+/* An empty LOG is a creation cut short (LOG is created first and its
+ * header written last), and TREE may then be torn: it is cut back to
+ * nothing so that it is created again.  But only a TREE that does not
+ * open: one that does is left for fs_log_attach to judge (a committed
+ * tree with data next to an empty LOG is damage, and truncating it here
+ * silently emptied the space). */
+static int fs_tree_torn(struct flexspace *fs, const char *path)
+{
+	struct flextree_options ro = {.io = fs->io, .read_only = 1};
+	struct flextree *t;
+	int rc = flextree_open(path, &ro, &t);
+	if (rc == 0) {
+		flextree_close(t);
+		return 0;
+	}
+	if (rc != FLEX_ECORRUPT && rc != -ENOENT)
+		return rc;
+	if (truncate(path, 0) != 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
 /* The sequence is: lock, log header (for the segment size), tree, log
  * validation, data file, replay, live-byte counts, clean commit. */
 static int fs_open(struct flexspace *fs, const char *dir, int create)
@@ -102,9 +124,8 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 		return rc;
 	if (!create && access(path, F_OK) != 0)
 		return -errno;
-	if (fresh == 1 && create && truncate(path, 0) != 0 && errno != ENOENT)
-		return -errno; /* an empty LOG: whatever TREE holds is from a
-				* creation cut short, before any data */
+	if (fresh == 1 && create && (rc = fs_tree_torn(fs, path)) != 0)
+		return rc;
 	struct flextree_options topt = {
 		.io = fs->io, .max_extent = fs->max_extent, .merge_boundary = fs->seg_size};
 	if ((rc = flextree_open(path, &topt, &fs->tree)) != 0)

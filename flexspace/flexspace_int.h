@@ -92,6 +92,7 @@ struct flexspace {
 	uint32_t logcap;
 	uint64_t log_base; /* tree version the log applies to */
 	uint64_t log_seq;  /* next batch sequence number */
+	uint64_t log_sealed; /* seq in the last seal written for log_base */
 	uint64_t log_size; /* bytes of LOG in use */
 	int log_unsynced;  /* LOG written since its last fdatasync */
 

@@ -427,6 +427,15 @@ static void fz_tree_compact(const uint8_t *img, size_t len, FILE *out)
 /* ---- FlexSpace LOG (docs/FORMAT.md "LOG") ------------------------------------------------ */
 
 #define FZ_LOG_START 8192u
+
+/* Zeroes the seals in both LOG header slots (docs/FORMAT.md: 32 bytes at
+ * 2048 of a slot), so that a log body other than the one sealed replays. */
+static void fz_log_unseal(uint8_t *log, size_t len)
+{
+	for (size_t at = 2048; at < 2 * 4096; at += 4096)
+		if (at + 32 <= len)
+			memset(log + at, 0, 32);
+}
 #define FZ_BATCH_MAGIC 0x31424c46u
 
 #define FZ_LOG_FIX_HEADERS 1u /* header slots' checksums */
