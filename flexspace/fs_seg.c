@@ -56,6 +56,7 @@ int fs_seg_init(struct flexspace *fs, uint64_t data_bytes)
 
 struct fs_valid_scan {
 	struct flexspace *fs;
+	uint64_t data_size;
 	int bad;
 };
 
@@ -67,9 +68,11 @@ static int fs_count_extent(void *arg, const struct flextree_extent *e)
 		return 0;
 	uint64_t seg = e->poff / fs->seg_size;
 	/* An extent never crosses a segment, is never longer than the
-	 * maximum, and lies inside the file. */
+	 * maximum, and lies inside the file: its bytes were synced before
+	 * anything durable referred to them, so one past the end of DATA
+	 * means DATA lost bytes. */
 	if (seg >= fs->nsegs || (e->poff + e->len - 1) / fs->seg_size != seg ||
-	    e->len > fs->max_extent) {
+	    e->len > fs->max_extent || e->poff + e->len > vs->data_size) {
 		vs->bad = 1;
 		return 1;
 	}
@@ -82,9 +85,12 @@ static int fs_count_extent(void *arg, const struct flextree_extent *e)
 int fs_rebuild_valid(struct flexspace *fs)
 {
 	struct fs_valid_scan vs = {.fs = fs};
+	int rc = fs->io->fsize(fs->io, fs->data_fd, &vs.data_size);
+	if (rc)
+		return rc;
 	memset(fs->valid, 0, (size_t)fs->seg_cap * sizeof(uint32_t));
 	fs->live = 0;
-	int rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_count_extent, &vs);
+	rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_count_extent, &vs);
 	if (vs.bad)
 		return FLEX_ECORRUPT;
 	if (rc)
@@ -522,6 +528,7 @@ int fs_maybe_gc(struct flexspace *fs)
 struct fs_check_scan {
 	struct flexspace *fs;
 	uint32_t *valid;
+	uint64_t data_size;
 	int bad;
 };
 
@@ -541,6 +548,14 @@ static int fs_check_extent(void *arg, const struct flextree_extent *e)
 		cs->bad = 1;
 		return 1;
 	}
+	/* Bytes not in the open segment's buffer must be in DATA. */
+	uint64_t end = e->poff + e->len;
+	if (s == fs->open_seg && end > s * fs->seg_size + fs->flushed)
+		end = s * fs->seg_size + fs->flushed;
+	if (end > e->poff && end > cs->data_size) {
+		cs->bad = 1;
+		return 1;
+	}
 	cs->valid[s] += e->len;
 	return 0;
 }
@@ -549,10 +564,13 @@ static int fs_check_extent(void *arg, const struct flextree_extent *e)
 int fs_check_segments(struct flexspace *fs)
 {
 	struct fs_check_scan cs = {.fs = fs};
+	int rc = fs->io->fsize(fs->io, fs->data_fd, &cs.data_size);
+	if (rc)
+		return rc;
 	cs.valid = calloc(fs->nsegs + 1, sizeof(uint32_t));
 	if (!cs.valid)
 		return -ENOMEM;
-	int rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_check_extent, &cs);
+	rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_check_extent, &cs);
 	uint64_t live = 0;
 	uint32_t pending = 0;
 	for (uint32_t s = 0; !rc && !cs.bad && s < fs->nsegs; s++) {

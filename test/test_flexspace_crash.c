@@ -695,3 +695,22 @@ Test(flexspace_crash, empty_log_does_not_empty_the_space)
 	cr_expect(stat(path, &st) == 0 && st.st_size > 0, "the tree file was emptied");
 	tmp_remove(dir);
 }
+
+/* DATA cut inside its last segment: extents there point past its end.
+ * Open reports it (before, reads failed and flexspace_check passed). */
+Test(flexspace_crash, data_cut_inside_a_segment_is_reported)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 8];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "datacut"), 0);
+	struct flexspace_options o = dmg_options();
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	uint8_t b[3000];
+	memset(b, 7, sizeof(b));
+	cr_assert_eq(flexspace_write(fs, b, 0, sizeof(b)), (ssize_t)sizeof(b));
+	cr_assert_eq(flexspace_close(fs), 0);
+	snprintf(path, sizeof(path), "%s/DATA", dir);
+	cr_assert_eq(truncate(path, 2000), 0);
+	cr_expect_eq(flexspace_open(dir, &o, &fs), FLEX_ECORRUPT);
+	tmp_remove(dir);
+}
