@@ -150,6 +150,15 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 	if ((rc = fs_log_replay(fs, &records)) != 0)
 		return rc;
 	fs->st.recovered_records = records;
+	struct flextree_stats ts;
+	flextree_stats(fs->tree, &ts);
+	if (fs->log_base == ts.version) {
+		fs->st.recovered_version = fs->log_base;
+		fs->st.recovered_batches = fs->log_seq - 1;
+	} else { /* the tree was committed after the log: it holds it all */
+		fs->st.recovered_version = ts.version;
+		fs->st.recovered_batches = 0;
+	}
 	if ((rc = fs_rebuild_valid(fs)) != 0)
 		return rc;
 	return fs_commit(fs);
@@ -605,6 +614,10 @@ int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
 		st->segments_free += fs->state[s] == SEG_FREE;
 	}
 	st->log_bytes = fs->log_size;
+	/* Batches are written and synced under the exclusive lock, so the
+	 * ones counted here are durable. */
+	st->sync_version = fs->log_base;
+	st->sync_batches = fs->log_seq - 1;
 	pthread_rwlock_unlock(&fs->lock);
 	return 0;
 }

@@ -639,6 +639,18 @@ Test(flexspace_crash, torn_unsynced_log_batch_is_dropped)
 	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
 	cr_expect_eq(flexspace_size(fs), 3000);
 	cr_expect_eq(flexspace_check(fs), 0);
+	/* The durable point: three batches were found on the log's base; the
+	 * open committed them, which starts the next tree version. */
+	struct flexspace_stats st;
+	cr_assert_eq(flexspace_stats(fs, &st), 0);
+	cr_expect_eq(st.recovered_version, lm.base);
+	cr_expect_eq(st.recovered_batches, 3);
+	cr_expect_eq(st.sync_version, lm.base + 1);
+	cr_expect_eq(st.sync_batches, 0);
+	cr_assert_eq(flexspace_write(fs, "z", 0, 1), 1);
+	cr_assert_eq(flexspace_sync(fs), 0);
+	cr_assert_eq(flexspace_stats(fs, &st), 0);
+	cr_expect_eq(st.sync_batches, 1);
 	cr_assert_eq(flexspace_close(fs), 0);
 	tmp_remove(dir);
 }
