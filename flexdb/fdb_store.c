@@ -45,6 +45,8 @@ static struct fdb_cent *cent_new(void)
 	if (c) {
 		c->bytes = sizeof(*c);
 		c->slot = UINT32_MAX;
+		/* Readers set the CLOCK bit under the shared lock. */
+		FDB_ATOMIC_OBJ(&c->ref, sizeof(c->ref));
 	}
 	return c;
 }

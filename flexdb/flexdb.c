@@ -143,7 +143,11 @@ static struct fdb_memref *memref_new(struct flexdb *db, uint64_t gen, int *rc)
 
 static void memref_put(struct fdb_memref *m)
 {
-	if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
+	if (!m)
+		return;
+	FDB_HB_BEFORE(&m->refs);
+	if (atomic_fetch_sub(&m->refs, 1) == 1) {
+		FDB_HB_AFTER(&m->refs);
 		fdb_mt_free(m->mt);
 		fdb_wal_close(m->wal);
 		free(m);
