@@ -174,6 +174,7 @@ struct damage {
 			     * (stale with len 0: the whole file); trunc: new
 			     * size in off */
 	const char *stale;  /* stale: the directory holding the older copy */
+	const char *from;   /* stale: its name there, when not `file` */
 	const char *region; /* for the report */
 	int live;	    /* the synced state depends on the region */
 	int limit;	    /* a documented blind spot: a wrong result is
@@ -206,7 +207,7 @@ static void damage_apply(const char *dir, const struct damage *d)
 		break;
 	case D_STALE: {
 		char s[PATH_MAX];
-		snprintf(s, sizeof(s), "%s/%s", d->stale, d->file);
+		snprintf(s, sizeof(s), "%s/%s", d->stale, d->from ? d->from : d->file);
 		size_t n;
 		uint8_t *b = file_load(s, &n);
 		if (d->len == 0) {
@@ -230,7 +231,7 @@ static int stale_differs(const char *dir, const struct damage *d)
 {
 	char p[PATH_MAX], s[PATH_MAX];
 	snprintf(p, sizeof(p), "%s/%s", dir, d->file);
-	snprintf(s, sizeof(s), "%s/%s", d->stale, d->file);
+	snprintf(s, sizeof(s), "%s/%s", d->stale, d->from ? d->from : d->file);
 	if (!file_exists(s))
 		return 0;
 	size_t n1, n2;
@@ -740,6 +741,8 @@ struct dbfix {
 	char rest[320], s1[320], mid[320], work[320], cliw[320];
 	struct fmodel m;
 	char wal[2][64]; /* the two WAL files: older, newer */
+	char midwal[2][64]; /* the WAL files in the snapshot `mid` */
+	int nmidwal;
 	uint64_t seed;
 	long nops;
 };
@@ -806,6 +809,13 @@ static void dbfix_build(struct dbfix *f, const char *name)
 		memcpy(f->wal[0], f->wal[1], 64);
 		memcpy(f->wal[1], t, 64);
 	}
+	d = opendir(f->mid);
+	cr_assert(d);
+	while ((e = readdir(d)) != NULL)
+		if (!strncmp(e->d_name, "WAL-", 4) && f->nmidwal < 2 &&
+		    strlen(e->d_name) < sizeof(f->midwal[0]))
+			strcpy(f->midwal[f->nmidwal++], e->d_name);
+	closedir(d);
 	fprintf(stderr, "%s: %ld operations in the crashed session, %zu pairs synced\n", name, n,
 		f->m.n);
 }
@@ -1004,6 +1014,29 @@ static int db_damages(struct dbfix *f, struct damage *d, int cap)
 		cr_assert(wi.nr >= 2, "%s holds %d records", wf, wi.nr);
 		n = add_flips(d, n, cap, wf, 0, 64, w ? 64 : 0, 48, "WAL header", 1);
 		n = add_flips(d, n, cap, wf, 4096, 32, 0, 16, "WAL sync mark", 0);
+		/* Stale WAL records: the same bytes of a WAL of the earlier
+		 * state `mid` (an older generation), over the first, a middle
+		 * and the last record, and that whole file in place of this. */
+		for (int m = 0; m < f->nmidwal && n + 4 < cap; m++) {
+			int at[3] = {0, wi.nr / 2, wi.nr - 1};
+			for (int j = 0; j < 3; j++)
+				d[n++] = (struct damage){.kind = D_STALE,
+							 .file = wf,
+							 .off = wi.roff[at[j]],
+							 .len = wi.rlen[at[j]],
+							 .stale = f->mid,
+							 .from = f->midwal[m],
+							 .region = "WAL record",
+							 .live = 1,
+							 .must = 1};
+			d[n++] = (struct damage){.kind = D_STALE,
+						 .file = wf,
+						 .stale = f->mid,
+						 .from = f->midwal[m],
+						 .region = "whole WAL (an older one)",
+						 .live = 1,
+						 .must = 1};
+		}
 		for (int i = 0; i < wi.nr; i++) {
 			int edge = i == 0 || i == wi.nr - 1;
 			if (!edge && rnd_below(&g_rnd, wi.nr) >= 6)
@@ -1101,8 +1134,9 @@ static void describe(const struct damage *d, char *out, size_t cap)
 		snprintf(out, cap, "truncate %s to %" PRIu64 " bytes", d->file, d->off);
 		break;
 	default:
-		snprintf(out, cap, "stale %s of %s from %s (bytes %" PRIu64 "+%" PRIu64 ")",
-			 d->region, d->file, strrchr(d->stale, '/') + 1, d->off, d->len);
+		snprintf(out, cap, "stale %s of %s from %s/%s (bytes %" PRIu64 "+%" PRIu64 ")",
+			 d->region, d->file, strrchr(d->stale, '/') + 1,
+			 d->from ? d->from : d->file, d->off, d->len);
 	}
 }
 
