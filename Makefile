@@ -154,18 +154,20 @@ tsan:
 # suppressions beyond valgrind's own for glibc are needed.  No jemalloc:
 # valgrind replaces malloc and must see every block.  FLEX_NO_IO_URING=1:
 # valgrind does not see the kernel fill buffers through io_uring's rings.
-# Helgrind runs one thread at a time, so the program has fewer readers
-# (-DCR=2 -DCI=1) and 64 KiB memtables, so that the committer runs under
-# the readers, and FLEX_TEST_SCALE=4 (22 s of runs, about 30 s in all).
+# Helgrind runs one thread at a time (--fair-sched=yes: in turn, or a
+# spinning reader can starve the thread that ends a run), so the program
+# has one reader and one iterator thread (-DCR=1 -DCI=1), 64 KiB memtables
+# and FLEX_TEST_SCALE=8, so that the committer runs under the readers
+# (44 s of runs, about 50 s in all on 2 cores).
 HG_BUILD := build/debug-helgrind
 helgrind:
 	@$(MAKE) --no-print-directory MODE=debug BUILD=$(HG_BUILD) CFLAGS=-DFLEX_HELGRIND libs
-	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -DFLEXDB_TSAN_MAIN -DCR=2 -DCI=1 \
+	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -DFLEXDB_TSAN_MAIN -DCR=1 -DCI=1 \
 		-D'CONC_MEMTABLE=(64u << 10)' test/test_flexdb.c -o $(HG_BUILD)/flexdb_helgrind \
 		$(HG_BUILD)/lib/libflexdb.a $(HG_BUILD)/lib/libflexspace.a \
 		$(HG_BUILD)/lib/libflextree.a -luring -lxxhash -pthread -lm
-	FLEX_NO_IO_URING=1 FLEX_TEST_SCALE=$${FLEX_TEST_SCALE:-4} \
-		valgrind --tool=helgrind --error-exitcode=1 $(HG_BUILD)/flexdb_helgrind
+	FLEX_NO_IO_URING=1 FLEX_TEST_SCALE=$${FLEX_TEST_SCALE:-8} \
+		valgrind --tool=helgrind --fair-sched=yes --error-exitcode=1 $(HG_BUILD)/flexdb_helgrind
 
 # ---- fuzzing (test/fuzz/README.md) ----------------------------------------
 # clang + libFuzzer: test/fuzz/run.sh builds its own clang ASan/UBSan copy
