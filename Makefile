@@ -81,7 +81,7 @@ TESTS   := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(TINY_TESTS)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TOOLS   := $(patsubst cli/%.c,$(BUILD)/bin/%,$(CLI_SRC))
 
-.PHONY: all libs test test-run tsan fuzz fuzz-quick bench bench-quick stress install uninstall clean help format
+.PHONY: all libs test test-run tsan helgrind fuzz fuzz-quick bench bench-quick stress install uninstall clean help format
 all: libs $(TOOLS) $(BENCHES)
 libs: $(LIBS_A) $(LIBS_SO)
 
@@ -153,6 +153,28 @@ tsan:
 		build/debug-thread/lib/libflexdb.a build/debug-thread/lib/libflexspace.a \
 		build/debug-thread/lib/libflextree.a -luring -lxxhash -pthread -lm
 	TSAN_OPTIONS=halt_on_error=1 build/debug-thread/flexdb_tsan
+
+# The same program under Helgrind, valgrind's happens-before race and
+# lock-order checker.  The libraries are built with -DFLEX_HELGRIND, which
+# turns on the annotations of the C11 atomics Helgrind cannot see (the
+# lock-free memtable, the CLOCK bits, reference counts: fdb_int.h); no
+# suppressions beyond valgrind's own for glibc are needed.  No jemalloc:
+# valgrind replaces malloc and must see every block.  FLEX_NO_IO_URING=1:
+# valgrind does not see the kernel fill buffers through io_uring's rings.
+# Helgrind runs one thread at a time (--fair-sched=yes: in turn, or a
+# spinning reader can starve the thread that ends a run), so the program
+# has one reader and one iterator thread (-DCR=1 -DCI=1), 64 KiB memtables
+# and FLEX_TEST_SCALE=8, so that the committer runs under the readers
+# (44 s of runs, about 50 s in all on 2 cores).
+HG_BUILD := build/debug-helgrind
+helgrind:
+	@$(MAKE) --no-print-directory MODE=debug BUILD=$(HG_BUILD) CFLAGS=-DFLEX_HELGRIND libs
+	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -DFLEXDB_TSAN_MAIN -DCR=1 -DCI=1 \
+		-D'CONC_MEMTABLE=(64u << 10)' test/test_flexdb.c -o $(HG_BUILD)/flexdb_helgrind \
+		$(HG_BUILD)/lib/libflexdb.a $(HG_BUILD)/lib/libflexspace.a \
+		$(HG_BUILD)/lib/libflextree.a -luring -lxxhash -pthread -lm
+	FLEX_NO_IO_URING=1 FLEX_TEST_SCALE=$${FLEX_TEST_SCALE:-8} \
+		valgrind --tool=helgrind --fair-sched=yes --error-exitcode=1 $(HG_BUILD)/flexdb_helgrind
 
 # ---- fuzzing (test/fuzz/README.md) ----------------------------------------
 # clang + libFuzzer: test/fuzz/run.sh builds its own clang ASan/UBSan copy
@@ -240,6 +262,7 @@ help:
 	@echo "make test         build with assertions and run every Criterion suite"
 	@echo "make stress       long randomized runs (FLEX_TEST_SCALE=50)"
 	@echo "make tsan         the FlexDB concurrency test under ThreadSanitizer"
+	@echo "make helgrind     the same test under valgrind's Helgrind (needs valgrind)"
 	@echo "make fuzz         every libFuzzer target for FUZZ_SECONDS (600) each"
 	@echo "make fuzz-quick   replay the saved fuzz corpora, then 20 s per target (CI)"
 	@echo "make bench        run the benchmark suite (-O2 -DNDEBUG)"

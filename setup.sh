@@ -12,7 +12,7 @@ if [ "${1:-}" != "--no-install" ]; then
 	$SUDO apt-get update
 	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
 		build-essential pkg-config liburing-dev libjemalloc-dev libxxhash-dev libcriterion-dev libreadline-dev \
-		librocksdb-dev libleveldb-dev liblmdb-dev gnuplot-nox clang libclang-rt-14-dev
+		librocksdb-dev libleveldb-dev liblmdb-dev gnuplot-nox clang libclang-rt-14-dev valgrind
 fi
 
 make -j"$(nproc)"

@@ -229,7 +229,7 @@ struct bench {
 	int loop_mounted;
 	int have_insert_range;
 	char fsname[32];
-	char where[PATH_MAX + 256];
+	char where[2 * PATH_MAX + 256]; /* why + work + fsname */
 	char devstat[PATH_MAX];
 	int have_dev;
 	int work_fd;

@@ -357,6 +357,10 @@ static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
 	P("space.log_bytes", s.space.log_bytes);
 	P("space.syncs", s.space.syncs);
 	P("space.recovered_records", s.space.recovered_records);
+	P("space.sync_version", s.space.sync_version);
+	P("space.sync_batches", s.space.sync_batches);
+	P("space.recovered_version", s.space.recovered_version);
+	P("space.recovered_batches", s.space.recovered_batches);
 #undef P
 	return 0;
 }

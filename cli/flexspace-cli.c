@@ -329,6 +329,10 @@ static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
 	P("log_bytes", s.log_bytes);
 	P("syncs", s.syncs);
 	P("recovered_records", s.recovered_records);
+	P("sync_version", s.sync_version);
+	P("sync_batches", s.sync_batches);
+	P("recovered_version", s.recovered_version);
+	P("recovered_batches", s.recovered_batches);
 #undef P
 	return 0;
 }

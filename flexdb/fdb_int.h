@@ -30,6 +30,24 @@
 
 #include "flexdb.h"
 
+/* Helgrind sees pthread locks but not C11 atomics.  The `make helgrind`
+ * build defines FLEX_HELGRIND; elsewhere these compile to nothing.  A
+ * release store that publishes data is preceded by FDB_HB_BEFORE(&the
+ * atomic) and an acquire load that may have read it is followed by
+ * FDB_HB_AFTER(&the atomic): the arc that orders the published data.  The
+ * atomic objects themselves are declared with FDB_ATOMIC_OBJ when they are
+ * created: accesses to them are not data races (C11 5.1.2.4). */
+#ifdef FLEX_HELGRIND
+#include <valgrind/helgrind.h>
+#define FDB_HB_BEFORE(a) ANNOTATE_HAPPENS_BEFORE(a)
+#define FDB_HB_AFTER(a) ANNOTATE_HAPPENS_AFTER(a)
+#define FDB_ATOMIC_OBJ(a, n) ANNOTATE_BENIGN_RACE_SIZED(a, n, "C11 atomic")
+#else
+#define FDB_HB_BEFORE(a) ((void)(a))
+#define FDB_HB_AFTER(a) ((void)(a))
+#define FDB_ATOMIC_OBJ(a, n) ((void)(a), (void)(n))
+#endif
+
 /* ---- records (fdb_record.c) ----------------------------------------------- */
 
 /* A pair in the FlexSpace: varint klen, varint vlen, key, value, and a
@@ -108,14 +126,18 @@ struct fdb_wal {
 	const struct flex_io *io;
 	int fd;
 	uint64_t gen;
-	_Atomic uint64_t size;	     /* bytes written; changed by the writer only */
+	_Atomic uint64_t size;	     /* end of the records; changed by the writer only */
 	_Atomic uint64_t last_seq;   /* of the last record written */
 	_Atomic uint64_t synced_seq; /* every record <= this is durable */
+	pthread_mutex_t markmu;	     /* orders the sync marks of concurrent syncs */
+	uint64_t marked;	     /* seq in the last sync mark written */
 	char path[];
 };
 
+/* space[2] is the FlexSpace's durable point (flexspace_stats sync_*) now;
+ * the header keeps it. */
 int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64_t gen,
-		   struct fdb_wal **out);
+		   const uint64_t space[2], struct fdb_wal **out);
 /* Appends one record holding a whole batch (payload from fdb_batch). */
 int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size_t len);
 /* Thread-safe: makes every record appended before the call durable. */
@@ -127,11 +149,17 @@ int fdb_wal_remove(struct fdb_wal *w, int dir_fd);
 
 typedef int (*fdb_wal_fn)(void *arg, uint64_t seq, const uint8_t *payload, size_t len);
 /* Lists WAL generations in dir (sorted), and replays one file: calls fn
- * for each valid record in order, stopping at the first torn or damaged
- * one.  *last_seq gets the last valid record's sequence number. */
+ * for each valid record in order, stopping at the first torn one, which
+ * is cut off.  *last_seq is the previous file's last sequence number on
+ * entry and this file's on return; *nrec gets the records replayed.
+ * `newest`: no later file exists; space[2]: the point the FlexSpace
+ * recovered to.  FLEX_ECORRUPT when a record that was synced is missing
+ * or damaged, or the FlexSpace is older than when the file was created
+ * (see fdb_wal.c). */
 int fdb_wal_list(const char *dir, uint64_t **gens, size_t *n);
-int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, fdb_wal_fn fn,
-		   void *arg, uint64_t *last_seq);
+int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int newest,
+		   const uint64_t space[2], fdb_wal_fn fn, void *arg, uint64_t *last_seq,
+		   uint64_t *nrec);
 
 /* A batch payload: u32 count, then per op: u8 op, varint klen, [varint
  * vlen], key, [value]. */
@@ -157,6 +185,10 @@ struct fdb_ival {
 	uint32_t size;	/* bytes */
 	uint32_t count; /* pairs; FDB_COUNT_UNKNOWN after recovery */
 	struct fdb_cent *cache;
+	/* The key came from an anchor pair too long to verify at open; its
+	 * checksum is checked when the interval is loaded or a lookup ends
+	 * just before it (fdb_store.c). */
+	uint8_t unverified;
 };
 #define FDB_COUNT_UNKNOWN UINT32_MAX
 

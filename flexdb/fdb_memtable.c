@@ -96,6 +96,10 @@ struct fdb_mt *fdb_mt_new(void)
 	for (int i = 0; i < MT_MAX_HEIGHT; i++)
 		atomic_init(&m->head->next[i], NULL);
 	atomic_init(&m->height, 1);
+	FDB_ATOMIC_OBJ(m->head->next, MT_MAX_HEIGHT * sizeof(m->head->next[0]));
+	FDB_ATOMIC_OBJ(&m->height, sizeof(m->height));
+	FDB_ATOMIC_OBJ(&m->bytes, sizeof(m->bytes));
+	FDB_ATOMIC_OBJ(&m->count, sizeof(m->count));
 	return m;
 }
 
@@ -138,7 +142,10 @@ static int random_height(struct fdb_mt *m)
 
 static inline struct mt_node *nxt(const struct mt_node *n, int level)
 {
-	return atomic_load_explicit(&((struct mt_node *)n)->next[level], memory_order_acquire);
+	struct mt_node *p =
+	    atomic_load_explicit(&((struct mt_node *)n)->next[level], memory_order_acquire);
+	FDB_HB_AFTER(&n->next[level]);
+	return p;
 }
 
 static inline int node_cmp(const struct mt_node *n, const void *key, uint32_t klen)
@@ -200,6 +207,7 @@ int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val
 	struct mt_node *n = find_ge(m, key, klen, prev);
 	if (n && node_cmp(n, key, klen) == 0) {
 		v->prev = atomic_load_explicit(&n->val, memory_order_relaxed);
+		FDB_HB_BEFORE(&n->val);
 		atomic_store_explicit(&n->val, v, memory_order_release);
 		return 0;
 	}
@@ -221,8 +229,12 @@ int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val
 	atomic_init(&n->val, v);
 	for (int i = 0; i < h; i++)
 		atomic_init(&n->next[i], nxt(prev[i], i));
-	for (int i = 0; i < h; i++)
+	FDB_ATOMIC_OBJ(&n->val, sizeof(n->val));
+	FDB_ATOMIC_OBJ(n->next, (size_t)h * sizeof(n->next[0]));
+	for (int i = 0; i < h; i++) {
+		FDB_HB_BEFORE(&prev[i]->next[i]);
 		atomic_store_explicit(&prev[i]->next[i], n, memory_order_release);
+	}
 	atomic_fetch_add(&m->count, 1);
 	return 0;
 }
@@ -231,6 +243,7 @@ static const struct fdb_val *visible(const struct mt_node *n, uint64_t max_seq)
 {
 	const struct fdb_val *v =
 		atomic_load_explicit(&((struct mt_node *)n)->val, memory_order_acquire);
+	FDB_HB_AFTER(&n->val);
 	while (v && v->seq > max_seq)
 		v = v->prev;
 	return v;

@@ -58,6 +58,8 @@ static struct fdb_cent *cent_new(void)
 	if (c) {
 		c->bytes = sizeof(*c);
 		c->slot = UINT32_MAX;
+		/* Readers set the CLOCK bit under the shared lock. */
+		FDB_ATOMIC_OBJ(&c->ref, sizeof(c->ref));
 	}
 	return c;
 }
@@ -471,6 +473,7 @@ static int ival_load(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *
 	int rc = ival_decode(s, iv, fdb_index_offset(p), &c, fragmented);
 	if (rc)
 		return rc;
+	iv->unverified = 0; /* the decode verified its first pair */
 	ival_counted(s, iv, c->n);
 	atomic_fetch_add(&s->misses, 1);
 	if (c->bytes > s->cache_limit / 4) {
@@ -508,6 +511,41 @@ static int collect_anchor(void *arg, const struct flextree_extent *e)
 	}
 	a->off[a->n++] = e->loff;
 	return 0;
+}
+
+/* The interval keys come from the anchor pairs, and a wrong one sends
+ * lookups to the wrong interval, where a present key is "absent" (a bit
+ * flipped in an anchor's key did exactly that).  So an anchor pair is
+ * verified at open when the bytes read for its key hold all of it, as
+ * they do unless its value is several KiB; a longer one is verified when
+ * its interval is first loaded or a lookup misses just before it
+ * (anchor_verify), instead of reading large values at open. */
+static int anchor_check(const uint8_t *p, size_t n)
+{
+	size_t size;
+	const uint8_t *k, *v;
+	uint32_t kl, vl;
+	return fdb_rec_decode(p, p + n, &size, &k, &kl, &v, &vl);
+}
+
+static int anchor_verify(struct fdb_store *s, uint64_t off)
+{
+	uint8_t hdr[10];
+	uint32_t klen, vlen;
+	size_t h;
+	ssize_t n = flexspace_read(s->fs, hdr, off, sizeof(hdr));
+	if (n < 0)
+		return (int)n;
+	if (fdb_rec_peek(hdr, hdr + n, &klen, &vlen, &h))
+		return FLEX_ECORRUPT;
+	size_t size = h + klen + vlen + 4;
+	uint8_t *rec = malloc(size);
+	if (!rec)
+		return -ENOMEM;
+	n = flexspace_read(s->fs, rec, off, size);
+	int rc = n < 0 ? (int)n : (size_t)n != size || anchor_check(rec, size) ? FLEX_ECORRUPT : 0;
+	free(rec);
+	return rc;
 }
 
 static struct fdb_ival *ival_new(const void *key, uint32_t klen)
@@ -562,11 +600,15 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 			size_t h;
 			if (n < 0)
 				rc = (int)n;
-			else if (fdb_rec_peek(hdr, hdr + n, &klen, &vlen, &h) || (size_t)n < h + klen ||
-				 (prev->klen && fdb_keycmp(prev->key, prev->klen, hdr + h, klen) >= 0))
+			else if (fdb_rec_peek(hdr, hdr + n, &klen, &vlen, &h) ||
+				 (size_t)n < h + klen || h + klen + vlen + 4 > end - off ||
+				 (prev->klen &&
+				  fdb_keycmp(prev->key, prev->klen, hdr + h, klen) >= 0))
 				rc = FLEX_ECORRUPT;
-			else
-				iv = ival_new(hdr + h, klen);
+			else if (h + klen + vlen + 4 <= (size_t)n && anchor_check(hdr, (size_t)n))
+				rc = FLEX_ECORRUPT;
+			else if ((iv = ival_new(hdr + h, klen)) != NULL)
+				iv->unverified = h + klen + vlen + 4 > (size_t)n;
 		}
 		if (!rc && !iv)
 			rc = -ENOMEM;
@@ -834,34 +876,44 @@ out:
 
 /* ---- reads (shared lock, or exclusive with load) ----------------------------- */
 
-/* Looks key up in an interval's raw bytes without decoding it: record
- * headers are walked (bounds-checked) and only the matching record's
- * checksum is verified, since only its bytes are returned. */
-static int raw_search(const uint8_t *p, const uint8_t *end, const void *key, uint32_t klen,
-		      void *buf, size_t cap, size_t *vlen)
+/* Looks key up in an interval's raw bytes without building an entry.
+ * Every record is verified, not only a match: the answer "absent" rests
+ * on all of them, and a damaged length would misalign the walk, a damaged
+ * key end it early or let it pass the key (a sweep of bit flips found both
+ * reporting present keys absent).  Hashing a whole interval costs about a
+ * microsecond, less than reading it.  Keys must also be strictly
+ * increasing from the interval's key on. */
+static int raw_search(const uint8_t *p, const uint8_t *end, const struct fdb_ival *iv,
+		      const void *key, uint32_t klen, void *buf, size_t cap, size_t *vlen)
 {
+	const uint8_t *pk = iv->key, *hit = NULL;
+	uint32_t pklen = iv->klen, hitlen = 0;
+	int first = 1;
 	while (p < end) {
+		size_t size;
+		const uint8_t *k, *v;
 		uint32_t kl, vl;
-		size_t h;
-		if (fdb_rec_peek(p, end, &kl, &vl, &h) || (size_t)(end - p) < h + kl + vl + 4)
+		if (fdb_rec_decode(p, end, &size, &k, &kl, &v, &vl))
 			return FLEX_ECORRUPT;
-		int c = fdb_keycmp(p + h, kl, key, klen);
-		if (c == 0) {
-			size_t size;
-			const uint8_t *k, *v;
-			if (fdb_rec_decode(p, end, &size, &k, &kl, &v, &vl))
-				return FLEX_ECORRUPT;
-			if (cap && buf)
-				memcpy(buf, v, cap < vl ? cap : vl);
-			if (vlen)
-				*vlen = vl;
-			return 0;
+		int order = fdb_keycmp(pk, pklen, k, kl);
+		if (first ? order > 0 : order >= 0)
+			return FLEX_ECORRUPT;
+		if (fdb_keycmp(k, kl, key, klen) == 0) {
+			hit = v;
+			hitlen = vl;
 		}
-		if (c > 0)
-			break; /* sorted: the key is absent */
-		p += h + kl + vl + 4;
+		pk = k;
+		pklen = kl;
+		first = 0;
+		p += size;
 	}
-	return FLEXDB_NOTFOUND;
+	if (!hit)
+		return FLEXDB_NOTFOUND;
+	if (cap && buf)
+		memcpy(buf, hit, cap < hitlen ? cap : hitlen);
+	if (vlen)
+		*vlen = hitlen;
+	return 0;
 }
 
 /* Copies a found value as flexdb_get does. */
@@ -977,6 +1029,7 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands)
 			continue;
 		}
 		cache_drop(s, iv);
+		iv->unverified = 0; /* cent_index verified every pair */
 		ival_counted(s, iv, c->n);
 		if (cache_attach(s, iv, c))
 			cent_free(c);
@@ -1020,6 +1073,10 @@ static void frag_sample(struct fdb_store *s, struct fdb_cands *cands, uint64_t o
 	cands->frag[cands->nfrag++].klen = klen;
 }
 
+static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb_ival *iv,
+		     const void *key, uint32_t klen, void *buf, size_t cap, size_t *vlen,
+		     struct fdb_cands *cands);
+
 int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf, size_t cap,
 		  size_t *vlen, struct fdb_cands *cands)
 {
@@ -1029,6 +1086,24 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 	struct fdb_ival *iv = fdb_index_find(s->index, key, klen, &p);
 	if (!iv)
 		return FLEXDB_NOTFOUND;
+	int rc = store_get(s, &p, iv, key, klen, buf, cap, vlen, cands);
+	if (rc == FLEXDB_NOTFOUND) {
+		/* Absent here, so maybe in the next interval if its key (from
+		 * an anchor not verified at open) is wrong. */
+		struct fdb_ival *nx = fdb_index_next(&p);
+		if (nx && nx->unverified) {
+			int vrc = anchor_verify(s, fdb_index_offset(&p));
+			if (vrc)
+				return vrc;
+		}
+	}
+	return rc;
+}
+
+static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb_ival *iv,
+		     const void *key, uint32_t klen, void *buf, size_t cap, size_t *vlen,
+		     struct fdb_cands *cands)
+{
 	uint16_t fp = fdb_fingerprint(key, klen);
 	struct fdb_cent *c = iv->cache;
 	if (c) {
@@ -1039,12 +1114,12 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 			return cent_get(c, key, klen, fp, buf, cap, vlen);
 		}
 		atomic_fetch_add(&s->thin_hits, 1);
-		return thin_get(s, c, fdb_index_offset(&p), key, klen, fp, buf, cap, vlen);
+		return thin_get(s, c, fdb_index_offset(pp), key, klen, fp, buf, cap, vlen);
 	}
 	/* A miss reads the whole interval under the shared lock and offers it
 	 * to the cache (flexdb.c attaches it under the exclusive lock). */
 	atomic_fetch_add(&s->misses, 1);
-	uint64_t off = fdb_index_offset(&p);
+	uint64_t off = fdb_index_offset(pp);
 	uint8_t *raw;
 	int rc = ival_read_raw(s, iv, off, &raw);
 	if (rc)
@@ -1056,7 +1131,7 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 		rc = cent_get(c, key, klen, fp, buf, cap, vlen);
 		cand_push(cands, iv, c, kind);
 	} else {
-		rc = raw_search(raw, raw + iv->size, key, klen, buf, cap, vlen);
+		rc = raw_search(raw, raw + iv->size, iv, key, klen, buf, cap, vlen);
 		free(raw);
 	}
 	frag_sample(s, cands, off, iv->size, key, klen);
@@ -1198,8 +1273,10 @@ struct pair_ref {
 };
 
 /* Parses an interval's raw bytes into refs, verifying every checksum
- * (these pairs are returned). */
-static int raw_pairs(const uint8_t *p, const uint8_t *end, struct pair_ref **out, uint32_t *n)
+ * (these pairs are returned) and that keys increase from the interval's
+ * key on (the binary search below relies on it). */
+static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival *iv,
+		     struct pair_ref **out, uint32_t *n)
 {
 	uint32_t cap = 32;
 	struct pair_ref *r = malloc(cap * sizeof(*r));
@@ -1209,7 +1286,13 @@ static int raw_pairs(const uint8_t *p, const uint8_t *end, struct pair_ref **out
 	while (p < end) {
 		size_t size;
 		struct pair_ref x;
-		if (fdb_rec_decode(p, end, &size, &x.key, &x.klen, &x.val, &x.vlen)) {
+		int bad = fdb_rec_decode(p, end, &size, &x.key, &x.klen, &x.val, &x.vlen);
+		if (!bad) {
+			int c = *n ? fdb_keycmp(r[*n - 1].key, r[*n - 1].klen, x.key, x.klen)
+				   : fdb_keycmp(iv->key, iv->klen, x.key, x.klen);
+			bad = *n ? c >= 0 : c > 0;
+		}
+		if (bad) {
 			free(r);
 			return FLEX_ECORRUPT;
 		}
@@ -1330,7 +1413,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 				rc = scan_read_run(s, &p, iv, reverse, max - *n, &run);
 			const uint8_t *raw = run.buf + (off - run.off);
 			if (!rc)
-				rc = raw_pairs(raw, raw + iv->size, &refs, &cnt);
+				rc = raw_pairs(raw, raw + iv->size, iv, &refs, &cnt);
 			if (rc)
 				break;
 			/* Offered to the cache while it has room: once it is full,

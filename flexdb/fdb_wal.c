@@ -12,8 +12,27 @@
  * syncs the directory so that a removed WAL cannot come back.
  *
  * Record: u32 magic "FWR1", u32 payload length, u64 seq, u64 checksum
- * (XXH3-64 of the payload seeded with seq), payload.  The file starts with a 32-byte
- * header (docs/FORMAT.md).
+ * (XXH3-64 of the payload seeded with seq), payload.  The file starts with a 64-byte
+ * header; records start at 8 KiB (docs/FORMAT.md).
+ *
+ * A damaged record looks like a torn one, and stopping there would drop
+ * synced writes without a word (a corruption sweep showed every flipped
+ * bit in a record doing so).  Hence the sync mark: after each fdatasync a
+ * 32-byte mark naming the highest durable sequence number is written (not
+ * synced) at 4 KiB, in its own page between the header and the records.
+ * A replay that ends below the mark has met damage, not a torn tail:
+ * FLEX_ECORRUPT.  Likewise a file followed by a newer one was synced whole
+ * before the newer one was created, so it must replay to its end, and a
+ * record whose checksum holds but whose sequence number breaks the chain
+ * is misplaced.  A torn tail that is accepted is cut off, so that no file
+ * but the newest ever ends in one, and recovery removes an empty newest
+ * file before creating the next (flexdb.c).
+ *
+ * The header also keeps the FlexSpace's durable point when the file was
+ * created, after the memtables before the previous one were committed:
+ * a FlexSpace that recovers to an earlier point has lost synced changes
+ * (an older copy of its LOG, say) whose WAL files are gone, so that too
+ * is FLEX_ECORRUPT.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -29,8 +48,15 @@
 #include "fdb_int.h"
 
 #define WAL_MAGIC "FLEXWAL1"
-#define WAL_FORMAT 1u
-#define WAL_HDR 32u
+/* Format 1 had no sync mark and records from byte 32; it is still
+ * replayed. */
+#define WAL_FORMAT 2u
+#define WAL_HDR1 32u
+#define WAL_HDR 64u
+#define WAL_MARK_AT 4096u
+#define WAL_MARK_BYTES 32u
+#define WAL_RECORDS 8192u
+#define MARK_MAGIC 0x31535746u /* "FWS1" */
 #define REC_MAGIC 0x31525746u /* "FWR1" */
 #define REC_HDR 24u
 
@@ -62,7 +88,7 @@ static uint64_t rec_csum(uint64_t seq, const uint8_t *payload, size_t len)
 }
 
 int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64_t gen,
-		   struct fdb_wal **out)
+		   const uint64_t space[2], struct fdb_wal **out)
 {
 	size_t plen = strlen(dir) + 32;
 	struct fdb_wal *w = calloc(1, sizeof(*w) + plen);
@@ -81,7 +107,9 @@ int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64
 	memcpy(h, WAL_MAGIC, 8);
 	put32(h + 8, WAL_FORMAT);
 	put64(h + 16, gen);
-	put64(h + 24, XXH3_64bits(h, 24));
+	put64(h + 24, space[0]);
+	put64(h + 32, space[1]);
+	put64(h + 56, XXH3_64bits(h, 56));
 	int rc = flex_io_write_full(io, w->fd, h, WAL_HDR, 0);
 	/* The file must exist durably before any record in it is relied on. */
 	if (!rc) {
@@ -100,7 +128,8 @@ int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64
 		free(w);
 		return rc;
 	}
-	atomic_store(&w->size, WAL_HDR);
+	pthread_mutex_init(&w->markmu, NULL);
+	atomic_store(&w->size, WAL_RECORDS);
 	*out = w;
 	return 0;
 }
@@ -131,6 +160,15 @@ int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size
 	return 0;
 }
 
+static void mark_encode(uint8_t *m, uint64_t gen, uint64_t seq)
+{
+	memset(m, 0, WAL_MARK_BYTES);
+	put32(m, MARK_MAGIC);
+	put64(m + 8, gen);
+	put64(m + 16, seq);
+	put64(m + 24, XXH3_64bits(m, 24));
+}
+
 int fdb_wal_sync(struct fdb_wal *w)
 {
 	uint64_t target = atomic_load(&w->last_seq);
@@ -144,7 +182,18 @@ int fdb_wal_sync(struct fdb_wal *w)
 	uint64_t cur = atomic_load(&w->synced_seq);
 	while (cur < target && !atomic_compare_exchange_weak(&w->synced_seq, &cur, target))
 		;
-	return 0;
+	/* The mark is not synced itself: it only ever names records that
+	 * are durable, and the next sync carries it. */
+	pthread_mutex_lock(&w->markmu);
+	if (target > w->marked) {
+		uint8_t m[WAL_MARK_BYTES];
+		mark_encode(m, w->gen, target);
+		rc = flex_io_write_full(w->io, w->fd, m, WAL_MARK_BYTES, WAL_MARK_AT);
+		if (!rc)
+			w->marked = target;
+	}
+	pthread_mutex_unlock(&w->markmu);
+	return rc;
 }
 
 void fdb_wal_close(struct fdb_wal *w)
@@ -152,6 +201,7 @@ void fdb_wal_close(struct fdb_wal *w)
 	if (!w)
 		return;
 	w->io->close(w->io, w->fd);
+	pthread_mutex_destroy(&w->markmu);
 	free(w);
 }
 
@@ -206,29 +256,48 @@ int fdb_wal_list(const char *dir, uint64_t **gens, size_t *n)
 	return 0;
 }
 
-int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, fdb_wal_fn fn,
-		   void *arg, uint64_t *last_seq)
+int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int newest,
+		   const uint64_t space[2], fdb_wal_fn fn, void *arg, uint64_t *last_seq,
+		   uint64_t *nrec)
 {
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/WAL-%016" PRIx64, dir, gen);
-	int fd = io->open(io, path, O_RDONLY | O_CLOEXEC, 0);
+	*nrec = 0;
+	int fd = io->open(io, path, O_RDWR | O_CLOEXEC, 0);
 	if (fd < 0)
 		return fd;
 	uint64_t size;
 	int rc = io->fsize(io, fd, &size);
 	uint8_t h[WAL_HDR];
-	if (!rc && size < WAL_HDR) {
-		io->close(io, fd);
-		return 0; /* created but its header never became durable */
+	uint32_t format = 0;
+	if (!rc && size >= WAL_HDR1) {
+		rc = flex_io_read_full(io, fd, h, WAL_HDR1, 0);
+		format = get32(h + 8);
 	}
-	if (!rc)
+	if (!rc && format != 1 && size >= WAL_HDR)
 		rc = flex_io_read_full(io, fd, h, WAL_HDR, 0);
-	if (!rc && (memcmp(h, WAL_MAGIC, 8) || get64(h + 24) != XXH3_64bits(h, 24) ||
-		    get64(h + 16) != gen))
+	if (!rc && (size < WAL_HDR1 || (format != 1 && size < WAL_HDR))) {
+		io->close(io, fd);
+		/* Created but its header never became durable.  Only the newest
+		 * file can be left so: recovery removes empty files. */
+		return newest ? 0 : FLEX_ECORRUPT;
+	}
+	/* Format 1: checksum of [0, 24) at 24; later ones: of [0, 56) at 56. */
+	int sound =
+	    format == 1 ? get64(h + 24) == XXH3_64bits(h, 24) : get64(h + 56) == XXH3_64bits(h, 56);
+	if (!rc && (memcmp(h, WAL_MAGIC, 8) || !sound || get64(h + 16) != gen))
 		rc = FLEX_ECORRUPT;
-	if (!rc && get32(h + 8) != WAL_FORMAT)
+	if (!rc && format != 1 && format != WAL_FORMAT)
 		rc = FLEX_EVERSION;
-	uint64_t off = WAL_HDR;
+	/* The FlexSpace had reached this point when the file was created. */
+	if (!rc && format >= 2 &&
+	    (get64(h + 24) > space[0] || (get64(h + 24) == space[0] && get64(h + 32) > space[1])))
+		rc = FLEX_ECORRUPT;
+	uint64_t off = format == 1 ? WAL_HDR1 : WAL_RECORDS;
+	/* Between the header and the first record there is only the mark,
+	 * written after records were: a file ending there was cut. */
+	if (!rc && format >= 2 && size > WAL_HDR && size < WAL_RECORDS)
+		rc = FLEX_ECORRUPT;
 	uint8_t *b = NULL;
 	size_t bcap = 0;
 	while (!rc && off + REC_HDR <= size) {
@@ -237,11 +306,7 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, fdb_
 			break;
 		uint32_t len = get32(rh + 4);
 		uint64_t seq = get64(rh + 8);
-		/* Sequence numbers are consecutive across all files: a gap
-		 * means a record was lost (a torn file before this one), and
-		 * nothing after it may be applied. */
-		if (get32(rh) != REC_MAGIC || len > size - off - REC_HDR ||
-		    (*last_seq && seq != *last_seq + 1))
+		if (get32(rh) != REC_MAGIC || len > size - off - REC_HDR)
 			break;
 		if (len > bcap) {
 			uint8_t *nb = realloc(b, len);
@@ -256,11 +321,29 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, fdb_
 			break;
 		if (rec_csum(seq, b, len) != get64(rh + 16))
 			break;
+		/* Sequence numbers are consecutive across all files; a sound
+		 * record out of sequence was put where it does not belong. */
+		if (*last_seq && seq != *last_seq + 1) {
+			rc = FLEX_ECORRUPT;
+			break;
+		}
 		rc = fn(arg, seq, b, len);
 		*last_seq = seq;
+		(*nrec)++;
 		off += REC_HDR + len;
 	}
 	free(b);
+	if (!rc && format >= 2 && size >= WAL_MARK_AT + WAL_MARK_BYTES) {
+		uint8_t m[WAL_MARK_BYTES], want[WAL_MARK_BYTES];
+		rc = flex_io_read_full(io, fd, m, WAL_MARK_BYTES, WAL_MARK_AT);
+		mark_encode(want, gen, get64(m + 16));
+		if (!rc && !memcmp(m, want, WAL_MARK_BYTES) && get64(m + 16) > *last_seq)
+			rc = FLEX_ECORRUPT; /* a synced record did not replay */
+	}
+	if (!rc && format >= 2 && !newest && (off != size || !*nrec))
+		rc = FLEX_ECORRUPT; /* synced whole before the next file */
+	if (!rc && off < size)
+		rc = io->ftruncate(io, fd, off); /* the torn tail */
 	/* What is replayed must stay durable: it may never have been synced
 	 * by the session that wrote it. */
 	if (!rc) {

@@ -128,7 +128,11 @@ static struct fdb_memref *memref_new(struct flexdb *db, uint64_t gen, int *rc)
 		free(m);
 		return NULL;
 	}
-	*rc = fdb_wal_create(db->io, db->dir_fd, db->dir, gen, &m->wal);
+	struct flexspace_stats st;
+	*rc = flexspace_stats(db->fs, &st);
+	uint64_t space[2] = {st.sync_version, st.sync_batches};
+	if (!*rc)
+		*rc = fdb_wal_create(db->io, db->dir_fd, db->dir, gen, space, &m->wal);
 	if (*rc) {
 		fdb_mt_free(m->mt);
 		free(m);
@@ -140,7 +144,11 @@ static struct fdb_memref *memref_new(struct flexdb *db, uint64_t gen, int *rc)
 
 static void memref_put(struct fdb_memref *m)
 {
-	if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
+	if (!m)
+		return;
+	FDB_HB_BEFORE(&m->refs);
+	if (atomic_fetch_sub(&m->refs, 1) == 1) {
+		FDB_HB_AFTER(&m->refs);
 		fdb_mt_free(m->mt);
 		fdb_wal_close(m->wal);
 		free(m);
@@ -988,8 +996,27 @@ static int db_recover(struct flexdb *db)
 		else
 			atomic_init(&db->imm->refs, 1);
 	}
+	uint64_t nrec = 0;
+	struct flexspace_stats st = {0};
+	if (!rc)
+		rc = flexspace_stats(db->fs, &st);
+	uint64_t space[2] = {st.recovered_version, st.recovered_batches};
 	for (size_t i = 0; i < n && !rc; i++)
-		rc = fdb_wal_replay(db->io, db->dir, gens[i], replay_record, db, &last);
+		rc = fdb_wal_replay(db->io, db->dir, gens[i], i + 1 == n, space, replay_record, db,
+				    &last, &nrec);
+	if (!rc && n > 1 && nrec == 0 && fdb_mt_count(db->imm->mt) > 0) {
+		/* The newest file holds nothing (its session died before a
+		 * write); it goes now, and durably, before the next file is
+		 * created: a file older than another is never empty, which is
+		 * what lets replay tell a removed file from a missing one. */
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
+			 (unsigned long long)gens[n - 1]);
+		if (unlink(path) && errno != ENOENT)
+			rc = -errno;
+		if (!rc)
+			rc = db->io->fsync(db->io, db->dir_fd);
+	}
 	if (!rc && db->imm && fdb_mt_count(db->imm->mt) == 0) {
 		/* Nothing to commit: the files can go now. */
 		memref_put(db->imm);

@@ -67,6 +67,28 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 	return 0;
 }
 
+/* An empty LOG is a creation cut short (LOG is created first and its
+ * header written last), and TREE may then be torn: it is cut back to
+ * nothing so that it is created again.  But only a TREE that does not
+ * open: one that does is left for fs_log_attach to judge (a committed
+ * tree with data next to an empty LOG is damage, and truncating it here
+ * silently emptied the space). */
+static int fs_tree_torn(struct flexspace *fs, const char *path)
+{
+	struct flextree_options ro = {.io = fs->io, .read_only = 1};
+	struct flextree *t;
+	int rc = flextree_open(path, &ro, &t);
+	if (rc == 0) {
+		flextree_close(t);
+		return 0;
+	}
+	if (rc != FLEX_ECORRUPT && rc != -ENOENT)
+		return rc;
+	if (truncate(path, 0) != 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
 /* The sequence is: lock, log header (for the segment size), tree, log
  * validation, data file, replay, live-byte counts, clean commit. */
 static int fs_open(struct flexspace *fs, const char *dir, int create)
@@ -103,9 +125,8 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 		return rc;
 	if (!create && access(path, F_OK) != 0)
 		return -errno;
-	if (fresh == 1 && create && truncate(path, 0) != 0 && errno != ENOENT)
-		return -errno; /* an empty LOG: whatever TREE holds is from a
-				* creation cut short, before any data */
+	if (fresh == 1 && create && (rc = fs_tree_torn(fs, path)) != 0)
+		return rc;
 	struct flextree_options topt = {
 		.io = fs->io, .max_extent = fs->max_extent, .merge_boundary = fs->seg_size};
 	if ((rc = flextree_open(path, &topt, &fs->tree)) != 0)
@@ -134,6 +155,15 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 	if ((rc = fs_log_replay(fs, &records)) != 0)
 		return rc;
 	fs->st.recovered_records = records;
+	struct flextree_stats ts;
+	flextree_stats(fs->tree, &ts);
+	if (fs->log_base == ts.version) {
+		fs->st.recovered_version = fs->log_base;
+		fs->st.recovered_batches = fs->log_seq - 1;
+	} else { /* the tree was committed after the log: it holds it all */
+		fs->st.recovered_version = ts.version;
+		fs->st.recovered_batches = 0;
+	}
 	if ((rc = fs_rebuild_valid(fs)) != 0)
 		return rc;
 	return fs_commit(fs);
@@ -589,6 +619,10 @@ int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
 		st->segments_free += fs->state[s] == SEG_FREE;
 	}
 	st->log_bytes = fs->log_size;
+	/* Batches are written and synced under the exclusive lock, so the
+	 * ones counted here are durable. */
+	st->sync_version = fs->log_base;
+	st->sync_batches = fs->log_seq - 1;
 	pthread_rwlock_unlock(&fs->lock);
 	return 0;
 }

@@ -92,6 +92,7 @@ struct flexspace {
 	uint32_t logcap;
 	uint64_t log_base; /* tree version the log applies to */
 	uint64_t log_seq;  /* next batch sequence number */
+	uint64_t log_sealed; /* seq in the last seal written for log_base */
 	uint64_t log_size; /* bytes of LOG in use */
 	int log_unsynced;  /* LOG written since its last fdatasync */
 
@@ -112,6 +113,7 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len);
 void fs_trim_data(struct flexspace *fs);
 int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len);
 int fs_check_segments(struct flexspace *fs);
+int fs_check_overlap(struct flexspace *fs);
 
 /* fs_log.c */
 int fs_log_add(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, uint64_t arg);

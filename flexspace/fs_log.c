@@ -15,6 +15,14 @@
  * that recovery may still need.  Each batch carries the base version and a
  * sequence number, so batches left over from before a reset, and a batch
  * torn by a crash, end the replay.  See docs/FORMAT.md.
+ *
+ * A batch that fails its checksum ends the replay as if it were torn, but
+ * only the batch being written when the process died can be torn: every
+ * batch is synced before the next is written.  So after each sync a small
+ * seal naming the next sequence number is written (not synced) into the
+ * spare header slot, away from the batches; a replay that stops short of
+ * what the seal promises has met damage, not a torn tail, and open fails
+ * with FLEX_ECORRUPT instead of silently dropping synced changes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +41,11 @@
 #define BATCH_MAGIC 0x31424c46u /* "FLB1" */
 #define BATCH_HDR 32u
 #define REC_BYTES 24u
+#define SEAL_MAGIC 0x31534c46u /* "FLS1" */
+/* The seal sits inside the header slot that does not hold the current
+ * header, in its own 512-byte sector (fixed on disk). */
+#define SEAL_AT 2048u
+#define SEAL_BYTES 32u
 #define OP_SHIFT 56
 #define LOFF_MASK (((uint64_t)1 << OP_SHIFT) - 1)
 
@@ -134,6 +147,76 @@ static int log_write_header(struct flexspace *fs, uint64_t base)
 	return rc;
 }
 
+/* ---- the seal ------------------------------------------------------------ */
+
+static uint64_t seal_off(uint64_t base)
+{
+	return ((base + 1) & 1) * LOG_HDR_SLOT + SEAL_AT;
+}
+
+/* After a sync: batches [1, log_seq) of log_base are durable. */
+static int log_write_seal(struct flexspace *fs)
+{
+	if (fs->log_seq <= 1 || fs->log_sealed == fs->log_seq)
+		return 0;
+	uint8_t b[SEAL_BYTES];
+	put32(b, SEAL_MAGIC);
+	put32(b + 4, 0);
+	put64(b + 8, fs->log_seq);
+	put64(b + 16, fs->log_base);
+	put64(b + 24, XXH3_64bits(b, 24));
+	int rc = flex_io_write_full(fs->io, fs->log_fd, b, SEAL_BYTES, seal_off(fs->log_base));
+	if (rc)
+		return rc;
+	fs->log_sealed = fs->log_seq;
+	fs->st.log_bytes_written += SEAL_BYTES;
+	return 0;
+}
+
+/* The next sequence number the seal for `base` promises, or 0 without a
+ * valid seal. */
+static int log_read_seal(struct flexspace *fs, uint64_t base, uint64_t *seq)
+{
+	uint8_t b[SEAL_BYTES];
+	*seq = 0;
+	int rc = flex_io_read_full(fs->io, fs->log_fd, b, SEAL_BYTES, seal_off(base));
+	if (rc)
+		return rc == -ENODATA ? 0 : rc;
+	if (get32(b) == SEAL_MAGIC && get64(b + 16) == base && get64(b + 24) == XXH3_64bits(b, 24))
+		*seq = get64(b + 8);
+	return 0;
+}
+
+/* Whether a whole, valid batch of `base` with sequence number seq starts
+ * at off. */
+static int log_batch_at(struct flexspace *fs, uint64_t off, uint64_t size, uint64_t base,
+			uint64_t seq, int *valid)
+{
+	uint8_t hdr[BATCH_HDR];
+	*valid = 0;
+	if (off + BATCH_HDR > size)
+		return 0;
+	int rc = flex_io_read_full(fs->io, fs->log_fd, hdr, BATCH_HDR, off);
+	if (rc)
+		return rc == -ENODATA ? 0 : rc;
+	uint32_t n = get32(hdr + 4);
+	if (get32(hdr) != BATCH_MAGIC || get64(hdr + 8) != seq || get64(hdr + 16) != base ||
+	    n == 0 || (uint64_t)n * REC_BYTES > size - off - BATCH_HDR)
+		return 0;
+	size_t bytes = BATCH_HDR + (size_t)n * REC_BYTES;
+	uint8_t *b = malloc(bytes);
+	if (!b)
+		return -ENOMEM;
+	rc = flex_io_read_full(fs->io, fs->log_fd, b, bytes, off);
+	if (!rc) {
+		uint64_t csum = get64(b + 24);
+		put64(b + 24, 0);
+		*valid = XXH3_64bits(b, bytes) == csum;
+	}
+	free(b);
+	return rc == -ENODATA ? 0 : rc;
+}
+
 /* Opens LOG.  An empty (new) LOG sets *fresh; otherwise the newest valid
  * header gives the segment size and the tree version the log applies to. */
 int fs_log_open(struct flexspace *fs, const char *path, int create, uint32_t *seg_size,
@@ -176,6 +259,12 @@ int fs_log_open(struct flexspace *fs, const char *path, int create, uint32_t *se
 	if (pick < 0) {
 		if (st[0] == FLEX_EVERSION || st[1] == FLEX_EVERSION)
 			return FLEX_EVERSION;
+		/* Batches follow a header that was synced: with any, the header
+		 * is damaged, not unwritten (a space never closed still has a
+		 * version-1 tree, which fs_log_attach would take for a creation
+		 * cut short, dropping the batches). */
+		if (size > LOG_START)
+			return FLEX_ECORRUPT;
 		*fresh = 2; /* no valid header: see fs_log_attach */
 		return 0;
 	}
@@ -208,6 +297,25 @@ int fs_log_attach(struct flexspace *fs, int fresh, int create)
 	 * lost a commit that the log relied on. */
 	if (fs->log_base > ts.version)
 		return FLEX_ECORRUPT;
+	/* The log is reset right after every tree commit, so it is at most
+	 * one version behind (a crash between the two).  Further behind, or
+	 * one behind while a batch or seal of the tree's own version exists
+	 * (that version's header was written, so it is damaged), and the
+	 * changes logged since would be dropped unseen. */
+	if (fs->log_base + 1 < ts.version)
+		return FLEX_ECORRUPT;
+	if (fs->log_base + 1 == ts.version) {
+		uint64_t size, seal;
+		int valid, rc = fs->io->fsize(fs->io, fs->log_fd, &size);
+		if (!rc)
+			rc = log_batch_at(fs, LOG_START, size, ts.version, 1, &valid);
+		if (!rc)
+			rc = log_read_seal(fs, ts.version, &seal);
+		if (rc)
+			return rc;
+		if (valid || seal)
+			return FLEX_ECORRUPT;
+	}
 	return 0;
 }
 
@@ -273,6 +381,8 @@ int fs_log_sync(struct flexspace *fs)
 		fs->log_unsynced = 0;
 		FLEX_KILLPOINT("fs.log.sync.after");
 	}
+	if ((rc = log_write_seal(fs)) != 0)
+		return fs_fail(fs, rc);
 	fs_seg_release_pending(fs);
 	if (fs->log_size > fs->log_limit)
 		return fs_commit(fs);
@@ -296,6 +406,7 @@ int fs_log_reset(struct flexspace *fs)
 	fs->log_base = ts.version;
 	fs->log_size = LOG_START;
 	fs->log_seq = 1;
+	fs->log_sealed = 0;
 	fs->nlog = 0;
 	fs->log_unsynced = 0;
 	return 0;
@@ -389,6 +500,13 @@ int fs_log_replay(struct flexspace *fs, uint64_t *records)
 	free(b);
 	if (rc && rc != -ENODATA)
 		return rc;
+	/* Batches the seal says were synced did not all replay: damage, not
+	 * a torn tail. */
+	uint64_t seal;
+	if ((rc = log_read_seal(fs, fs->log_base, &seal)) != 0)
+		return rc;
+	if (seal > fs->log_seq)
+		return FLEX_ECORRUPT;
 	fs->log_size = off;
 	return 0;
 }

@@ -86,6 +86,16 @@ struct flexspace_stats {
 	uint64_t log_bytes;	     /* current LOG size */
 	uint64_t syncs;
 	uint64_t recovered_records;  /* log records replayed at open */
+	/* The durable point: the tree version the log applies to, and the
+	 * log batches synced on top of it.  Compared as a pair it never goes
+	 * back, across crashes too, so a recovered point below one seen
+	 * earlier means a file went back in time (FlexDB records it in each
+	 * WAL to check).  recovered_* is the point open found, before it
+	 * committed the recovered state. */
+	uint64_t sync_version;
+	uint64_t sync_batches;
+	uint64_t recovered_version;
+	uint64_t recovered_batches;
 };
 
 /* Opens or creates the space in directory dir (created when missing

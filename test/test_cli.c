@@ -1154,7 +1154,7 @@ Test(cli, space_commands_golden)
 	cr_expect(!strncmp(r.out, "size ", 5), "%s", r.out);
 	cr_expect(strstr(r.out, "\nextents "), "%s", r.out);
 	cr_expect(strstr(r.out, "\nsegment_size "), "%s", r.out);
-	cr_expect_eq(count_lines(r.out), 17, "%s", r.out);
+	cr_expect_eq(count_lines(r.out), 21, "%s", r.out);
 	run_free(&r);
 	/* the same through -c */
 	cmdline(fscli, sp, "size; collapse 0 3; read -s 0 3; truncate 0; size", &r);

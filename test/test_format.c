@@ -1,7 +1,9 @@
 /*
  * test_format.c - pins the on-disk bytes documented in docs/FORMAT.md: a
  * tree with one known extent is committed and its header and leaf slot
- * are compared with the documented layout field by field.
+ * are compared with the documented layout field by field; so are a
+ * FlexSpace LOG batch and its seal, and a FlexDB WAL's header, sync mark
+ * and one record, as a process that died after a sync leaves them.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -9,9 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "flexdb.h"
+#include "flexspace.h"
 #include "flextree.h"
 
 static uint64_t le(const uint8_t *p, int n)
@@ -84,4 +89,119 @@ Test(format, flextree_header_and_leaf_bytes_match_the_doc)
 	free(f);
 	unlink(path);
 	rmdir(dir);
+}
+
+static uint8_t *load(const char *path, size_t *n)
+{
+	int fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0, "%s", path);
+	struct stat st;
+	fstat(fd, &st);
+	uint8_t *b = malloc((size_t)st.st_size + 1);
+	cr_assert_eq(pread(fd, b, (size_t)st.st_size, 0), st.st_size);
+	close(fd);
+	*n = (size_t)st.st_size;
+	return b;
+}
+
+/* Runs fn in a child that dies without closing anything, so the files
+ * keep their logs. */
+static void crashed(void (*fn)(const char *dir), const char *dir)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		fn(dir);
+		_exit(0);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void one_synced_write(const char *dir)
+{
+	struct flexspace *fs;
+	if (flexspace_open(dir, NULL, &fs) || flexspace_write(fs, "abc", 0, 3) != 3 ||
+	    flexspace_sync(fs))
+		_exit(1);
+}
+
+Test(format, flexspace_log_batch_and_seal_bytes_match_the_doc)
+{
+	char dir[] = "/tmp/flexfmt.XXXXXX";
+	cr_assert_not_null(mkdtemp(dir));
+	crashed(one_synced_write, dir);
+	char path[64];
+	snprintf(path, sizeof(path), "%s/LOG", dir);
+	size_t n;
+	uint8_t *f = load(path, &n);
+	/* A new space: tree version 1, so the header is in slot 1. */
+	const uint8_t *h = f + 4096;
+	cr_assert_eq(memcmp(h, "FLEXLOG1", 8), 0);
+	cr_assert_eq(le(h + 16, 8), 1, "base");
+	cr_assert_eq(le(h + 24, 8), XXH3_64bits(h, 24));
+	const uint8_t *b = f + 8192;
+	cr_assert_eq(le(b, 4), 0x31424c46, "FLB1");
+	cr_assert_eq(le(b + 8, 8), 1, "seq");
+	cr_assert_eq(le(b + 16, 8), 1, "base");
+	cr_assert_eq(n, 8192 + 32 + le(b + 4, 4) * 24);
+	/* The seal sits in the other slot, at 2048: batch 1 is durable. */
+	const uint8_t *s = f + 2048;
+	cr_assert_eq(le(s, 4), 0x31534c46, "FLS1");
+	cr_assert_eq(le(s + 4, 4), 0);
+	cr_assert_eq(le(s + 8, 8), 2, "next batch");
+	cr_assert_eq(le(s + 16, 8), 1, "base");
+	cr_assert_eq(le(s + 24, 8), XXH3_64bits(s, 24));
+	free(f);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+static void one_synced_put(const char *dir)
+{
+	struct flexdb *db;
+	if (flexdb_open(dir, NULL, &db) || flexdb_put(db, "k1", 2, "v", 1) || flexdb_sync(db))
+		_exit(1);
+}
+
+Test(format, flexdb_wal_header_mark_and_record_bytes_match_the_doc)
+{
+	char dir[] = "/tmp/flexfmt.XXXXXX";
+	cr_assert_not_null(mkdtemp(dir));
+	crashed(one_synced_put, dir);
+	char path[64];
+	snprintf(path, sizeof(path), "%s/WAL-0000000000000001", dir);
+	size_t n;
+	uint8_t *f = load(path, &n);
+	cr_assert_eq(memcmp(f, "FLEXWAL1", 8), 0);
+	cr_assert_eq(le(f + 8, 4), 2, "format");
+	cr_assert_eq(le(f + 12, 4), 0);
+	cr_assert_eq(le(f + 16, 8), 1, "gen");
+	/* A new space's durable point after its first commit at open. */
+	cr_assert_eq(le(f + 24, 8), 1, "space version: the new tree's");
+	cr_assert_eq(le(f + 32, 8), 0, "space batches");
+	for (int i = 40; i < 56; i++)
+		cr_assert_eq(f[i], 0);
+	cr_assert_eq(le(f + 56, 8), XXH3_64bits(f, 56));
+	const uint8_t *m = f + 4096;
+	cr_assert_eq(le(m, 4), 0x31535746, "FWS1");
+	cr_assert_eq(le(m + 8, 8), 1, "gen");
+	cr_assert_eq(le(m + 16, 8), 1, "durable through seq 1");
+	cr_assert_eq(le(m + 24, 8), XXH3_64bits(m, 24));
+	/* Payload: count 1, put, klen 2, vlen 1, "k1", "v". */
+	const uint8_t *r = f + 8192;
+	static const uint8_t payload[] = {1, 0, 0, 0, 1, 2, 1, 'k', '1', 'v'};
+	cr_assert_eq(n, 8192 + 24 + sizeof(payload));
+	cr_assert_eq(le(r, 4), 0x31525746, "FWR1");
+	cr_assert_eq(le(r + 4, 4), sizeof(payload));
+	cr_assert_eq(le(r + 8, 8), 1, "seq");
+	cr_assert_eq(le(r + 16, 8), XXH3_64bits_withSeed(payload, sizeof(payload), 1));
+	cr_assert_eq(memcmp(r + 24, payload, sizeof(payload)), 0);
+	free(f);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
 }

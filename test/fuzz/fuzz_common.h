@@ -427,6 +427,15 @@ static void fz_tree_compact(const uint8_t *img, size_t len, FILE *out)
 /* ---- FlexSpace LOG (docs/FORMAT.md "LOG") ------------------------------------------------ */
 
 #define FZ_LOG_START 8192u
+
+/* Zeroes the seals in both LOG header slots (docs/FORMAT.md: 32 bytes at
+ * 2048 of a slot), so that a log body other than the one sealed replays. */
+static void fz_log_unseal(uint8_t *log, size_t len)
+{
+	for (size_t at = 2048; at < 2 * 4096; at += 4096)
+		if (at + 32 <= len)
+			memset(log + at, 0, 32);
+}
 #define FZ_BATCH_MAGIC 0x31424c46u
 
 #define FZ_LOG_FIX_HEADERS 1u /* header slots' checksums */
@@ -479,13 +488,35 @@ static void fz_log_fixup(uint8_t *log, size_t len, unsigned flags)
 
 #define FZ_WAL_REC_MAGIC 0x31525746u
 
-static void fz_wal_header(uint8_t h[32], uint64_t gen)
+#define FZ_WAL2_MARK 4096u
+#define FZ_WAL2_RECORDS 8192u
+
+/* A format-1 header (32 bytes, records follow), or with format 2 the
+ * first FZ_WAL2_RECORDS bytes: a 64-byte header naming the FlexSpace
+ * point (0, 0), which any space has reached, and no sync mark. */
+static size_t fz_wal_header(uint8_t *h, uint64_t gen, int format)
 {
-	memset(h, 0, 32);
+	size_t n = format == 2 ? FZ_WAL2_RECORDS : 32;
+	memset(h, 0, n);
 	memcpy(h, "FLEXWAL1", 8);
-	fz_put32(h + 8, 1);
+	fz_put32(h + 8, (uint32_t)format);
 	fz_put64(h + 16, gen);
-	fz_put64(h + 24, XXH3_64bits(h, 24));
+	if (format == 2)
+		fz_put64(h + 56, XXH3_64bits(h, 56));
+	else
+		fz_put64(h + 24, XXH3_64bits(h, 24));
+	return n;
+}
+
+/* Writes a format-2 sync mark naming seq into a whole WAL image. */
+static void fz_wal_mark(uint8_t *w, uint64_t gen, uint64_t seq)
+{
+	uint8_t *m = w + FZ_WAL2_MARK;
+	memset(m, 0, 32);
+	fz_put32(m, 0x31535746u);
+	fz_put64(m + 8, gen);
+	fz_put64(m + 16, seq);
+	fz_put64(m + 24, XXH3_64bits(m, 24));
 }
 
 /* Appends a record (header + payload) to a growing buffer. */
@@ -508,12 +539,18 @@ static int fz_wal_append(uint8_t **buf, size_t *len, uint64_t seq, const uint8_t
 }
 
 /* Repairs the checksums of the records of a whole WAL file image (header
- * included), following the lengths as long as they fit. */
+ * and, in format 2, the sync mark included), following the lengths as long
+ * as they fit. */
 static void fz_wal_fixup(uint8_t *w, size_t len)
 {
-	if (len >= 32 && memcmp(w, "FLEXWAL1", 8) == 0)
+	int f2 = len >= 64 && fz_get32(w + 8) == 2;
+	if (f2)
+		fz_put64(w + 56, XXH3_64bits(w, 56));
+	else if (len >= 32 && memcmp(w, "FLEXWAL1", 8) == 0)
 		fz_put64(w + 24, XXH3_64bits(w, 24));
-	for (size_t off = 32; off + 24 <= len;) {
+	if (f2 && len >= FZ_WAL2_MARK + 32)
+		fz_put64(w + FZ_WAL2_MARK + 24, XXH3_64bits(w + FZ_WAL2_MARK, 24));
+	for (size_t off = f2 ? FZ_WAL2_RECORDS : 32; off + 24 <= len;) {
 		uint32_t plen = fz_get32(w + off + 4);
 		if (plen > len - off - 24)
 			break;

@@ -15,6 +15,8 @@
  *               (u16 payload length, [u8 seq step if flags & 4], payload)
  *               with correct magic, length, checksum and seq (1, 2, ...
  *               or the given steps); a length of 0xffff starts WAL ...02
+ *               (flags & 32: format 2, records from 8 KiB; with flags & 64
+ *               also a sync mark naming each file's last record)
  *   flags & 16  after the checks: put, delete, close, reopen, check again
  * Payload (FORMAT.md): u32 op count, then per op u8 op (1 put, 2 delete),
  * varint klen, varint vlen (put only), key, value.
@@ -131,14 +133,15 @@ static size_t probe(struct flexdb *db)
 static void write_framed(struct fz_in *in, uint8_t flags)
 {
 	uint8_t *w[2] = {NULL, NULL};
-	size_t wl[2] = {32, 32};
+	size_t wl[2];
+	int format = flags & 32 ? 2 : 1;
 	for (int i = 0; i < 2; i++) {
-		w[i] = malloc(32);
+		w[i] = malloc(FZ_WAL2_RECORDS);
 		MUST(w[i]);
-		fz_wal_header(w[i], (uint64_t)i + 1);
+		wl[i] = fz_wal_header(w[i], (uint64_t)i + 1, format);
 	}
 	int f = 0, used2 = 0;
-	uint64_t seq = 0;
+	uint64_t seq = 0, last[2] = {0, 0};
 	while (in->n >= 2) {
 		size_t plen = fz_get16(in->p);
 		in->p += 2;
@@ -155,9 +158,13 @@ static void write_framed(struct fz_in *in, uint8_t flags)
 		if (plen > in->n)
 			plen = in->n;
 		MUST(fz_wal_append(&w[f], &wl[f], seq, in->p, plen) == 0);
+		last[f] = seq;
 		in->p += plen;
 		in->n -= plen;
 	}
+	for (int i = 0; i < 2 && format == 2 && (flags & 64); i++)
+		if (last[i])
+			fz_wal_mark(w[i], (uint64_t)i + 1, last[i]);
 	char p[PATH_MAX];
 	fz_path(p, sizeof(p), work, "WAL-0000000000000001");
 	MUST(fz_write_file(p, w[0], wl[0]) == 0);
