@@ -1409,9 +1409,11 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			cnt = c->n;
 		} else {
 			uint64_t off = fdb_index_offset(&p);
-			if (off < run.off || off + iv->size > run.off + run.len)
+			const uint8_t *raw = (const uint8_t *)""; /* an empty interval */
+			if (iv->size && (off < run.off || off + iv->size > run.off + run.len))
 				rc = scan_read_run(s, &p, iv, reverse, max - *n, &run);
-			const uint8_t *raw = run.buf + (off - run.off);
+			if (iv->size && !rc)
+				raw = run.buf + (off - run.off);
 			if (!rc)
 				rc = raw_pairs(raw, raw + iv->size, iv, &refs, &cnt);
 			if (rc)
