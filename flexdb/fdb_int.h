@@ -55,8 +55,18 @@
 #define FDB_REC_MAX (10 + FLEXDB_MAX_KEY + FLEXDB_MAX_VALUE + 4)
 
 size_t fdb_varint_put(uint8_t *p, uint32_t v);
-/* Decodes a varint of at most 5 bytes from [p, end); 0 on damage. */
-size_t fdb_varint_get(const uint8_t *p, const uint8_t *end, uint32_t *v);
+/* Decodes a varint of at most 5 bytes from [p, end); 0 on damage.  Inline
+ * for the one-byte case (lengths below 128), which scans decode twice per
+ * pair. */
+size_t fdb_varint_get_slow(const uint8_t *p, const uint8_t *end, uint32_t *v);
+static inline size_t fdb_varint_get(const uint8_t *p, const uint8_t *end, uint32_t *v)
+{
+	if (p < end && *p < 0x80) {
+		*v = *p;
+		return 1;
+	}
+	return fdb_varint_get_slow(p, end, v);
+}
 size_t fdb_rec_size(uint32_t klen, uint32_t vlen);
 size_t fdb_rec_encode(uint8_t *out, const void *key, uint32_t klen, const void *val,
 		      uint32_t vlen);
@@ -213,6 +223,9 @@ struct fdb_ival *fdb_index_find(const struct fdb_index *x, const void *key, uint
 struct fdb_ival *fdb_index_first(const struct fdb_index *x, struct fdb_ipath *p);
 struct fdb_ival *fdb_index_last(const struct fdb_index *x, struct fdb_ipath *p);
 struct fdb_ival *fdb_index_next(struct fdb_ipath *p);
+/* The interval after (dir 1) or before (dir -1) the path's when it is in
+ * the same leaf, else NULL; the path does not move (for prefetching). */
+const struct fdb_ival *fdb_index_peek(const struct fdb_ipath *p, int dir);
 struct fdb_ival *fdb_index_prev(struct fdb_ipath *p);
 uint64_t fdb_index_offset(const struct fdb_ipath *p);
 /* Call after changing the key of the path's interval (which must keep

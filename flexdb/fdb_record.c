@@ -21,7 +21,7 @@ size_t fdb_varint_put(uint8_t *p, uint32_t v)
 	return n;
 }
 
-size_t fdb_varint_get(const uint8_t *p, const uint8_t *end, uint32_t *v)
+size_t fdb_varint_get_slow(const uint8_t *p, const uint8_t *end, uint32_t *v)
 {
 	uint64_t r = 0;
 	for (size_t i = 0; i < 5 && p + i < end; i++) {

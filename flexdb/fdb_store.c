@@ -1328,6 +1328,15 @@ static uint32_t refs_lower(const struct pair_ref *r, uint32_t n, const void *key
 }
 
 
+/* Where a scan starts in its first interval, given the position of the
+ * first pair >= from (found: equal to it). */
+static int64_t scan_start(uint32_t lo, int found, int inclusive, int reverse)
+{
+	if (!reverse)
+		return found && !inclusive ? (int64_t)lo + 1 : lo;
+	return found && inclusive ? (int64_t)lo : (int64_t)lo - 1;
+}
+
 /* A run of neighbouring uncached intervals read at once: logical bytes
  * [off, off + len) of the FlexSpace. */
 struct scan_run {
@@ -1395,18 +1404,34 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		struct pair_ref *refs = NULL;
 		uint32_t cnt;
 		const struct fdb_cent *c = iv->cache;
+		/* The next interval's cached bytes are somewhere in memory:
+		 * start fetching them while this one is copied. */
+		const struct fdb_ival *nx = fdb_index_peek(&p, reverse ? -1 : 1);
+		if (nx && nx->cache && nx->cache->raw) {
+			const uint8_t *r = nx->cache->raw;
+			for (uint32_t o = 0; o < nx->cache->size && o < 1024; o += 64)
+				__builtin_prefetch(r + o);
+		}
 		if (c && c->raw) {
-			refs = malloc((c->n ? c->n : 1) * sizeof(*refs));
-			if (!refs) {
-				rc = -ENOMEM;
-				break;
+			/* Copied straight from the entry: a binary search in the
+			 * first one, then pair after pair. */
+			int64_t i = reverse ? (int64_t)c->n - 1 : 0;
+			if (first && flen) {
+				int found;
+				uint32_t lo = cent_lower(c, from, flen, &found);
+				i = scan_start(lo, found, inclusive, reverse);
 			}
-			for (uint32_t i = 0; i < c->n; i++) {
-				uint32_t sz;
-				cent_pair(c, i, &refs[i].key, &refs[i].klen, &refs[i].val,
-					  &refs[i].vlen, &sz);
+			first = 0;
+			for (; i >= 0 && i < c->n && *n < max; i += reverse ? -1 : 1) {
+				const uint8_t *k, *v;
+				uint32_t kl, vl, sz;
+				cent_pair(c, (uint32_t)i, &k, &kl, &v, &vl, &sz);
+				if ((rc = pair_set(&out[*n], k, kl, v, vl, ar)) != 0)
+					break;
+				(*n)++;
 			}
-			cnt = c->n;
+			iv = reverse ? fdb_index_prev(&p) : fdb_index_next(&p);
+			continue;
 		} else {
 			uint64_t off = fdb_index_offset(&p);
 			const uint8_t *raw = (const uint8_t *)""; /* an empty interval */
@@ -1436,16 +1461,11 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 				cand_push(cands, iv, nc, 2);
 			}
 		}
-		int64_t i;
+		int64_t i = reverse ? (int64_t)cnt - 1 : 0;
 		if (first && flen) {
 			int found;
 			uint32_t lo = refs_lower(refs, cnt, from, flen, &found);
-			if (!reverse)
-				i = found && !inclusive ? lo + 1 : lo;
-			else
-				i = found && inclusive ? (int64_t)lo : (int64_t)lo - 1;
-		} else {
-			i = reverse ? (int64_t)cnt - 1 : 0;
+			i = scan_start(lo, found, inclusive, reverse);
 		}
 		first = 0;
 		for (; i >= 0 && i < cnt && *n < max; i += reverse ? -1 : 1) {
