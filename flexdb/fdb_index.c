@@ -256,10 +256,10 @@ struct fdb_ival *fdb_index_last(const struct fdb_index *x, struct fdb_ipath *p)
 	return fi_cur(p);
 }
 
-const struct fdb_ival *fdb_index_peek(const struct fdb_ipath *p, int dir)
+const struct fdb_ival *fdb_index_peek(const struct fdb_ipath *p, int dist)
 {
 	const struct fi_node *l = p->leaf;
-	int j = p->j + dir;
+	int j = p->j + dist;
 	return j >= 0 && j < l->n ? l->l.iv[j] : NULL;
 }
 

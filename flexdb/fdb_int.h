@@ -223,9 +223,9 @@ struct fdb_ival *fdb_index_find(const struct fdb_index *x, const void *key, uint
 struct fdb_ival *fdb_index_first(const struct fdb_index *x, struct fdb_ipath *p);
 struct fdb_ival *fdb_index_last(const struct fdb_index *x, struct fdb_ipath *p);
 struct fdb_ival *fdb_index_next(struct fdb_ipath *p);
-/* The interval after (dir 1) or before (dir -1) the path's when it is in
- * the same leaf, else NULL; the path does not move (for prefetching). */
-const struct fdb_ival *fdb_index_peek(const struct fdb_ipath *p, int dir);
+/* The interval dist places after (dist < 0: before) the path's when it
+ * is in the same leaf, else NULL; the path does not move (prefetching). */
+const struct fdb_ival *fdb_index_peek(const struct fdb_ipath *p, int dist);
 struct fdb_ival *fdb_index_prev(struct fdb_ipath *p);
 uint64_t fdb_index_offset(const struct fdb_ipath *p);
 /* Call after changing the key of the path's interval (which must keep

@@ -1404,12 +1404,21 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		struct pair_ref *refs = NULL;
 		uint32_t cnt;
 		const struct fdb_cent *c = iv->cache;
-		/* The next interval's cached bytes are somewhere in memory:
-		 * start fetching them while this one is copied. */
-		const struct fdb_ival *nx = fdb_index_peek(&p, reverse ? -1 : 1);
-		if (nx && nx->cache && nx->cache->raw) {
-			const uint8_t *r = nx->cache->raw;
-			for (uint32_t o = 0; o < nx->cache->size && o < 1024; o += 64)
+		/* Later intervals' entries are somewhere in memory, each a
+		 * chain of pointers (interval, entry, bytes): start fetching
+		 * one link of each of the next three while this one is copied,
+		 * so that the bytes of the next are at hand. */
+		int dir = reverse ? -1 : 1;
+		const struct fdb_ival *n1 = fdb_index_peek(&p, dir);
+		const struct fdb_ival *n2 = n1 ? fdb_index_peek(&p, 2 * dir) : NULL;
+		const struct fdb_ival *n3 = n2 ? fdb_index_peek(&p, 3 * dir) : NULL;
+		if (n3)
+			__builtin_prefetch(n3);
+		if (n2 && n2->cache)
+			__builtin_prefetch(n2->cache);
+		if (n1 && n1->cache && n1->cache->raw) {
+			const uint8_t *r = n1->cache->raw;
+			for (uint32_t o = 0; o < n1->cache->size && o < 1024; o += 64)
 				__builtin_prefetch(r + o);
 		}
 		if (c && c->raw) {
