@@ -207,6 +207,7 @@ bench: $(BENCHES)
 	$(BUILD)/bench/flextree_bench
 	$(BUILD)/bench/flexspace_bench
 	$(BUILD)/bench/flexdb_bench
+	$(BUILD)/bench/flexdb_bench --memtable-mb 1024 --cache-mb 1024
 	$(BUILD)/bench/ycsb_bench --dataset udb --num 2000000 --threads 1,2 --reps 3
 bench-quick: $(BENCHES)
 	$(BUILD)/bench/flextree_bench --quick

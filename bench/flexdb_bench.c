@@ -616,11 +616,11 @@ static void run_workload(struct eng *e, enum wl w, int rep, uint64_t ops, struct
 			    all ? 100.0 * (double)hi / (double)all : 0.0,
 			    all ? 100.0 * (double)thin / (double)all : 0.0, mi,
 			    fs1.intervals ? (double)fs1.space.extents / (double)fs1.intervals : 0.0);
-		/* Reads trigger background defragmentation: what it wrote. */
+		/* What the committer wrote in the background during a read workload. */
 		if (!wl_writes(w))
 			nl += (size_t)snprintf(
 			    m->note + nl, sizeof(m->note) - nl,
-			    "  defrag: data %.0f MB gc %.0f MB tree commits %" PRIu64,
+			    "  background: data %.0f MB gc %.0f MB tree commits %" PRIu64,
 			    (double)(fs1.space.data_bytes_written - fs0.space.data_bytes_written) /
 				1e6,
 			    (double)(fs1.space.gc_bytes_moved - fs0.space.gc_bytes_moved) / 1e6,

@@ -278,7 +278,7 @@ struct fdb_store {
 	 * some of it and the index and cache none, so nothing may be read
 	 * through them any more (FLEX_EFAILED); 0 while they agree. */
 	int failed;
-	atomic_ullong hits, thin_hits, misses, admit_tick, frag_tick;
+	atomic_ullong hits, thin_hits, misses, admit_tick;
 	atomic_ullong gen; /* changed by every apply: see fdb_cands */
 	uint8_t *rec; /* scratch for one encoded record */
 };
@@ -289,31 +289,24 @@ void fdb_store_close(struct fdb_store *s);
  * a failure every fdb_store_* call below returns FLEX_EFAILED. */
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
 
-/* What a reader learnt under the shared lock, acted on after it: cache
- * entries built from intervals it read anyway (fdb_store_admit attaches
- * them under the exclusive lock if the store has not changed since
- * fdb_cands_init: its generation), and keys of intervals it found
- * fragmented (the committer rewrites them: fdb_store_defrag). */
+/* Cache entries a reader built under the shared lock from intervals it
+ * read anyway; fdb_store_admit attaches them under the exclusive lock if
+ * the store has not changed since fdb_cands_init (its generation). */
 #define FDB_CANDS_INLINE 32
-#define FDB_FRAG_MAX 4
 struct fdb_cand {
 	struct fdb_ival *iv;
 	struct fdb_cent *c;
 };
 struct fdb_cands {
 	uint64_t gen;
-	int n, cap, nfrag;
+	int n, cap;
 	struct fdb_cand *v; /* inline_v, or the caller's array of cap */
 	struct fdb_cand inline_v[FDB_CANDS_INLINE];
-	struct {
-		uint8_t *key; /* malloc'd, the caller's to free */
-		uint32_t klen;
-	} frag[FDB_FRAG_MAX];
 };
 /* Shared lock held: starts an empty set with room for FDB_CANDS_INLINE
  * entries, or for cap in v when v is not NULL. */
 void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands, struct fdb_cand *v, int cap);
-/* Frees the entries (not the frag keys). */
+/* Frees the entries. */
 void fdb_cands_free(struct fdb_cands *cands);
 /* Exclusive lock held: attaches (or frees) the entries. */
 void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands);
@@ -328,9 +321,6 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
  * reading. */
 int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
 		       struct fdb_cands *cands);
-/* Exclusive lock held: rewrites the interval holding key contiguously if
- * it is still fragmented. */
-int fdb_store_defrag(struct fdb_store *s, const void *key, uint32_t klen);
 /* A cache miss admits its interval whole into a full cache once in this
  * many (thin otherwise). */
 #define FDB_ADMIT_EVERY 16

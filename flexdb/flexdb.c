@@ -49,15 +49,6 @@
 #define FDB_DEFAULT_MEMTABLE ((uint64_t)32 << 20)
 /* Pairs fetched per source per iterator refill. */
 #define FDB_ITER_CHUNK 64
-/* Fragmented intervals queued for the committer, and rewritten per lock
- * hold. */
-#define FDB_DEFRAG_QUEUE 256
-#define FDB_DEFRAG_BATCH 16
-
-struct fdb_dkey {
-	uint8_t *key;
-	uint32_t klen;
-};
 
 /* A memtable with the WAL that holds its records. */
 struct fdb_memref {
@@ -85,8 +76,6 @@ struct flexdb {
 	pthread_cond_t mtcond;
 	struct fdb_memref *active, *imm;
 	int stop;
-	struct fdb_dkey defrag[FDB_DEFRAG_QUEUE]; /* intervals to rewrite */
-	int ndefrag;
 
 	pthread_mutex_t syncmu;
 	pthread_cond_t synccond;
@@ -244,52 +233,10 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 	return rc;
 }
 
-/* mtmu held: rewrites intervals that readers found fragmented, a few at a
- * time under the exclusive lock (paper section 5.3: the committer
- * defragments when it has nothing to commit). */
-static void defrag_some(struct flexdb *db)
-{
-	struct fdb_dkey batch[FDB_DEFRAG_BATCH];
-	int n = 0;
-	while (db->ndefrag && n < FDB_DEFRAG_BATCH)
-		batch[n++] = db->defrag[--db->ndefrag];
-	pthread_mutex_unlock(&db->mtmu);
-	if (!atomic_load(&db->failed)) {
-		pthread_rwlock_wrlock(&db->lock);
-		for (int i = 0; i < n; i++) {
-			int rc = fdb_store_defrag(&db->store, batch[i].key, batch[i].klen);
-			if (rc)
-				db_fail(db, rc);
-		}
-		pthread_rwlock_unlock(&db->lock);
-	}
-	for (int i = 0; i < n; i++)
-		free(batch[i].key);
-	pthread_mutex_lock(&db->mtmu);
-}
-
-/* Any thread: asks the committer to defragment the interval of key
- * (taking over the key). */
-static void defrag_request(struct flexdb *db, uint8_t *key, uint32_t klen)
-{
-	pthread_mutex_lock(&db->mtmu);
-	if (db->ndefrag < FDB_DEFRAG_QUEUE && !db->stop) {
-		db->defrag[db->ndefrag++] = (struct fdb_dkey){key, klen};
-		pthread_cond_broadcast(&db->mtcond);
-		key = NULL;
-	}
-	pthread_mutex_unlock(&db->mtmu);
-	free(key);
-}
-
 /* Any thread, after a read: caches the intervals it read (changing the
- * cache needs the exclusive lock; failing to cache fails nothing) and
- * passes on the fragmented ones it found. */
+ * cache needs the exclusive lock; failing to cache fails nothing). */
 static void cache_offer(struct flexdb *db, struct fdb_cands *cands)
 {
-	for (int i = 0; i < cands->nfrag; i++)
-		defrag_request(db, cands->frag[i].key, cands->frag[i].klen);
-	cands->nfrag = 0;
 	if (!cands->n)
 		return;
 	pthread_rwlock_wrlock(&db->lock);
@@ -302,12 +249,8 @@ static void *committer_main(void *arg)
 	struct flexdb *db = arg;
 	pthread_mutex_lock(&db->mtmu);
 	for (;;) {
-		while (!db->imm && !db->stop && !db->ndefrag)
+		while (!db->imm && !db->stop)
 			pthread_cond_wait(&db->mtcond, &db->mtmu);
-		if (!db->imm && db->ndefrag && !db->stop) {
-			defrag_some(db);
-			continue;
-		}
 		if (!db->imm)
 			break;
 		struct fdb_memref *m = db->imm;
@@ -1178,9 +1121,6 @@ int flexdb_close(struct flexdb *db)
 		pthread_join(db->committer, NULL);
 	if (!rc)
 		rc = atomic_load(&db->failed);
-	for (int k = 0; k < db->ndefrag; k++)
-		free(db->defrag[k].key);
-	db->ndefrag = 0;
 	struct fdb_memref *a = db->active, *i = db->imm;
 	if (!rc && a && fdb_mt_count(a->mt) == 0) {
 		unlink(a->wal->path); /* empty: nothing to replay */
