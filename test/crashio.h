@@ -99,6 +99,16 @@ static double now_sec(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Seconds a scaled loop may run before it stops early: Criterion's
+ * per-test timeout (300 s) cannot grow with FLEX_TEST_SCALE, so the
+ * longest stress loops do as many rounds as fit and report the count. */
+#define TEST_TIME_BUDGET 240.0
+
+static int within_budget(double t0, long done)
+{
+	return done == 0 || now_sec() - t0 < TEST_TIME_BUDGET;
+}
+
 /* ---- temporary directories ---------------------------------------------- */
 
 /* A fresh directory under /dev/shm (fast) or /tmp. */

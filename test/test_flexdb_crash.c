@@ -618,7 +618,8 @@ static void power_loss_run(const char *name, int sync_writes, uint64_t memtable_
 	struct flexdb_batch *b = flexdb_batch_new();
 	double t0 = now_sec();
 	long checked = 0, total_syncs = 0;
-	for (long ses = 0; ses < sessions; ses++) {
+	long ses = 0;
+	for (; ses < sessions && within_budget(t0, ses); ses++) {
 		uint64_t sseed = seed ^ ((uint64_t)(ses + 1) * 0xa0761d6478bd642full);
 		cio_init(&s->cio);
 		s->cio.track = 1;
@@ -681,7 +682,7 @@ static void power_loss_run(const char *name, int sync_writes, uint64_t memtable_
 	fprintf(stderr,
 		"  %s: %ld sessions x %ld ops in %.1f s, %ld syncs, %ld crash images recovered and "
 		"matched (%ld unsynced changes in play)\n",
-		name, sessions, nops, now_sec() - t0, total_syncs, checked, s->changes_in_play);
+		name, ses, nops, now_sec() - t0, total_syncs, checked, s->changes_in_play);
 	flexdb_batch_free(b);
 	fm_free(&model);
 	pool_free(&pool);
