@@ -906,19 +906,25 @@ static void cio_destroy(struct cio *c)
 /* Fates of an unsynced change in a power-loss image. */
 enum { CIO_RANDOM = 0, CIO_ALL_APPLIED = 1, CIO_NONE_APPLIED = 2 };
 
-/* Writes every tracked file into dstdir (same base names) as it could be
- * after a power loss now: the durable image, then each later change
- * applied, dropped or torn (a prefix of 512-byte sectors, or of bytes),
- * independently and in order.  Returns 0 or -errno; *changes gets how
- * many unsynced changes were in play. */
-static int cio_materialise(struct cio *c, const char *dstdir, uint64_t *r, int how,
-			   long *changes)
+/* Writes every tracked file into dstdir as it could be after a power loss
+ * now: the durable image, then each later change applied, dropped or torn
+ * (a prefix of 512-byte sectors, or of bytes), independently and in order.
+ * With srcroot NULL, files keep their base names; otherwise only files
+ * under srcroot that still exist are written, at the same place under
+ * dstdir (subdirectories made as needed).  Returns 0 or -errno; *changes
+ * gets how many unsynced changes were in play. */
+static int cio_materialise(struct cio *c, const char *srcroot, const char *dstdir, uint64_t *r,
+			   int how, long *changes)
 {
 	int rc = 0;
 	long nch = 0;
+	size_t sl = srcroot ? strlen(srcroot) : 0;
+	mkdir(dstdir, 0755);
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < c->nfiles && !rc; i++) {
 		struct cio_file *f = &c->files[i];
+		if (srcroot && (strncmp(f->path, srcroot, sl) != 0 || access(f->path, F_OK) != 0))
+			continue; /* elsewhere, or unlinked */
 		struct cio_file t = {0};
 		cio_img_resize(&t, f->img_size);
 		if (f->img_size)
@@ -950,7 +956,15 @@ static int cio_materialise(struct cio *c, const char *dstdir, uint64_t *r, int h
 		const char *base = strrchr(f->path, '/');
 		base = base ? base + 1 : f->path;
 		char path[PATH_MAX];
-		int pn = snprintf(path, sizeof(path), "%s/%s", dstdir, base);
+		int pn = srcroot ? snprintf(path, sizeof(path), "%s%s", dstdir, f->path + sl)
+				 : snprintf(path, sizeof(path), "%s/%s", dstdir, base);
+		/* Parent directories below dstdir. */
+		for (char *q = path + strlen(dstdir) + 1; srcroot && pn > 0 && (q = strchr(q, '/'));
+		     q++) {
+			*q = 0;
+			mkdir(path, 0755);
+			*q = '/';
+		}
 		int fd = pn < 0 || (size_t)pn >= sizeof(path)
 				 ? -1
 				 : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -458,75 +458,6 @@ Test(flexdb_crash, kill_points_recover_a_prefix_with_every_returned_op)
  * Power loss through the I/O seam
  * ====================================================================== */
 
-/* Writes every tracked file that still exists, under src, into the same
- * place under dst, as it could be after a power loss now (crashio's
- * cio_materialise, keeping the directory layout and leaving out unlinked
- * files). */
-static int pl_materialise(struct cio *c, const char *src, const char *dst, uint64_t *r, int how,
-			  long *changes)
-{
-	int rc = 0;
-	long nch = 0;
-	size_t sl = strlen(src);
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/space", dst);
-	mkdir(dst, 0755);
-	mkdir(path, 0755);
-	pthread_mutex_lock(&c->mu);
-	for (size_t i = 0; i < c->nfiles && !rc; i++) {
-		struct cio_file *f = &c->files[i];
-		if (strncmp(f->path, src, sl) != 0 || access(f->path, F_OK) != 0)
-			continue;
-		struct cio_file t = {0};
-		cio_img_resize(&t, f->img_size);
-		if (f->img_size)
-			memcpy(t.img, f->img, f->img_size);
-		nch += (long)f->nch;
-		for (size_t j = 0; j < f->nch; j++) {
-			const struct cio_change *ch = &f->ch[j];
-			int fate = how == CIO_ALL_APPLIED    ? 0
-				   : how == CIO_NONE_APPLIED ? 4
-							     : (int)rnd_below(r, 8);
-			if (fate >= 4 && fate < 6)
-				continue;
-			if (ch->trunc) {
-				if (fate < 4 || rnd_below(r, 2))
-					cio_img_resize(&t, ch->off);
-				continue;
-			}
-			uint64_t len = ch->len;
-			if (fate >= 6) {
-				if (rnd_below(r, 2) && len > 512)
-					len = rnd_below(r, len / 512 + 1) * 512;
-				else
-					len = rnd_below(r, len + 1);
-			}
-			if (len)
-				cio_img_write(&t, ch->data, ch->off, len);
-		}
-		snprintf(path, sizeof(path), "%s%s", dst, f->path + sl);
-		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd < 0) {
-			rc = -errno;
-		} else {
-			uint64_t done = 0;
-			while (done < t.img_size) {
-				ssize_t n = write(fd, t.img + done, t.img_size - done);
-				if (n <= 0) {
-					rc = -EIO;
-					break;
-				}
-				done += (uint64_t)n;
-			}
-			close(fd);
-		}
-		free(t.img);
-	}
-	pthread_mutex_unlock(&c->mu);
-	if (changes)
-		*changes = nch;
-	return rc;
-}
 
 struct pl_result {
 	long lo, hi, session;
@@ -572,8 +503,8 @@ static void pl_hook(struct cio *c, void *arg)
 		x->lo = atomic_load(&s->acked);
 		long nch = 0;
 		tmp_remove(s->img);
-		int rc = pl_materialise(c, s->dir, s->img, &s->r,
-					how ? CIO_NONE_APPLIED : CIO_RANDOM, &nch);
+		int rc = cio_materialise(c, s->dir, s->img, &s->r,
+					 how ? CIO_NONE_APPLIED : CIO_RANDOM, &nch);
 		x->hi = atomic_load(&s->started);
 		s->changes_in_play += nch;
 		if (rc) {

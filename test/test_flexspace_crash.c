@@ -391,7 +391,7 @@ static void pl_before_sync(struct cio *c, void *arg)
 		uint64_t fate_seed = x->frng;
 		tmp_clear(x->cdir);
 		long nch = 0;
-		int rc = cio_materialise(c, x->cdir, &x->frng, how, &nch);
+		int rc = cio_materialise(c, NULL, x->cdir, &x->frng, how, &nch);
 		x->changes_in_play += nch;
 		long k = -1;
 		struct why w = {""};
