@@ -976,24 +976,33 @@ static int thin_get(struct fdb_store *s, const struct fdb_cent *c, uint64_t off,
 	return FLEXDB_NOTFOUND;
 }
 
-/* Shared lock: how an uncached interval just read should enter the cache:
- * whole while the cache has room and on one miss in FDB_ADMIT_EVERY after
- * that (a hot interval gets in soon, a cold one seldom pushes a warm one
- * out), otherwise thin.  0: not at all (too big to keep). */
+/* How an interval read by a reader enters the cache. */
+enum { ADMIT_NONE, ADMIT_THIN, ADMIT_WHOLE };
+
+/* An entry of an interval this size may be kept at all. */
+static int ival_keepable(const struct fdb_store *s, uint32_t size)
+{
+	return (size_t)size + sizeof(struct fdb_cent) <= s->cache_limit / 4;
+}
+
+/* Shared lock: how an uncached interval just read by a lookup should enter
+ * the cache: whole while the cache has room and on one miss in
+ * FDB_ADMIT_EVERY after that (a hot interval gets in soon, a cold one
+ * seldom pushes a warm one out), otherwise thin. */
 static int admit_kind(struct fdb_store *s, uint32_t size)
 {
-	if ((size_t)size + sizeof(struct fdb_cent) > s->cache_limit / 4)
-		return 0;
+	if (!ival_keepable(s, size))
+		return ADMIT_NONE;
 	uint64_t tick = atomic_fetch_add(&s->admit_tick, 1);
 	if (s->cache_bytes + 2 * (size_t)size <= s->cache_limit || tick % FDB_ADMIT_EVERY == 0)
-		return 2;
-	return 1;
+		return ADMIT_WHOLE;
+	return ADMIT_THIN;
 }
 
 /* Shared lock: offers entry c of iv to the cache (fdb_store_admit). */
 static void cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent *c, int kind)
 {
-	if (kind == 1)
+	if (kind == ADMIT_THIN)
 		c = cent_pack(c, 1);
 	cands->v[cands->n].iv = iv;
 	cands->v[cands->n++].c = c;
@@ -1091,8 +1100,8 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
 	int rc = ival_read_raw(s, iv, off, &raw);
 	if (rc)
 		return rc;
-	int kind = cands->n < cands->cap ? admit_kind(s, iv->size) : 0;
-	if (kind) {
+	int kind = cands->n < cands->cap ? admit_kind(s, iv->size) : ADMIT_NONE;
+	if (kind != ADMIT_NONE) {
 		if ((rc = cent_from_raw(iv, raw, iv->size, &c)) != 0)
 			return rc;
 		rc = cent_get(c, key, klen, fp, buf, cap, vlen);
@@ -1104,15 +1113,16 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
 	return rc;
 }
 
-/* Reads the intervals list[0..n) (ascending offsets) in spans of
- * neighbours, offering each as a whole entry. */
+/* Finds the uncached intervals ops[0..n) change, reads them in spans of
+ * neighbours and offers each as a whole entry. */
 #define FDB_PREFETCH_GAP 4096
 int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
 		       struct fdb_cands *cands)
 {
 	if (s->failed)
 		return FLEX_EFAILED;
-	struct fdb_cand *list = malloc((size_t)(n ? n : 1) * sizeof(*list));
+	/* Without memory nothing is prefetched: the apply reads what it needs. */
+	struct fdb_ival **list = malloc((size_t)(n ? n : 1) * sizeof(*list));
 	uint64_t *offs = malloc((size_t)(n ? n : 1) * sizeof(*offs));
 	int nl = 0, rc = 0;
 	size_t bytes = 0;
@@ -1123,27 +1133,27 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		if (!iv || iv == prev)
 			continue;
 		prev = iv;
-		if ((iv->cache && iv->cache->raw) || !iv->size || !admit_kind(s, iv->size))
+		if ((iv->cache && iv->cache->raw) || !iv->size || !ival_keepable(s, iv->size))
 			continue;
 		/* What fits the cache beside what it holds already. */
 		if ((bytes += iv->size) > s->cache_limit / 4)
 			break;
-		list[nl].iv = iv;
+		list[nl] = iv;
 		offs[nl++] = fdb_index_offset(&p);
 	}
 	for (int a = 0; a < nl && !rc;) {
 		int b = a + 1;
-		uint64_t lo = offs[a], hi = offs[a] + list[a].iv->size;
+		uint64_t lo = offs[a], hi = offs[a] + list[a]->size;
 		while (b < nl && offs[b] >= hi && offs[b] - hi <= FDB_PREFETCH_GAP &&
-		       offs[b] + list[b].iv->size - lo <= FDB_SCAN_READ_BYTES) {
-			hi = offs[b] + list[b].iv->size;
+		       offs[b] + list[b]->size - lo <= FDB_SCAN_READ_BYTES) {
+			hi = offs[b] + list[b]->size;
 			b++;
 		}
 		uint8_t *buf = malloc(hi - lo);
 		ssize_t got = buf ? flexspace_read(s->fs, buf, lo, hi - lo) : -ENOMEM;
 		rc = got < 0 ? (int)got : (uint64_t)got != hi - lo ? FLEX_ECORRUPT : 0;
 		for (int k = a; k < b && !rc; k++) {
-			uint32_t size = list[k].iv->size;
+			uint32_t size = list[k]->size;
 			uint8_t *raw = malloc(size);
 			struct fdb_cent *c;
 			if (!raw) {
@@ -1151,8 +1161,8 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 				break;
 			}
 			memcpy(raw, buf + (offs[k] - lo), size);
-			if ((rc = cent_from_raw(list[k].iv, raw, size, &c)) == 0)
-				cand_push(cands, list[k].iv, c, 2);
+			if ((rc = cent_from_raw(list[k], raw, size, &c)) == 0)
+				cand_push(cands, list[k], c, ADMIT_WHOLE);
 		}
 		free(buf);
 		a = b;
@@ -1413,7 +1423,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 					free(refs);
 					break;
 				}
-				cand_push(cands, iv, nc, 2);
+				cand_push(cands, iv, nc, ADMIT_WHOLE);
 			}
 		}
 		int64_t i = reverse ? (int64_t)cnt - 1 : 0;
