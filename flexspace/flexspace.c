@@ -64,6 +64,7 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 	if (fs->max_data > FLEXSPACE_MAX_SIZE)
 		return FLEX_EOPTION;
 	*create = o.create;
+	fs->no_mmap = o.no_mmap || fs->io != flex_io_posix();
 	return 0;
 }
 
@@ -174,14 +175,12 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 static void fs_free(struct flexspace *fs)
 {
 	flextree_discard(fs->tree);
+	fs_seg_free(fs);
 	const int fds[] = {fs->data_fd, fs->log_fd, fs->lock_fd, fs->dir_fd};
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
 			fs->io->close(fs->io, fds[i]);
 	pthread_rwlock_destroy(&fs->lock);
-	free(fs->valid);
-	free(fs->state);
-	free(fs->buf);
 	free(fs->logbuf);
 	free(fs);
 }

@@ -84,6 +84,19 @@ struct flexspace {
 	uint32_t fill;
 	uint32_t flushed;
 	int data_unsynced; /* DATA written since its last fdatasync */
+
+	/* DATA mapped read-only (fs_seg.c, "reads"): bytes below map_end are
+	 * copied from the mapping, without a system call when the kernel has
+	 * the page.  map is NULL when the I/O table is not the POSIX one (a
+	 * test's table must see every read), when no_mmap is set, or when
+	 * the kernel refused the mapping.  map_end is how much of DATA is
+	 * known to exist: the file's size at open, raised by every write,
+	 * lowered by trims, and never above the reservation map_len, so the
+	 * mapping is never touched past the end of the file (SIGBUS). */
+	const uint8_t *map;
+	int no_mmap; /* the option */
+	uint64_t map_len;
+	uint64_t map_end;
 	int in_gc;
 
 	/* Logical log. */
@@ -101,6 +114,7 @@ struct flexspace {
 
 /* fs_seg.c */
 int fs_seg_init(struct flexspace *fs, uint64_t data_bytes);
+void fs_seg_free(struct flexspace *fs);
 int fs_append(struct flexspace *fs, const void *data, uint32_t len, uint64_t *poff,
 	      uint32_t *got);
 int fs_flush_buffer(struct flexspace *fs);

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../flextree/flex_killpoint.h"
 #include "flexspace_int.h"
@@ -42,6 +43,40 @@ static int fs_grow_segments(struct flexspace *fs, uint32_t want)
 	return 0;
 }
 
+/* ---- the read-only mapping of DATA ---------------------------------------- */
+
+/* Address space reserved for the mapping: DATA may grow into it without
+ * a remap (pages past the end of the file are never touched: map_end).
+ * Bytes past it are read with pread. */
+#define FS_MAP_MAX ((uint64_t)256 << 30)
+
+/* Maps DATA read-only for reads (see flexspace_int.h).  Failure is not an
+ * error: reads then use pread.  MADV_RANDOM: a lookup wants one pair, and
+ * the kernel's read-around of a faulting page (128 KiB) would fill a
+ * memory budget with neighbours nobody asked for; scans ask for their
+ * spans explicitly (fs_read_pieces). */
+static void fs_map_data(struct flexspace *fs, uint64_t data_bytes)
+{
+	fs->map = NULL;
+	if (fs->no_mmap || getenv("FLEX_NO_MMAP"))
+		return;
+	uint64_t want = fs->max_data < FS_MAP_MAX ? fs->max_data : FS_MAP_MAX;
+	void *m = mmap(NULL, want, PROT_READ, MAP_SHARED, fs->data_fd, 0);
+	if (m == MAP_FAILED)
+		return;
+	madvise(m, want, MADV_RANDOM);
+	fs->map = m;
+	fs->map_len = want;
+	fs->map_end = data_bytes < want ? data_bytes : want;
+}
+
+/* DATA now holds bytes up to end. */
+static inline void fs_map_grow(struct flexspace *fs, uint64_t end)
+{
+	if (end > fs->map_end)
+		fs->map_end = end < fs->map_len ? end : fs->map_len;
+}
+
 int fs_seg_init(struct flexspace *fs, uint64_t data_bytes)
 {
 	uint64_t n = (data_bytes + fs->seg_size - 1) / fs->seg_size;
@@ -52,7 +87,18 @@ int fs_seg_init(struct flexspace *fs, uint64_t data_bytes)
 	fs->buf = malloc(fs->seg_size);
 	if (!fs->buf)
 		return -ENOMEM;
+	fs_map_data(fs, data_bytes);
 	return fs_grow_segments(fs, fs->nsegs + 1);
+}
+
+void fs_seg_free(struct flexspace *fs)
+{
+	if (fs->map)
+		munmap((void *)fs->map, fs->map_len);
+	fs->map = NULL;
+	free(fs->valid);
+	free(fs->state);
+	free(fs->buf);
 }
 
 struct fs_valid_scan {
@@ -225,6 +271,7 @@ int fs_flush_buffer(struct flexspace *fs)
 	fs->st.data_bytes_written += fs->fill - fs->flushed;
 	fs->flushed = fs->fill;
 	fs->data_unsynced = 1;
+	fs_map_grow(fs, base + fs->fill);
 	return 0;
 }
 
@@ -309,6 +356,7 @@ int fs_append(struct flexspace *fs, const void *data, uint32_t len, uint64_t *po
 		fs->flushed = fs->fill + c;
 		fs->data_unsynced = 1;
 		fs->st.data_bytes_written += c;
+		fs_map_grow(fs, *poff + c);
 	} else {
 		memcpy(fs->buf + fs->fill, data, c);
 	}
@@ -360,6 +408,8 @@ void fs_trim_data(struct flexspace *fs)
 	if (fs->io->ftruncate(fs->io, fs->data_fd, (uint64_t)n * fs->seg_size) != 0)
 		return; /* keeping the space is harmless */
 	FLEX_KILLPOINT("fs.data.trimmed");
+	if (fs->map_end > (uint64_t)n * fs->seg_size)
+		fs->map_end = (uint64_t)n * fs->seg_size;
 	fs->nfree -= fs->nsegs - n;
 	fs->nsegs = n;
 	if (fs->free_hint > n)
@@ -431,8 +481,32 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len)
  * ends just before it, found through a small table by end address (a
  * span's slot is rewritten as it grows; a stale or colliding slot only
  * costs a separate span). */
+/* A span at least this long is announced to the kernel before it is
+ * copied from the mapping (MADV_WILLNEED), so that a cold scan reads it in
+ * a few large requests instead of one page fault at a time. */
+#define FS_MAP_WILLNEED (32u << 10)
+
 static int fs_read_pieces(struct flexspace *fs, const struct flex_iovec *v, int n)
 {
+	if (fs->map) {
+		int i = 0;
+		while (i < n && v[i].off + v[i].len <= fs->map_end)
+			i++;
+		if (i == n) {
+			for (i = 0; i < n; i++) {
+				const uint8_t *src = fs->map + v[i].off;
+				if (v[i].len >= FS_MAP_WILLNEED) {
+					uintptr_t a = (uintptr_t)src & ~(uintptr_t)4095;
+					madvise((void *)a, (uintptr_t)src + v[i].len - a,
+						MADV_WILLNEED);
+				}
+				memcpy(v[i].buf, src, v[i].len);
+			}
+			return 0;
+		}
+		/* Past what DATA is known to hold: only a damaged tree points
+		 * there, and pread reports it (-ENODATA). */
+	}
 	if (n == 1)
 		return flex_io_read_full(fs->io, fs->data_fd, v[0].buf, v[0].len, v[0].off);
 	struct flex_iovec span[FS_READ_BATCH];

@@ -66,6 +66,15 @@ struct flexspace_options {
 	 * when opt is NULL).  Zero makes opening a missing space fail with
 	 * -ENOENT. */
 	int create;
+	/* Zero (default): DATA is also mapped read-only and reads copy from
+	 * the mapping, with no system call when the kernel holds the page.
+	 * As with any mapped file (LMDB's too), a disk that fails to read a
+	 * page then raises SIGBUS in the reading thread instead of returning
+	 * -EIO.  Nonzero: every read is a pread (or an io_uring batch) and a
+	 * read error is returned as -EIO.  Writes never go through the
+	 * mapping; a table in `io` other than flex_io_posix() implies
+	 * nonzero. */
+	int no_mmap;
 };
 
 struct flexspace_stats {

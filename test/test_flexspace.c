@@ -206,6 +206,24 @@ Test(flexspace, model_tiny_segments_gc_and_commits_run_constantly)
 	cr_assert_gt(st.tree_commits, 0);
 }
 
+/* The same with reads through pread instead of the mapping of DATA. */
+Test(flexspace, model_tiny_segments_reading_without_the_mapping)
+{
+	struct model_run mr = {
+		.name = "model_tiny_segments_no_mmap",
+		.opt = tiny_options(),
+		.gen = {.target_size = 768u << 10, .big_len = 300u << 10, .insert_pct = 20,
+			.collapse_pct = 12, .truncate_pct = 3, .defrag_pct = 3, .sync_pct = 5,
+			.reopen_pct = 1, .read_pct = 15},
+		.nops = scaled(4000),
+		.check_every = 250,
+	};
+	mr.opt.no_mmap = 1;
+	struct flexspace_stats st;
+	model_test(&mr, &st);
+	cr_assert_gt(st.gc_runs, 0, "tiny segments never collected garbage");
+}
+
 Test(flexspace, model_small_max_data_size_reserves_collects_and_refuses_with_enospc)
 {
 	struct flexspace_options o = tiny_options();
