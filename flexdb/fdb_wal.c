@@ -256,6 +256,43 @@ int fdb_wal_list(const char *dir, uint64_t **gens, size_t *n)
 	return 0;
 }
 
+/* Replay reads the file through a window of WAL_WINDOW bytes (or one
+ * record, if larger): two reads per record were two system calls per put,
+ * most of the time a reopen after a crash took. */
+#define WAL_WINDOW (1u << 20)
+struct wal_window {
+	const struct flex_io *io;
+	int fd;
+	uint64_t size;
+	uint8_t *buf;
+	size_t cap;
+	uint64_t off, len; /* the file bytes buf holds */
+};
+
+/* Points *p at file bytes [off, off + n), which lie inside the file. */
+static int wal_window_get(struct wal_window *w, uint64_t off, size_t n, const uint8_t **p)
+{
+	if (off < w->off || off + n > w->off + w->len) {
+		size_t want = n > WAL_WINDOW ? n : WAL_WINDOW;
+		if (want > w->cap) {
+			uint8_t *nb = realloc(w->buf, want);
+			if (!nb)
+				return -ENOMEM;
+			w->buf = nb;
+			w->cap = want;
+		}
+		uint64_t len = w->size - off < w->cap ? w->size - off : w->cap;
+		w->len = 0;
+		int rc = flex_io_read_full(w->io, w->fd, w->buf, len, off);
+		if (rc)
+			return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+		w->off = off;
+		w->len = len;
+	}
+	*p = w->buf + (off - w->off);
+	return 0;
+}
+
 int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int newest,
 		   const uint64_t space[2], fdb_wal_fn fn, void *arg, uint64_t *last_seq,
 		   uint64_t *nrec)
@@ -298,28 +335,20 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 	 * written after records were: a file ending there was cut. */
 	if (!rc && format >= 2 && size > WAL_HDR && size < WAL_RECORDS)
 		rc = FLEX_ECORRUPT;
-	uint8_t *b = NULL;
-	size_t bcap = 0;
+	struct wal_window win = {.io = io, .fd = fd, .size = size};
 	while (!rc && off + REC_HDR <= size) {
-		uint8_t rh[REC_HDR];
-		if (flex_io_read_full(io, fd, rh, REC_HDR, off))
+		const uint8_t *rh;
+		if ((rc = wal_window_get(&win, off, REC_HDR, &rh)) != 0)
 			break;
 		uint32_t len = get32(rh + 4);
 		uint64_t seq = get64(rh + 8);
+		uint64_t sum = get64(rh + 16);
 		if (get32(rh) != REC_MAGIC || len > size - off - REC_HDR)
 			break;
-		if (len > bcap) {
-			uint8_t *nb = realloc(b, len);
-			if (!nb) {
-				rc = -ENOMEM;
-				break;
-			}
-			b = nb;
-			bcap = len;
-		}
-		if (flex_io_read_full(io, fd, b, len, off + REC_HDR))
+		const uint8_t *b;
+		if ((rc = wal_window_get(&win, off + REC_HDR, len, &b)) != 0)
 			break;
-		if (rec_csum(seq, b, len) != get64(rh + 16))
+		if (rec_csum(seq, b, len) != sum)
 			break;
 		/* Sequence numbers are consecutive across all files; a sound
 		 * record out of sequence was put where it does not belong. */
@@ -332,7 +361,7 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 		(*nrec)++;
 		off += REC_HDR + len;
 	}
-	free(b);
+	free(win.buf);
 	if (!rc && format >= 2 && size >= WAL_MARK_AT + WAL_MARK_BYTES) {
 		uint8_t m[WAL_MARK_BYTES], want[WAL_MARK_BYTES];
 		rc = flex_io_read_full(io, fd, m, WAL_MARK_BYTES, WAL_MARK_AT);
