@@ -14,7 +14,7 @@
  * interval key in child k and > every key in child k - 1; interval keys
  * increase strictly; no node but the root is empty.  Underfull nodes are
  * not merged (only empty ones are removed): intervals are themselves
- * merged by the store, and the index is small (one entry per ~16 pairs).
+ * merged by the store, and the index is small (one entry per ~22 pairs).
  */
 #include <errno.h>
 #include <stdlib.h>
