@@ -192,12 +192,16 @@ stress:
 		FLEX_TEST_SCALE=$${FLEX_TEST_SCALE:-50}
 
 # ---- benchmarks, tools -------------------------------------------------------
-# Benchmarks that run peers link them (Debian packages, see setup.sh).
-$(BUILD)/bench/flexdb_bench: BENCH_LDLIBS := -lrocksdb
-$(BUILD)/bench/ycsb_bench: BENCH_LDLIBS := -lrocksdb -lleveldb -llmdb
+# The benchmarks that run peers share the engine adapters
+# (bench/kv_engines.c, compiled once) and link the peers (Debian packages,
+# see setup.sh).
+BENCH_ENGINE_OBJ := $(BUILD)/bench/kv_engines.o
+ENGINE_BENCHES := $(BUILD)/bench/flexdb_bench $(BUILD)/bench/ycsb_bench
+$(ENGINE_BENCHES): $(BENCH_ENGINE_OBJ)
+$(ENGINE_BENCHES): BENCH_LDLIBS := -lrocksdb -lleveldb -llmdb
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lm $(BENCH_LDLIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LINK_A) $(LDLIBS_SYS) -lm $(BENCH_LDLIBS)
 # The tools are thin clients of the public API; the REPLs use readline.
 $(BUILD)/bin/%: $(BUILD)/cli/%.o $(LIBS_A)
 	@mkdir -p $(dir $@)

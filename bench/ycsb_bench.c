@@ -33,7 +33,7 @@
  * Datasets (--dataset, the paper's Table 3 key+value sizes): zippydb 48+43,
  * udb 27+127 (default), sys 28+396 bytes.
  *
- * Fairness, one knob at a time:
+ * Fairness, one knob at a time (bench/kv_engines.h has every setting):
  *   - memory: cache + memtables equal on every engine that has them:
  *     FlexDB cache 64 MiB + 2 x 32 MiB memtables; RocksDB LRU block cache
  *     64 MiB + write_buffer_size 32 MiB x max_write_buffer_number 2;
@@ -63,7 +63,8 @@
  *     running; LevelDB (no flush call in its C API) waits until level 0
  *     has fewer than 4 files (its compaction trigger); all are then closed
  *     (FlexDB commits its memtables; LevelDB writes its memtable to a
- *     table when reopening) and reopened.
+ *     table when reopening) and reopened, and LevelDB waits for level 0
+ *     once more (kv_settle in bench/kv_engines.c).
  *
  * Metrics, per engine and phase:
  *   ops/s      operations over the wall time of the timed loop (first
@@ -113,7 +114,11 @@
 #define MAX_THREADS 64
 #define MAX_TC 8 /* thread counts in one run */
 
-#include "ycsb_engines.h"
+#include "kv_engines.h"
+
+#if MAX_THREADS > KV_MAX_THREADS
+#error "MAX_THREADS above what the engine adapters allow"
+#endif
 
 enum phase { P_LOAD, P_A, P_B, P_C, P_D, P_E, P_F, NPH };
 static const char *const ph_name[NPH] = {"load",   "ycsb-A", "ycsb-B", "ycsb-C",
@@ -369,7 +374,7 @@ static void *worker(void *arg)
 			uint64_t bytes = 0;
 			kl = make_key(key, sizeof(key), kn);
 			t0 = now_ns();
-			rc = e->scan(s, tc, key, kl, len, &bytes);
+			rc = kv_scan(s, tc, key, kl, len, &bytes);
 			h_add(&j->h, now_ns() - t0);
 			j->errors += rc < 0;
 			/* The start key exists: a scan reads at least it. */
@@ -402,14 +407,12 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-/* Quiesce, close, reopen; returns the seconds. */
+/* Quiesce, close, reopen (kv_settle); returns the seconds. */
 static double settle(struct store *s)
 {
 	uint64_t t0 = now_ns();
 
-	s->eng->quiesce(s);
-	s->eng->close(s);
-	s->eng->open(s);
+	kv_settle(s, NULL, NULL);
 	return secs_since(t0);
 }
 
@@ -898,8 +901,8 @@ static void rocks_version(void)
 	if (pid == 0) {
 		struct store s = {.eng = &engines[E_ROCKS]};
 		xsnprintf(s.path, sizeof(s.path), "%s", dir);
-		rk_open(&s);
-		rk_close(&s);
+		s.eng->open(&s);
+		s.eng->close(&s);
 		_exit(0);
 	}
 	waitpid(pid, NULL, 0);
@@ -910,12 +913,12 @@ static void rocks_version(void)
 static void print_header(void)
 {
 	char cpu[256], date[64], thr[64] = "";
-	int lmaj, lmin, lpat;
+	char lv[16], lm[16];
 	static const char *const dn[] = {"uniform", "zipfian", "latest"};
 
 	cpu_model(cpu, sizeof(cpu));
 	date_now(date, sizeof(date));
-	mdb_version(&lmaj, &lmin, &lpat);
+	kv_versions(lv, sizeof(lv), lm, sizeof(lm));
 	for (int i = 0; i < B.ntc; i++)
 		snprintf(thr + strlen(thr), sizeof(thr) - strlen(thr), "%s%d", i ? "," : "",
 			 B.tcs[i]);
@@ -923,10 +926,8 @@ static void print_header(void)
 	    "ycsb_bench: YCSB core workloads, FlexDB vs RocksDB, LevelDB, LMDB (FlexSpace paper, "
 	    "section 6.3)\n");
 	print_build_mode();
-	printf("library:  flex %s; RocksDB %s, LevelDB %d.%d, LMDB %d.%d.%d (system libraries, C "
-	       "APIs)\n",
-	       flex_version(NULL, NULL, NULL), B.rocks_version, leveldb_major_version(),
-	       leveldb_minor_version(), lmaj, lmin, lpat);
+	printf("library:  flex %s; RocksDB %s, LevelDB %s, LMDB %s (system libraries, C APIs)\n",
+	       flex_version(NULL, NULL, NULL), B.rocks_version, lv, lm);
 	printf("cpu:      %s, %ld online\n", cpu, sysconf(_SC_NPROCESSORS_ONLN));
 	printf("date:     %s\n", date);
 	printf("dataset:  %s: %" PRIu64 " pairs of %u-byte keys + %u-byte values (%.0f MB of user "
