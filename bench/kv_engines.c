@@ -718,7 +718,8 @@ static void lm_open(struct store *s)
 	if ((rc = mdb_env_create(&m->env)) ||
 	    (rc = mdb_env_set_mapsize(m->env, (size_t)KV_LMDB_MAPSIZE)) ||
 	    (rc = mdb_env_set_maxreaders(m->env, 2 * KV_MAX_THREADS + 8)) ||
-	    (rc = mdb_env_open(m->env, s->path, MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS, 0644)))
+	    (rc = mdb_env_open(m->env, s->path,
+			       MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD, 0644)))
 		die("mdb_env_open %s: %s", s->path, mdb_strerror(rc));
 	if ((rc = mdb_txn_begin(m->env, NULL, 0, &t)) || (rc = mdb_dbi_open(t, NULL, 0, &m->dbi)) ||
 	    (rc = mdb_txn_commit(t)))

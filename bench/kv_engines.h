@@ -18,7 +18,9 @@
  *   - LMDB: no cache and no memtable of its own (it reads and writes
  *     through the OS page cache); one environment of KV_LMDB_MAPSIZE (a
  *     reservation of address space that must hold the data, not of disk
- *     or memory) opened MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS; every put
+ *     or memory) opened MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS |
+ *     MDB_NORDAHEAD (LMDB's advice for a database larger than memory: a
+ *     page fault reads its page, not a readahead window); every put
  *     or delete is its own write transaction (LMDB's single-writer lock
  *     serialises concurrent writers); a client thread's gets share one
  *     read transaction, reset between operations and renewed for each, so
