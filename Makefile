@@ -192,10 +192,10 @@ stress:
 		FLEX_TEST_SCALE=$${FLEX_TEST_SCALE:-50}
 
 # ---- benchmarks, tools -------------------------------------------------------
-# The benchmarks that run peers share the engine adapters
-# (bench/kv_engines.c, compiled once) and link the peers (Debian packages,
-# see setup.sh).
-BENCH_ENGINE_OBJ := $(BUILD)/bench/kv_engines.o
+# The benchmarks that run peers share the engine adapters and the memory
+# cgroups of their children (bench/kv_engines.c, bench/memcg.c, compiled
+# once) and link the peers (Debian packages, see setup.sh).
+BENCH_ENGINE_OBJ := $(BUILD)/bench/kv_engines.o $(BUILD)/bench/memcg.o
 ENGINE_BENCHES := $(BUILD)/bench/flexdb_bench $(BUILD)/bench/ycsb_bench
 $(ENGINE_BENCHES): $(BENCH_ENGINE_OBJ)
 $(ENGINE_BENCHES): BENCH_LDLIBS := -lrocksdb -lleveldb -llmdb

@@ -107,6 +107,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -118,6 +119,7 @@
 #define BENCH_PID_IN_MESSAGES
 #include "bench_util.h"
 #include "kv_engines.h"
+#include "memcg.h"
 
 /* ---- configuration ---------------------------------------------------------- */
 
@@ -166,6 +168,12 @@ static struct {
 	int proc_io_ok;
 	double clock_ns;
 	char rocks_version[32], level_version[16], lmdb_version[16];
+	uint64_t timeout_s;	  /* per engine child, 0: none */
+	uint64_t cgroup_mb;	  /* 0: no cgroups */
+	int cgroup_optional;	  /* skip the run when cgroups are unavailable */
+	char cg_parent[PATH_MAX]; /* where the groups go */
+	char cg_live[PATH_MAX + 128]; /* the group of the running child, for cleanup */
+	pid_t parent_pid;
 } B;
 
 /* ---- small helpers ------------------------------------------------------------ */
@@ -373,6 +381,10 @@ struct meas {
 	double settle_s, reopen_s, incl_opsps, wa_gross, wa_net, wr_per_op, du, space_amp;
 	double rd_per_op, syscr_per_op, majflt_per_op; /* loop (+ settle for writes) */
 	struct rss rss_end, rss_reopen;		       /* end of loop; after settle */
+	/* --cgroup-mb: the group at the end of the loop and after the settle,
+	 * and its peak over loop + settle (bytes) */
+	struct memcg_stat cg_end, cg_reopen;
+	double cg_peak;
 	/* FlexDB, reads: per get; NaN elsewhere */
 	double fx_hit, fx_thin, fx_load, fx_ext;
 	uint64_t errors, bad, found;
@@ -399,6 +411,22 @@ static void note_add(struct meas *m, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* The group this child runs in, or NULL. */
+static const char *child_cg;
+
+static void cg_none(struct memcg_stat *st)
+{
+	st->usage = st->max_usage = st->cache = st->rss = st->mapped = st->oom_kills = NAN;
+}
+
+static void cg_sample(struct memcg_stat *st)
+{
+	if (child_cg)
+		memcg_read(child_cg, st);
+	else
+		cg_none(st);
+}
+
 static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, struct meas *m)
 {
 	struct job *jobs = calloc((size_t)nt, sizeof(*jobs));
@@ -414,6 +442,8 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 	if (is_flex)
 		flexdb_stats(s->h, &fs0);
 	pthread_barrier_init(&bar, NULL, (unsigned)nt);
+	if (child_cg)
+		memcg_reset_peak(child_cg);
 	struct pio io0 = proc_io();
 	uint64_t mf0 = major_faults();
 	for (int t = 0; t < nt; t++) {
@@ -442,6 +472,7 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 	}
 	pthread_barrier_destroy(&bar);
 	m->rss_end = rss_now();
+	cg_sample(&m->cg_end);
 	m->have = 1;
 	h_summary(h, ts, te, &m->lat);
 	m->mbps = (double)bytes / m->secs / 1e6;
@@ -449,6 +480,8 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 	m->wr_per_op = m->du = m->space_amp = NAN;
 	m->fx_hit = m->fx_thin = m->fx_load = m->fx_ext = NAN;
 	m->rss_reopen.rss = m->rss_reopen.anon = m->rss_reopen.file = NAN;
+	m->cg_peak = NAN;
+	cg_none(&m->cg_reopen);
 
 	if (is_flex) {
 		flexdb_stats(s->h, &fs1);
@@ -491,11 +524,17 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 	if (wl_writes(w)) {
 		kv_settle(s, &m->settle_s, &m->reopen_s);
 		m->rss_reopen = rss_now();
+		cg_sample(&m->cg_reopen);
 		m->incl_opsps = m->ops / (m->secs + m->settle_s);
 	}
 	struct pio io1 = proc_io();
 	uint64_t mf1 = major_faults();
 	double n = m->ops > 0 ? m->ops : 1;
+	if (child_cg) {
+		struct memcg_stat st;
+		memcg_read(child_cg, &st);
+		m->cg_peak = st.max_usage;
+	}
 	m->rd_per_op = (double)(io1.rb - io0.rb) / n;
 	m->syscr_per_op = (double)(io1.syscr - io0.syscr) / n;
 	m->majflt_per_op = (double)(mf1 - mf0) / n;
@@ -526,13 +565,19 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 
 /* ---- per-engine child processes --------------------------------------------------------- */
 
+/* VmRSS of the child before it opened its store (MiB): the harness (the
+ * shuffled key order, the value pool, libraries) the engine's figures
+ * are measured above. */
+static double child_start_rss;
+
 /* Child -> parent messages, one write each (below PIPE_BUF: atomic). */
 enum { MSG_START, MSG_RESULT, MSG_END };
 
 struct msg {
 	int kind, w;
 	struct meas m;	   /* MSG_RESULT */
-	double hwm;	   /* MSG_END: VmHWM of the child, MiB */
+	double hwm, start; /* MSG_END: VmHWM and VmRSS before the open, MiB */
+	int interrupted;   /* MSG_END: a signal cut the workloads short */
 };
 
 _Static_assert(sizeof(struct msg) <= 4096, "a message must fit PIPE_BUF");
@@ -546,8 +591,11 @@ static void send_msg(int fd, int kind, int w, const struct meas *m)
 	g.w = w;
 	if (m)
 		g.m = *m;
-	if (kind == MSG_END)
+	if (kind == MSG_END) {
 		g.hwm = vm_mib("VmHWM");
+		g.start = child_start_rss;
+		g.interrupted = interrupted != 0;
+	}
 	if (write(fd, &g, sizeof(g)) != (ssize_t)sizeof(g))
 		die("result pipe: %s", strerror(errno));
 }
@@ -559,11 +607,20 @@ static void store_path(char *buf, size_t cap, int en, const char *suffix)
 
 static uint64_t live_after_deletes(int rep, int nt);
 
-/* Child: every selected workload on one store of engine en. */
-static void child_main(int en, int rep, int nt, int fd)
+/* Child: every selected workload on one store of engine en, in group cg
+ * (NULL: none). */
+static void child_main(int en, int rep, int nt, int fd, const char *cg)
 {
 	struct store s = {.eng = &engines[en]};
 	int need_store = 0, last_was_read = 0;
+
+	if (cg) {
+		int rc = memcg_enter(cg);
+		if (rc)
+			die("cannot move into the memory cgroup %s: %s", cg, strerror(-rc));
+		child_cg = cg;
+	}
+	child_start_rss = vm_mib("VmRSS");
 
 	for (int w = W_OVERWRITE; w < NWL; w++)
 		need_store |= B.wl_on[w];
@@ -606,6 +663,8 @@ static void child_main(int en, int rep, int nt, int fd)
 		} else {
 			run_workload(&s, w, rep, nt, ops, &m);
 		}
+		if (interrupted)
+			break; /* a cut-short loop is no result */
 		if (!wl_writes(w))
 			m.reopen_s = reopen;
 		last_was_read = !wl_writes(w);
@@ -623,13 +682,15 @@ static void child_main(int en, int rep, int nt, int fd)
 }
 
 /* How an engine's child ended. */
-enum { RUN_NONE, RUN_OK, RUN_OOM, RUN_KILLED, RUN_FAILED };
+enum { RUN_NONE, RUN_OK, RUN_OOM, RUN_TIMEOUT, RUN_INTERRUPTED, RUN_KILLED, RUN_FAILED };
 
 struct run {
 	int status;
 	int died_in; /* workload running when the child died, or -1 */
 	int sig, code;
-	double hwm;
+	double hwm, start;
+	struct memcg_stat cg; /* the group after the child ended */
+	double cg_peak;	      /* its peak over the whole child */
 	struct meas m[NWL];
 };
 
@@ -642,10 +703,19 @@ static void run_engine(int ti, int rep, int en)
 	char path[PATH_MAX + 64];
 	int pfd[2];
 
+	char cg[PATH_MAX + 128], why[PATH_MAX + 200];
+
 	memset(r, 0, sizeof(*r));
 	r->died_in = -1;
+	r->cg_peak = NAN;
 	store_path(path, sizeof(path), en, "");
 	rmtree(path);
+	if (B.cgroup_mb) {
+		if (memcg_create(B.cg_parent, engines[en].name, B.cgroup_mb << 20, cg, sizeof(cg),
+				 why, sizeof(why)))
+			die("--cgroup-mb: %s", why);
+		snprintf(B.cg_live, sizeof(B.cg_live), "%s", cg);
+	}
 	fflush(stdout);
 	fflush(stderr);
 	if (pipe(pfd))
@@ -655,15 +725,29 @@ static void run_engine(int ti, int rep, int en)
 		die("fork: %s", strerror(errno));
 	if (pid == 0) {
 		close(pfd[0]);
-		child_main(en, rep, B.tcs[ti], pfd[1]);
+		child_main(en, rep, B.tcs[ti], pfd[1], B.cgroup_mb ? cg : NULL);
 		_exit(0);
 	}
 	close(pfd[1]);
-	int ended = 0, running = -1;
+	int ended = 0, running = -1, timed_out = 0, child_int = 0;
+	uint64_t deadline = B.timeout_s ? now_ns() + B.timeout_s * 1000000000ull : 0;
 	for (;;) {
 		struct msg g;
 		size_t got = 0;
 		while (got < sizeof(g)) {
+			if (deadline) {
+				uint64_t now = now_ns();
+				struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+				int ms = now >= deadline ? 0 : (int)((deadline - now) / 1000000 + 1);
+				int rc = poll(&p, 1, ms);
+				if (rc < 0 && errno == EINTR)
+					continue;
+				if (rc == 0) {
+					kill(pid, SIGKILL);
+					timed_out = 1;
+					break;
+				}
+			}
 			ssize_t n = read(pfd[0], (char *)&g + got, sizeof(g) - got);
 			if (n < 0 && errno == EINTR)
 				continue;
@@ -680,6 +764,8 @@ static void run_engine(int ti, int rep, int en)
 			running = -1;
 		} else if (g.kind == MSG_END) {
 			r->hwm = g.hwm;
+			r->start = g.start;
+			child_int = g.interrupted;
 			ended = 1;
 		}
 	}
@@ -687,13 +773,28 @@ static void run_engine(int ti, int rep, int en)
 	int st;
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
-	if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && ended) {
-		r->status = RUN_OK;
+	if (B.cgroup_mb) {
+		memcg_read(cg, &r->cg);
+		r->cg_peak = r->cg.max_usage;
+		for (int w = 0; w < NWL; w++)
+			if (r->m[w].have && r->m[w].cg_peak > r->cg_peak)
+				r->cg_peak = r->m[w].cg_peak;
+		int rc = memcg_remove(cg);
+		if (rc)
+			fprintf(stderr, "flexdb_bench: cannot remove the cgroup %s: %s\n", cg,
+				strerror(-rc));
+		B.cg_live[0] = 0;
+	}
+	if (timed_out) {
+		r->status = RUN_TIMEOUT;
+		r->died_in = running;
+	} else if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && ended) {
+		r->status = child_int ? RUN_INTERRUPTED : RUN_OK;
 	} else {
 		r->died_in = running;
 		if (WIFSIGNALED(st)) {
 			r->sig = WTERMSIG(st);
-			r->status = RUN_KILLED;
+			r->status = r->sig == SIGKILL && r->cg.oom_kills > 0 ? RUN_OOM : RUN_KILLED;
 		} else {
 			r->code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 			r->status = RUN_FAILED;
@@ -729,6 +830,10 @@ static const char *run_status(const struct run *run, char *buf, size_t cap)
 		return "ok";
 	case RUN_OOM:
 		return "OOM";
+	case RUN_TIMEOUT:
+		return "TIMEOUT";
+	case RUN_INTERRUPTED:
+		return "interrupted";
 	case RUN_KILLED:
 		snprintf(buf, cap, "killed (signal %d)", run->sig);
 		return buf;
@@ -845,6 +950,9 @@ static void print_details(int ti)
 				snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
 					 "  incl-settle %.0f ops/s",
 					 MED(ti, w, en, incl_opsps));
+			if (B.cgroup_mb && !isnan(MED(ti, w, en, cg_peak)))
+				snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
+					 "  cg peak %.0f MiB", MED(ti, w, en, cg_peak) / 1048576.0);
 			if (w == W_DELETERANDOM && !isnan(MED(ti, w, en, wr_per_op)))
 				snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
 					 "  written %.0f B/op", MED(ti, w, en, wr_per_op));
@@ -865,7 +973,10 @@ static int last_read_wl(void)
 	return last;
 }
 
-static double med_rss(int ti, int en, int w, int reopen, size_t off)
+/* Median over repetitions of a double at offset off of a memory snapshot
+ * of workload w: the struct rss (cg 0) or the struct memcg_stat (cg 1) at
+ * the end of its loop (reopen 0) or after its settle (reopen 1). */
+static double med_snap(int ti, int en, int w, int reopen, int cg, size_t off)
 {
 	double v[MAX_REPS];
 	int n = 0;
@@ -874,10 +985,10 @@ static double med_rss(int ti, int en, int w, int reopen, size_t off)
 		return NAN;
 	for (int r = 0; r < B.reps; r++) {
 		const struct meas *m = &R[ti][r][en].m[w];
+		const void *p = cg ? (const void *)(reopen ? &m->cg_reopen : &m->cg_end)
+				   : (const void *)(reopen ? &m->rss_reopen : &m->rss_end);
 		if (m->have)
-			v[n++] = *(const double *)((const char *)(reopen ? &m->rss_reopen
-									 : &m->rss_end) +
-						   off);
+			v[n++] = *(const double *)((const char *)p + off);
 	}
 	return n ? median(v, n) : NAN;
 }
@@ -889,38 +1000,96 @@ static void print_memory(int ti)
 	int at[3][2] = {{B.wl_on[W_FILLRANDOM] ? W_FILLRANDOM : -1, 0},
 			{B.wl_on[W_FILLRANDOM] ? W_FILLRANDOM : -1, 1},
 			{wr, 0}};
+	const double mib = 1048576.0;
 
-	printf("\nmemory, threads %d (MiB; load = end of the fillrandom loop, reopen = after "
-	       "its settle and reopen, reads = end of %s; per pair = (VmRSS - cache and "
-	       "memtables configured) / %" PRIu64 " pairs, bytes)\n",
-	       B.tcs[ti], wr >= 0 ? wl_name[wr] : "the reads", B.num);
-	printf("%-8s %-7s %9s %9s %9s %9s  %s\n", "engine", "point", "VmRSS", "RssAnon", "RssFile",
-	       "per pair", "");
+	printf("\nmemory, threads %d (MiB; start = the engine's process before it opened the "
+	       "store (harness: key order, value pool, libraries); load = end of the fillrandom "
+	       "loop, reopen = after its settle and reopen, reads = end of %s; per pair = "
+	       "(VmRSS - start - cache and memtables configured) / %" PRIu64 " pairs, bytes%s)\n",
+	       B.tcs[ti], wr >= 0 ? wl_name[wr] : "the reads", B.num,
+	       B.cgroup_mb ? "; cg = the engine's memory cgroup: usage, its page cache and "
+			     "anonymous parts (memory.stat total_cache, total_rss)"
+			   : "");
+	printf("%-8s %-7s %9s %9s %9s %9s", "engine", "point", "VmRSS", "RssAnon", "RssFile",
+	       "per pair");
+	if (B.cgroup_mb)
+		printf(" %9s %9s %9s %7s", "cg usage", "cg cache", "cg rss", "cache%");
+	printf("\n");
 	for (int en = 0; en < NENG; en++) {
+		double sv[MAX_REPS], start = NAN;
+		int ns = 0;
 		if (!B.eng_on[en])
 			continue;
-		for (int p = 0; p < 3; p++) {
-			double rss = med_rss(ti, en, at[p][0], at[p][1], offsetof(struct rss, rss));
-			double anon =
-			    med_rss(ti, en, at[p][0], at[p][1], offsetof(struct rss, anon));
-			double file =
-			    med_rss(ti, en, at[p][0], at[p][1], offsetof(struct rss, file));
-			char c[4][16];
-			fmt_num(c[0], sizeof(c[0]), 1, "", rss);
-			fmt_num(c[1], sizeof(c[1]), 1, "", anon);
-			fmt_num(c[2], sizeof(c[2]), 1, "", file);
-			fmt_num(c[3], sizeof(c[3]), 1, "",
-				(rss * 1048576.0 - budget_bytes(en)) / (double)B.num);
-			printf("%-8s %-7s %9s %9s %9s %9s\n", engines[en].name, pt[p], c[0], c[1],
-			       c[2], c[3]);
-		}
-		double v[MAX_REPS];
-		int n = 0;
 		for (int r = 0; r < B.reps; r++)
-			if (R[ti][r][en].status == RUN_OK)
-				v[n++] = R[ti][r][en].hwm;
+			if (R[ti][r][en].start > 0)
+				sv[ns++] = R[ti][r][en].start;
+		if (ns) {
+			start = median(sv, ns);
+			printf("%-8s %-7s %9.1f\n", engines[en].name, "start", start);
+		}
+		for (int p = 0; p < 3; p++) {
+			int w = at[p][0], ro = at[p][1];
+			double rss = med_snap(ti, en, w, ro, 0, offsetof(struct rss, rss));
+			char c[8][16];
+			fmt_num(c[0], sizeof(c[0]), 1, "", rss);
+			fmt_num(c[1], sizeof(c[1]), 1, "",
+				med_snap(ti, en, w, ro, 0, offsetof(struct rss, anon)));
+			fmt_num(c[2], sizeof(c[2]), 1, "",
+				med_snap(ti, en, w, ro, 0, offsetof(struct rss, file)));
+			fmt_num(c[3], sizeof(c[3]), 1, "",
+				((rss - start) * mib - budget_bytes(en)) / (double)B.num);
+			printf("%-8s %-7s %9s %9s %9s %9s", engines[en].name, pt[p], c[0], c[1],
+			       c[2], c[3]);
+			if (B.cgroup_mb) {
+				double u = med_snap(ti, en, w, ro, 1,
+						    offsetof(struct memcg_stat, usage));
+				double ca = med_snap(ti, en, w, ro, 1,
+						     offsetof(struct memcg_stat, cache));
+				double an = med_snap(ti, en, w, ro, 1,
+						     offsetof(struct memcg_stat, rss));
+				fmt_num(c[4], sizeof(c[4]), 1, "", u / mib);
+				fmt_num(c[5], sizeof(c[5]), 1, "", ca / mib);
+				fmt_num(c[6], sizeof(c[6]), 1, "", an / mib);
+				fmt_num(c[7], sizeof(c[7]), 0, "%", 100.0 * ca / (ca + an));
+				printf(" %9s %9s %9s %7s", c[4], c[5], c[6], c[7]);
+			}
+			printf("\n");
+		}
+		double v[MAX_REPS], pk[MAX_REPS];
+		int n = 0, npk = 0, bad[RUN_FAILED + 1] = {0};
+		char last[RUN_FAILED + 1][64];
+		for (int r = 0; r < B.reps; r++) {
+			const struct run *run = &R[ti][r][en];
+			if (run->status == RUN_OK)
+				v[n++] = run->hwm;
+			if (!isnan(run->cg_peak))
+				pk[npk++] = run->cg_peak / mib;
+			if (run->status != RUN_OK && run->status != RUN_NONE) {
+				bad[run->status]++;
+				snprintf(last[run->status], sizeof(last[0]), "%s",
+					 run->died_in >= 0 ? wl_name[run->died_in]
+							   : "open or close");
+			}
+		}
+		printf("%-8s %-7s %9s", engines[en].name, "peak", "");
 		if (n)
-			printf("%-8s %-7s %9.1f\n", engines[en].name, "VmHWM", median(v, n));
+			printf("  VmHWM %.1f", median(v, n));
+		if (npk)
+			printf("  cgroup max usage %.1f of %" PRIu64 " MiB", median(pk, npk),
+			       B.cgroup_mb);
+		if (B.cgroup_mb && !bad[RUN_OOM])
+			printf("  not OOM-killed");
+		for (int k = RUN_OOM; k <= RUN_FAILED; k++) {
+			if (!bad[k])
+				continue;
+			static const char *const what[] = {
+			    [RUN_OOM] = "OOM-KILLED", [RUN_TIMEOUT] = "TIMEOUT",
+			    [RUN_INTERRUPTED] = "interrupted", [RUN_KILLED] = "killed by a signal",
+			    [RUN_FAILED] = "failed"};
+			printf("  %s in %d of %d reps (last during %s)", what[k], bad[k], B.reps,
+			       last[k]);
+		}
+		printf("\n");
 	}
 }
 
@@ -965,8 +1134,8 @@ static void csv_write(void)
 		     "p50_us,p99_us,p999_us,max_us,mb_per_s,settle_s,reopen_s,"
 		     "incl_settle_ops_per_s,wa_gross,wa_net,written_per_op,du_bytes,space_amp,"
 		     "read_bytes_per_op,read_calls_per_op,major_faults_per_op,rss_mib,anon_mib,"
-		     "file_mib,rss_reopen_mib,fx_hit_per_get,fx_thin_per_get,fx_load_per_get,"
-		     "errors,bad,note\n");
+		     "file_mib,rss_reopen_mib,cg_usage_mib,cg_cache_mib,cg_rss_mib,cg_peak_mib,"
+		     "fx_hit_per_get,fx_thin_per_get,fx_load_per_get,errors,bad,note\n");
 	for (int ti = 0; ti < B.ntc; ti++)
 		for (int w = 0; w < NWL; w++)
 			for (int en = 0; en < NENG; en++) {
@@ -980,20 +1149,24 @@ static void csv_write(void)
 						engines[en].name, B.tcs[ti], r + 1, B.num,
 						why ? why : "ok");
 					if (!m->have) {
-						fprintf(f, "%s\n", ",,,,,,,,,,,,,,,,,,,,,,,,,,,,,");
+						fprintf(f, "%s\n", ",,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,");
 						continue;
 					}
 					fprintf(f,
 						",%.0f,%.4f,%.1f,%.4f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
 						"%.3f,%.1f,%.4f,%.4f,%.1f,%.0f,%.4f,%.1f,%.4f,%.4f,"
-						"%.1f,%.1f,%.1f,%.1f,%.4f,%.4f,%.4f,%" PRIu64
-						",%" PRIu64 ",\"%s\"\n",
+						"%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.4f,%.4f,"
+						"%.4f,%" PRIu64 ",%" PRIu64 ",\"%s\"\n",
 						m->ops, m->secs, m->opsps, m->usop, m->p50, m->p99,
 						m->p999, m->maxus, m->mbps, m->settle_s, m->reopen_s,
 						m->incl_opsps, m->wa_gross, m->wa_net, m->wr_per_op,
 						m->du, m->space_amp, m->rd_per_op, m->syscr_per_op,
 						m->majflt_per_op, m->rss_end.rss, m->rss_end.anon,
-						m->rss_end.file, m->rss_reopen.rss, m->fx_hit,
+						m->rss_end.file, m->rss_reopen.rss,
+						m->cg_end.usage / 1048576.0,
+						m->cg_end.cache / 1048576.0,
+						m->cg_end.rss / 1048576.0, m->cg_peak / 1048576.0,
+						m->fx_hit,
 						m->fx_thin, m->fx_load, m->errors, m->bad, m->note);
 				}
 			}
@@ -1082,7 +1255,19 @@ static void print_header(void)
 	       "too (cold user caches, page cache as it is)\n",
 	       engine_opts.rocks_compact ? " (+ compact_range, leveldb too)" : "");
 	printf("process:  each engine's workloads in its own forked child, engines in rotating "
-	       "order\n");
+	       "order");
+	if (B.timeout_s)
+		printf("; a child still running after %" PRIu64 " s is killed (TIMEOUT)",
+		       B.timeout_s);
+	printf("\n");
+	if (B.cgroup_mb)
+		printf("cgroup:   each child in its own v1 memory cgroup of %" PRIu64
+		       " MiB (memory.limit_in_bytes, memsw too where present) under %s: heap, "
+		       "caches, memtables and the page cache of its store share the limit; the "
+		       "OOM killer ends an engine that cannot fit\n",
+		       B.cgroup_mb, B.cg_parent);
+	else
+		printf("cgroup:   none (--cgroup-mb N): the page cache is not limited\n");
 	printf("timing:   per-op clock_gettime (%.0f ns per call here, 2 per op); us/op = mean "
 	       "latency\n",
 	       B.clock_ns);
@@ -1117,6 +1302,12 @@ static void usage(void)
 	       "  --seed N           random seed (default 42)\n"
 	       "  --dir DIR          where to make the stores (default /tmp)\n"
 	       "  --csv FILE         also write per-repetition rows as CSV\n"
+	       "  --cgroup-mb N      run each engine's process in a v1 memory cgroup of N MiB,\n"
+	       "                     which counts its page cache too (needs root)\n"
+	       "  --cgroup-optional  with --cgroup-mb: when cgroups are unavailable, say why\n"
+	       "                     and exit 0 without running (CI)\n"
+	       "  --timeout-s N      kill an engine's process after N seconds (reported as\n"
+	       "                     TIMEOUT; the other engines go on; default: no limit)\n"
 	       "  --quick            200k pairs, one repetition\n");
 }
 
@@ -1168,6 +1359,14 @@ static void parse_args(int argc, char **argv)
 			snprintf(B.base, sizeof(B.base), "%s", opt_value(argc, argv, &i));
 		} else if (!strcmp(a, "--csv")) {
 			B.csv_path = opt_value(argc, argv, &i);
+		} else if (!strcmp(a, "--cgroup-mb")) {
+			B.cgroup_mb = opt_u64(argc, argv, &i);
+			if (B.cgroup_mb < 8 || B.cgroup_mb > ((uint64_t)1 << 40))
+				die("--cgroup-mb must be >= 8");
+		} else if (!strcmp(a, "--timeout-s")) {
+			B.timeout_s = opt_u64(argc, argv, &i);
+		} else if (!strcmp(a, "--cgroup-optional")) {
+			B.cgroup_optional = 1;
 		} else if (!strcmp(a, "--engines") || !strcmp(a, "--engine")) {
 			const char *v = opt_value(argc, argv, &i);
 			const char *names[NENG];
@@ -1249,9 +1448,31 @@ static void make_perm(int rep)
 	}
 }
 
+/* Removes the group of a child that was running when the parent exits
+ * early (die, a signal). */
+static void cg_cleanup(void)
+{
+	if (getpid() == B.parent_pid && B.cg_live[0]) {
+		memcg_remove(B.cg_live);
+		B.cg_live[0] = 0;
+	}
+}
+
 int main(int argc, char **argv)
 {
 	parse_args(argc, argv);
+	B.parent_pid = getpid();
+	if (B.cgroup_mb) {
+		char why[PATH_MAX + 200];
+		if (memcg_probe(B.cg_parent, sizeof(B.cg_parent), why, sizeof(why))) {
+			if (B.cgroup_optional) {
+				printf("flexdb_bench: --cgroup-mb run skipped: %s\n", why);
+				return 0;
+			}
+			die("--cgroup-mb: %s", why);
+		}
+		atexit(cg_cleanup);
+	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
@@ -1293,7 +1514,7 @@ int main(int argc, char **argv)
 						engines[order[i]].name, run_status(r, buf, sizeof(buf)),
 						r->died_in >= 0 ? " during " : "",
 						r->died_in >= 0 ? wl_name[r->died_in] : "");
-					if (r->status != RUN_OOM)
+					if (r->status == RUN_KILLED || r->status == RUN_FAILED)
 						n_failed++;
 				}
 			}
