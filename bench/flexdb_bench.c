@@ -391,6 +391,19 @@ struct meas {
 	char note[240];
 };
 
+/* VmRSS of the child before it opened its store (MiB): the harness (the
+ * shuffled key order, the value pool, libraries) the engine's figures
+ * are measured above. */
+static double child_start_rss;
+/* The highest VmRSS the child sampled (VmHWM can lag behind it). */
+static double child_max_rss;
+
+static void note_rss(const struct rss *r)
+{
+	if (r->rss > child_max_rss)
+		child_max_rss = r->rss;
+}
+
 /* Live keys of the store after each write workload. */
 static uint64_t live_keys;
 
@@ -472,6 +485,7 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 	}
 	pthread_barrier_destroy(&bar);
 	m->rss_end = rss_now();
+	note_rss(&m->rss_end);
 	cg_sample(&m->cg_end);
 	m->have = 1;
 	h_summary(h, ts, te, &m->lat);
@@ -504,9 +518,12 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 				     1e6);
 		} else {
 			double n = m->ops > 0 ? m->ops : 1;
-			m->fx_hit = (double)(fs1.cache_hits - fs0.cache_hits) / n;
-			m->fx_thin = (double)(fs1.cache_thin_hits - fs0.cache_thin_hits) / n;
-			m->fx_load = (double)(fs1.cache_misses - fs0.cache_misses) / n;
+			if (w == W_READRANDOM || w == W_READZIPF) {
+				m->fx_hit = (double)(fs1.cache_hits - fs0.cache_hits) / n;
+				m->fx_thin =
+				    (double)(fs1.cache_thin_hits - fs0.cache_thin_hits) / n;
+				m->fx_load = (double)(fs1.cache_misses - fs0.cache_misses) / n;
+			}
 			m->fx_ext = fs1.intervals
 					? (double)fs1.space.extents / (double)fs1.intervals
 					: NAN;
@@ -524,6 +541,7 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 	if (wl_writes(w)) {
 		kv_settle(s, &m->settle_s, &m->reopen_s);
 		m->rss_reopen = rss_now();
+		note_rss(&m->rss_reopen);
 		cg_sample(&m->cg_reopen);
 		m->incl_opsps = m->ops / (m->secs + m->settle_s);
 	}
@@ -565,11 +583,6 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 
 /* ---- per-engine child processes --------------------------------------------------------- */
 
-/* VmRSS of the child before it opened its store (MiB): the harness (the
- * shuffled key order, the value pool, libraries) the engine's figures
- * are measured above. */
-static double child_start_rss;
-
 /* Child -> parent messages, one write each (below PIPE_BUF: atomic). */
 enum { MSG_START, MSG_RESULT, MSG_END };
 
@@ -593,6 +606,8 @@ static void send_msg(int fd, int kind, int w, const struct meas *m)
 		g.m = *m;
 	if (kind == MSG_END) {
 		g.hwm = vm_mib("VmHWM");
+		if (child_max_rss > g.hwm)
+			g.hwm = child_max_rss;
 		g.start = child_start_rss;
 		g.interrupted = interrupted != 0;
 	}
@@ -861,8 +876,8 @@ static void print_table(int ti)
 {
 	printf("threads %d\n", B.tcs[ti]);
 	printf("%-12s %-8s %10s %8s %8s %8s %9s  %8s %7s %7s  %5s %5s %5s %7s %7s\n", "workload",
-	       "engine", "ops/s", "us/op", "p50", "p99", "p99.9", "rdKB/op", "rdsc/op",
-	       "mflt/op", "wa", "net", "space", "settle", "reopen");
+	       "engine", "ops/s", "us/op", "p50", "p99", "p99.9", "rdKB/op", "calls",
+	       "faults", "wa", "net", "space", "settle", "reopen");
 	for (int w = 0; w < NWL; w++) {
 		if (!B.wl_on[w])
 			continue;
@@ -918,8 +933,8 @@ static void print_table(int ti)
 /* Per-repetition ops/s, FlexDB's counters, engine notes (last rep's). */
 static void print_details(int ti)
 {
-	printf("\ndetails, threads %d (ops/s of every rep; flexdb per get: whole-interval cache "
-	       "hits, thin-entry hits, interval loads; extents per interval; notes)\n",
+	printf("\ndetails, threads %d (ops/s of every rep; flexdb, per get: whole-interval cache "
+	       "hits, thin-entry hits, intervals loaded; extents per interval; notes)\n",
 	       B.tcs[ti]);
 	for (int w = 0; w < NWL; w++) {
 		if (!B.wl_on[w])
@@ -941,11 +956,13 @@ static void print_details(int ti)
 			}
 			if (!reps[0])
 				continue;
-			if (en == E_FLEX && !wl_writes(w) && !isnan(MED(ti, w, en, fx_hit)))
-				snprintf(extra, sizeof(extra),
-					 "  hit %.2f thin %.2f load %.3f ext/int %.1f",
+			if (en == E_FLEX && !isnan(MED(ti, w, en, fx_hit)))
+				snprintf(extra, sizeof(extra), "  hit %.2f thin %.2f load %.3f",
 					 MED(ti, w, en, fx_hit), MED(ti, w, en, fx_thin),
-					 MED(ti, w, en, fx_load), MED(ti, w, en, fx_ext));
+					 MED(ti, w, en, fx_load));
+			if (en == E_FLEX && !isnan(MED(ti, w, en, fx_ext)))
+				snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
+					 "  extents/interval %.1f", MED(ti, w, en, fx_ext));
 			if (wl_writes(w) && !isnan(MED(ti, w, en, incl_opsps)))
 				snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
 					 "  incl-settle %.0f ops/s",
@@ -1269,11 +1286,11 @@ static void print_header(void)
 	else
 		printf("cgroup:   none (--cgroup-mb N): the page cache is not limited\n");
 	printf("timing:   per-op clock_gettime (%.0f ns per call here, 2 per op); us/op = mean "
-	       "latency\n",
+	       "latency; p50/p99/p99.9 in us\n",
 	       B.clock_ns);
-	printf("reads:    per op over the loop (+ settle for writes), whole process: rdKB = "
-	       "/proc/self/io read_bytes (block layer), rdsc = syscr (read calls; io_uring "
-	       "reads not counted), mflt = major faults (mapped-file reads)\n");
+	printf("reads:    per op over the loop (+ settle for writes), whole process: rdKB/op = "
+	       "/proc/self/io read_bytes (block layer), calls = syscr (read system calls; "
+	       "io_uring reads not counted), faults = major faults (mapped-file reads)\n");
 	printf("amp:      wa = write_bytes during workload+settle / user bytes (net: minus "
 	       "cancelled_write_bytes)%s; space = du of store dir / live key+value bytes\n",
 	       B.proc_io_ok ? "" : " UNAVAILABLE here");
@@ -1284,7 +1301,7 @@ static void print_header(void)
 static void usage(void)
 {
 	printf("usage: flexdb_bench [options]\n"
-	       "  --num N            pairs (default 2000000; --quick 200000)\n"
+	       "  --num N            pairs (default 2000000; --quick 100000)\n"
 	       "  --value-size N     value bytes (default 100)\n"
 	       "  --threads LIST     client thread counts, e.g. 1,2 (default 1)\n"
 	       "  --reps N           repetitions, medians reported (default 3; --quick 1)\n"
@@ -1308,7 +1325,7 @@ static void usage(void)
 	       "                     and exit 0 without running (CI)\n"
 	       "  --timeout-s N      kill an engine's process after N seconds (reported as\n"
 	       "                     TIMEOUT; the other engines go on; default: no limit)\n"
-	       "  --quick            200k pairs, one repetition\n");
+	       "  --quick            100k pairs, one repetition\n");
 }
 
 static void parse_args(int argc, char **argv)
@@ -1394,7 +1411,7 @@ static void parse_args(int argc, char **argv)
 	if (!eng_given)
 		for (int en = 0; en < NENG; en++)
 			B.eng_on[en] = 1;
-	B.num = num ? num : B.quick ? 200000 : 2000000;
+	B.num = num ? num : B.quick ? 100000 : 2000000;
 	B.reps = reps ? reps : B.quick ? 1 : 3;
 	B.reads = reads ? reads : B.num;
 	B.seeks = seeks ? seeks : B.num / 4;
