@@ -376,6 +376,7 @@ static void *worker(void *arg)
 /* What one workload of one engine measured (sent from the child). */
 struct meas {
 	int have;
+	int partial; /* the timed loop only: the child died in the settle */
 	LAT_SUMMARY_MEMBER;
 	double mbps;
 	double settle_s, reopen_s, incl_opsps, wa_gross, wa_net, wr_per_op, du, space_amp;
@@ -402,6 +403,37 @@ static void note_rss(const struct rss *r)
 {
 	if (r->rss > child_max_rss)
 		child_max_rss = r->rss;
+}
+
+/* Child -> parent messages, one write each (below PIPE_BUF: atomic):
+ * the stage the child enters (so that the parent can say where a child
+ * died), a workload's result, the end. */
+enum { MSG_STAGE, MSG_RESULT, MSG_END };
+
+/* Where a child is: its parent learns it from MSG_STAGE messages. */
+enum { ST_NONE, ST_OPEN, ST_PREFILL, ST_REOPEN, ST_LOOP, ST_SETTLE, ST_CLOSE, NST };
+static const char *const st_name[NST] = {"",	    "open",	  "untimed pre-fill",
+					 "reopen", "timed loop", "settle and reopen",
+					 "close"};
+
+/* The child's end of the result pipe. */
+static int child_fd = -1;
+
+static void send_msg(int fd, int kind, int w, int stage, const struct meas *m);
+
+static void enter_stage(int w, int stage)
+{
+	send_msg(child_fd, MSG_STAGE, w, stage, NULL);
+}
+
+/* The settle of write workload w starts; m holds what its loop measured,
+ * which the parent keeps should the child die in the settle. */
+static void enter_settle(int w, const struct meas *m)
+{
+	struct meas loop = *m;
+
+	loop.partial = 1;
+	send_msg(child_fd, MSG_STAGE, w, ST_SETTLE, &loop);
 }
 
 /* Live keys of the store after each write workload. */
@@ -495,6 +527,7 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 	m->fx_hit = m->fx_thin = m->fx_load = m->fx_ext = NAN;
 	m->rss_reopen.rss = m->rss_reopen.anon = m->rss_reopen.file = NAN;
 	m->cg_peak = NAN;
+	m->rd_per_op = m->syscr_per_op = m->majflt_per_op = NAN;
 	cg_none(&m->cg_reopen);
 
 	if (is_flex) {
@@ -539,6 +572,8 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 		}
 	}
 	if (wl_writes(w)) {
+		if (child_fd >= 0 && B.wl_on[w]) /* not the untimed pre-fill */
+			enter_settle(w, m);
 		kv_settle(s, &m->settle_s, &m->reopen_s);
 		m->rss_reopen = rss_now();
 		note_rss(&m->rss_reopen);
@@ -583,32 +618,32 @@ static void run_workload(struct store *s, int w, int rep, int nt, uint64_t ops, 
 
 /* ---- per-engine child processes --------------------------------------------------------- */
 
-/* Child -> parent messages, one write each (below PIPE_BUF: atomic). */
-enum { MSG_START, MSG_RESULT, MSG_END };
 
 struct msg {
-	int kind, w;
-	struct meas m;	   /* MSG_RESULT */
-	double hwm, start; /* MSG_END: VmHWM and VmRSS before the open, MiB */
-	int interrupted;   /* MSG_END: a signal cut the workloads short */
+	int kind, w, stage;
+	struct meas m;	 /* MSG_RESULT */
+	double start;	 /* VmRSS before the open, MiB */
+	double hwm;	 /* MSG_END: the peak VmRSS, MiB */
+	int interrupted; /* MSG_END: a signal cut the workloads short */
 };
 
 _Static_assert(sizeof(struct msg) <= 4096, "a message must fit PIPE_BUF");
 
-static void send_msg(int fd, int kind, int w, const struct meas *m)
+static void send_msg(int fd, int kind, int w, int stage, const struct meas *m)
 {
 	struct msg g;
 
 	memset(&g, 0, sizeof(g));
 	g.kind = kind;
 	g.w = w;
+	g.stage = stage;
+	g.start = child_start_rss;
 	if (m)
 		g.m = *m;
 	if (kind == MSG_END) {
 		g.hwm = vm_mib("VmHWM");
 		if (child_max_rss > g.hwm)
 			g.hwm = child_max_rss;
-		g.start = child_start_rss;
 		g.interrupted = interrupted != 0;
 	}
 	if (write(fd, &g, sizeof(g)) != (ssize_t)sizeof(g))
@@ -636,10 +671,12 @@ static void child_main(int en, int rep, int nt, int fd, const char *cg)
 		child_cg = cg;
 	}
 	child_start_rss = vm_mib("VmRSS");
+	child_fd = fd;
 
 	for (int w = W_OVERWRITE; w < NWL; w++)
 		need_store |= B.wl_on[w];
 	store_path(s.path, sizeof(s.path), en, "");
+	enter_stage(-1, ST_OPEN);
 	s.eng->open(&s);
 	for (int w = 0; w < NWL && !interrupted; w++) {
 		struct meas m;
@@ -651,6 +688,7 @@ static void child_main(int en, int rep, int nt, int fd, const char *cg)
 			live_keys = B.num;
 			fprintf(stderr, "    %-12s %-8s (untimed fillrandom)\n", "pre-fill",
 				s.eng->name);
+			enter_stage(W_FILLRANDOM, ST_PREFILL);
 			run_workload(&s, W_FILLRANDOM, rep, nt, B.num, &m);
 		}
 		if (!B.wl_on[w])
@@ -663,11 +701,12 @@ static void child_main(int en, int rep, int nt, int fd, const char *cg)
 		double reopen = NAN;
 		if (!wl_writes(w) && last_was_read) {
 			uint64_t t0 = now_ns();
+			enter_stage(w, ST_REOPEN);
 			s.eng->close(&s);
 			s.eng->open(&s);
 			reopen = secs_since(t0);
 		}
-		send_msg(fd, MSG_START, w, NULL);
+		enter_stage(w, ST_LOOP);
 		if (w == W_FILLSEQ) {
 			struct store q = {.eng = s.eng};
 			store_path(q.path, sizeof(q.path), en, "-seq");
@@ -690,10 +729,11 @@ static void child_main(int en, int rep, int nt, int fd, const char *cg)
 		if (m.errors || m.bad)
 			fprintf(stderr, "  %" PRIu64 " errors %" PRIu64 " bad", m.errors, m.bad);
 		fprintf(stderr, "\n");
-		send_msg(fd, MSG_RESULT, w, &m);
+		send_msg(fd, MSG_RESULT, w, ST_NONE, &m);
 	}
+	enter_stage(-1, ST_CLOSE);
 	s.eng->close(&s);
-	send_msg(fd, MSG_END, -1, NULL);
+	send_msg(fd, MSG_END, -1, ST_NONE, NULL);
 }
 
 /* How an engine's child ended. */
@@ -701,7 +741,8 @@ enum { RUN_NONE, RUN_OK, RUN_OOM, RUN_TIMEOUT, RUN_INTERRUPTED, RUN_KILLED, RUN_
 
 struct run {
 	int status;
-	int died_in; /* workload running when the child died, or -1 */
+	int died_in;	/* workload running when the child died, or -1 */
+	int died_stage; /* and where in it (ST_*) */
 	int sig, code;
 	double hwm, start;
 	struct memcg_stat cg; /* the group after the child ended */
@@ -744,7 +785,7 @@ static void run_engine(int ti, int rep, int en)
 		_exit(0);
 	}
 	close(pfd[1]);
-	int ended = 0, running = -1, timed_out = 0, child_int = 0;
+	int ended = 0, running = -1, stage = ST_NONE, timed_out = 0, child_int = 0;
 	uint64_t deadline = B.timeout_s ? now_ns() + B.timeout_s * 1000000000ull : 0;
 	for (;;) {
 		struct msg g;
@@ -772,14 +813,18 @@ static void run_engine(int ti, int rep, int en)
 		}
 		if (got < sizeof(g))
 			break;
-		if (g.kind == MSG_START) {
+		r->start = g.start;
+		if (g.kind == MSG_STAGE && g.w < NWL && g.stage > ST_NONE && g.stage < NST) {
 			running = g.w;
+			stage = g.stage;
+			if (g.w >= 0 && g.m.have && g.m.partial)
+				r->m[g.w] = g.m;
 		} else if (g.kind == MSG_RESULT && g.w >= 0 && g.w < NWL) {
 			r->m[g.w] = g.m;
 			running = -1;
+			stage = ST_NONE;
 		} else if (g.kind == MSG_END) {
 			r->hwm = g.hwm;
-			r->start = g.start;
 			child_int = g.interrupted;
 			ended = 1;
 		}
@@ -800,6 +845,7 @@ static void run_engine(int ti, int rep, int en)
 				strerror(-rc));
 		B.cg_live[0] = 0;
 	}
+	r->died_stage = stage;
 	if (timed_out) {
 		r->status = RUN_TIMEOUT;
 		r->died_in = running;
@@ -860,6 +906,17 @@ static const char *run_status(const struct run *run, char *buf, size_t cap)
 	}
 }
 
+/* Where a child that did not finish was: "fillrandom (settle and reopen)". */
+static void where_died(const struct run *run, char *buf, size_t cap)
+{
+	if (run->died_in >= 0)
+		snprintf(buf, cap, "%s (%s)", wl_name[run->died_in], st_name[run->died_stage]);
+	else if (run->died_stage > ST_NONE)
+		snprintf(buf, cap, "%s", st_name[run->died_stage]);
+	else
+		snprintf(buf, cap, "start");
+}
+
 /* Why engine en has no result for workload w in repetition r, or NULL. */
 static const char *missing_why(int ti, int r, int w, int en, char *buf, size_t cap)
 {
@@ -884,7 +941,8 @@ static void print_table(int ti)
 		for (int en = 0; en < NENG; en++) {
 			if (!B.eng_on[en])
 				continue;
-			int have = 0, nmiss = 0;
+			int have = 0, nmiss = 0, npart = 0;
+			char pwhy[64] = "";
 			uint64_t errs = 0, bad = 0;
 			const char *why = NULL;
 			char wbuf[64];
@@ -892,6 +950,12 @@ static void print_table(int ti)
 				const struct meas *m = &R[ti][r][en].m[w];
 				if (m->have) {
 					have++;
+					if (m->partial) {
+						npart++;
+						snprintf(pwhy, sizeof(pwhy), "%s",
+							 run_status(&R[ti][r][en], wbuf,
+								    sizeof(wbuf)));
+					}
 					errs += m->errors;
 					bad += m->bad;
 				} else {
@@ -904,21 +968,25 @@ static void print_table(int ti)
 				       why ? why : "-");
 				continue;
 			}
-			char wa[16], net[16], sp[16], st[16], ro[16];
+			char wa[16], net[16], sp[16], st[16], ro[16], rd[16], sc[16], mf[16];
+			fmt_num(rd, sizeof(rd), 2, "", MED(ti, w, en, rd_per_op) / 1024.0);
+			fmt_num(sc, sizeof(sc), 2, "", MED(ti, w, en, syscr_per_op));
+			fmt_num(mf, sizeof(mf), 2, "", MED(ti, w, en, majflt_per_op));
 			fmt_num(wa, sizeof(wa), 2, "", MED(ti, w, en, wa_gross));
 			fmt_num(net, sizeof(net), 2, "", MED(ti, w, en, wa_net));
 			fmt_num(sp, sizeof(sp), 2, "", MED(ti, w, en, space_amp));
 			fmt_num(st, sizeof(st), 2, "", MED(ti, w, en, settle_s));
 			fmt_num(ro, sizeof(ro), 2, "", MED(ti, w, en, reopen_s));
-			printf("%-12s %-8s %10.0f %8.2f %8.2f %8.2f %9.2f  %8.2f %7.2f %7.2f  %5s "
+			printf("%-12s %-8s %10.0f %8.2f %8.2f %8.2f %9.2f  %8s %7s %7s  %5s "
 			       "%5s %5s %7s %7s",
 			       wl_name[w], engines[en].name, MED(ti, w, en, opsps),
 			       MED(ti, w, en, usop), MED(ti, w, en, p50), MED(ti, w, en, p99),
-			       MED(ti, w, en, p999), MED(ti, w, en, rd_per_op) / 1024.0,
-			       MED(ti, w, en, syscr_per_op), MED(ti, w, en, majflt_per_op), wa,
-			       net, sp, st, ro);
+			       MED(ti, w, en, p999), rd, sc, mf, wa, net, sp, st, ro);
 			if (nmiss)
 				printf("  (%s in %d of %d reps)", why, nmiss, B.reps);
+			if (npart)
+				printf("  (loop only: %s in its settle in %d of %d reps)", pwhy, npart,
+				       B.reps);
 			if (errs || bad) {
 				printf("  CHECK FAILED: %" PRIu64 " errors, %" PRIu64
 				       " wrong or missing results",
@@ -1074,7 +1142,7 @@ static void print_memory(int ti)
 		}
 		double v[MAX_REPS], pk[MAX_REPS];
 		int n = 0, npk = 0, bad[RUN_FAILED + 1] = {0};
-		char last[RUN_FAILED + 1][64];
+		char last[RUN_FAILED + 1][96];
 		for (int r = 0; r < B.reps; r++) {
 			const struct run *run = &R[ti][r][en];
 			if (run->status == RUN_OK)
@@ -1083,9 +1151,7 @@ static void print_memory(int ti)
 				pk[npk++] = run->cg_peak / mib;
 			if (run->status != RUN_OK && run->status != RUN_NONE) {
 				bad[run->status]++;
-				snprintf(last[run->status], sizeof(last[0]), "%s",
-					 run->died_in >= 0 ? wl_name[run->died_in]
-							   : "open or close");
+				where_died(run, last[run->status], sizeof(last[0]));
 			}
 		}
 		printf("%-8s %-7s %9s", engines[en].name, "peak", "");
@@ -1526,11 +1592,11 @@ int main(int argc, char **argv)
 				struct run *r = &R[ti][rep][order[i]];
 				run_engine(ti, rep, order[i]);
 				if (r->status != RUN_OK) {
-					char buf[64];
-					fprintf(stderr, "    %-12s %-8s %s%s%s\n", "ENDED",
+					char buf[64], where[96];
+					where_died(r, where, sizeof(where));
+					fprintf(stderr, "    %-12s %-8s %s during %s\n", "ENDED",
 						engines[order[i]].name, run_status(r, buf, sizeof(buf)),
-						r->died_in >= 0 ? " during " : "",
-						r->died_in >= 0 ? wl_name[r->died_in] : "");
+						where);
 					if (r->status == RUN_KILLED || r->status == RUN_FAILED)
 						n_failed++;
 				}
