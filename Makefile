@@ -81,7 +81,7 @@ TESTS   := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(TINY_TESTS)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TOOLS   := $(patsubst cli/%.c,$(BUILD)/bin/%,$(CLI_SRC))
 
-.PHONY: all libs test test-run tsan helgrind fuzz fuzz-quick bench bench-quick stress install uninstall clean help format
+.PHONY: all libs test test-run tsan helgrind fuzz fuzz-quick bench bench-quick bench-cgroup bench-mem stress install uninstall clean help format
 all: libs $(TOOLS) $(BENCHES)
 libs: $(LIBS_A) $(LIBS_SO)
 
@@ -192,28 +192,59 @@ stress:
 		FLEX_TEST_SCALE=$${FLEX_TEST_SCALE:-50}
 
 # ---- benchmarks, tools -------------------------------------------------------
-# Benchmarks that run peers link them (Debian packages, see setup.sh).
-$(BUILD)/bench/flexdb_bench: BENCH_LDLIBS := -lrocksdb
-$(BUILD)/bench/ycsb_bench: BENCH_LDLIBS := -lrocksdb -lleveldb -llmdb
+# The benchmarks that run peers share the engine adapters and the memory
+# cgroups of their children (bench/kv_engines.c, bench/memcg.c, compiled
+# once) and link the peers (Debian packages, see setup.sh).
+BENCH_ENGINE_OBJ := $(BUILD)/bench/kv_engines.o $(BUILD)/bench/memcg.o
+ENGINE_BENCHES := $(BUILD)/bench/flexdb_bench $(BUILD)/bench/ycsb_bench
+$(ENGINE_BENCHES): $(BENCH_ENGINE_OBJ)
+$(ENGINE_BENCHES): BENCH_LDLIBS := -lrocksdb -lleveldb -llmdb
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lm $(BENCH_LDLIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LINK_A) $(LDLIBS_SYS) -lm $(BENCH_LDLIBS)
 # The tools are thin clients of the public API; the REPLs use readline.
 $(BUILD)/bin/%: $(BUILD)/cli/%.o $(LIBS_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lreadline -lm
 
+# docs/BENCHMARKS.md describes each run.  flexdb_bench: FlexDB, RocksDB,
+# LevelDB and LMDB, each in its own process, 2M pairs, 1 and 2 client
+# threads, medians of 3: the default budget (64 MiB cache + 2 x 32 MiB
+# memtables each), the paper's (1 GiB + 2 x 1 GiB), and the data beyond
+# memory (bench-cgroup's first run; skipped with a message where memory
+# cgroups are unavailable).
+CGROUP_2M := --num 2000000 --cgroup-mb 128 --cache-mb 32 --memtable-mb 16 --cgroup-optional
 bench: $(BENCHES)
 	$(BUILD)/bench/flextree_bench
 	$(BUILD)/bench/flexspace_bench
-	$(BUILD)/bench/flexdb_bench
-	$(BUILD)/bench/flexdb_bench --memtable-mb 1024 --cache-mb 1024
+	$(BUILD)/bench/flexdb_bench --threads 1,2
+	$(BUILD)/bench/flexdb_bench --threads 1,2 --memtable-mb 1024 --cache-mb 1024
+	$(BUILD)/bench/flexdb_bench --threads 1,2 $(CGROUP_2M) --timeout-s 1800
 	$(BUILD)/bench/ycsb_bench --dataset udb --num 2000000 --threads 1,2 --reps 3
+# CI: every program at a tiny scale; flexdb_bench's second run covers the
+# other workloads, two client threads and one memory-cgroup run.
 bench-quick: $(BENCHES)
 	$(BUILD)/bench/flextree_bench --quick
 	$(BUILD)/bench/flexspace_bench --quick
 	$(BUILD)/bench/flexdb_bench --quick
+	$(BUILD)/bench/flexdb_bench --quick --num 20000 --threads 2 --benchmarks all \
+		--cgroup-mb 64 --cgroup-optional --timeout-s 120
 	$(BUILD)/bench/ycsb_bench --quick
+# Data larger than memory, every engine in a memory cgroup that counts its
+# page cache: about 250 MB of pairs in 128 MiB, then about 3.7 GB in 1 GiB
+# (the same cache : memtables : limit proportions; hours at most: each
+# engine's process is stopped after --timeout-s).
+bench-cgroup: $(BUILD)/bench/flexdb_bench
+	$(BUILD)/bench/flexdb_bench $(CGROUP_2M) --threads 1,2 --timeout-s 1800
+	$(BUILD)/bench/flexdb_bench --num 32000000 --cgroup-mb 1024 --cache-mb 256 \
+		--memtable-mb 128 --reads 4000000 --seeks 1000000 --reps 1 --timeout-s 7200 \
+		--cgroup-optional
+# FlexDB's memory at 1M, 4M and 16M pairs (16M: about 1.9 GB of pairs),
+# default options: RSS after load, reopen and 2M gets, and per pair.
+bench-mem: $(BUILD)/bench/flexdb_bench
+	set -e; for n in 1000000 4000000 16000000; do \
+		$(BUILD)/bench/flexdb_bench --engines flexdb --num $$n --reps 1 \
+			--benchmarks fillrandom,readrandom --reads 2000000; done
 
 # ---- install -----------------------------------------------------------------
 define PCFILE
@@ -268,6 +299,8 @@ help:
 	@echo "make fuzz-quick   replay the saved fuzz corpora, then 20 s per target (CI)"
 	@echo "make bench        run the benchmark suite (-O2 -DNDEBUG)"
 	@echo "make bench-quick  a short benchmark pass"
+	@echo "make bench-cgroup the engines with data larger than memory (memory cgroups, root)"
+	@echo "make bench-mem    FlexDB's RSS at 1M, 4M and 16M pairs"
 	@echo "make install      PREFIX=$(PREFIX) DESTDIR= : headers, libs, tools, pkg-config"
 	@echo "make clean        remove build/"
 	@echo "SANITIZE=address,undefined or SANITIZE=thread adds sanitizers"

@@ -9,10 +9,11 @@
  * compiles nothing else, so shared code lives here as static functions;
  * BENCH_UNUSED keeps a program that does not call one of them quiet.
  *
- * The including program first defines BENCH_NAME, its name, which
- * prefixes every error message; with BENCH_PID_IN_MESSAGES the process id
- * follows it in brackets (ycsb_bench, whose engines run in forked
- * children).
+ * The including file first defines BENCH_NAME, the program's name (a
+ * string, or an expression such as program_invocation_short_name in the
+ * objects several programs link), which prefixes every error message;
+ * with BENCH_PID_IN_MESSAGES the process id follows it in brackets
+ * (the programs whose engines run in forked children).
  */
 #ifndef BENCH_UTIL_H
 #define BENCH_UTIL_H
@@ -44,9 +45,9 @@
 BENCH_UNUSED static void bench_msg_prefix(void)
 {
 #ifdef BENCH_PID_IN_MESSAGES
-	fprintf(stderr, BENCH_NAME "[%d]: ", (int)getpid());
+	fprintf(stderr, "%s[%d]: ", BENCH_NAME, (int)getpid());
 #else
-	fputs(BENCH_NAME ": ", stderr);
+	fprintf(stderr, "%s: ", BENCH_NAME);
 #endif
 }
 
@@ -365,16 +366,21 @@ BENCH_UNUSED static void rmtree(const char *path)
 
 /* ---- the process, from /proc --------------------------------------------------------------- */
 
-/* write_bytes and cancelled_write_bytes of /proc/self/io: bytes this
- * process (every thread) dirtied for the block layer, and those of them
- * that were dropped (files deleted or truncated before writeback). */
+/* /proc/self/io of the process (every thread, exited ones included):
+ * rchar and syscr, bytes and calls of read system calls (page-cache hits
+ * included; io_uring reads and page faults of mapped files are not read
+ * calls); read_bytes, bytes this process made the block layer read
+ * (page-cache misses, readahead included, faults of mapped files too);
+ * write_bytes, bytes it dirtied for the block layer, and
+ * cancelled_write_bytes, those of them that were dropped (files deleted
+ * or truncated before writeback). */
 struct pio {
-	uint64_t wb, cwb;
+	uint64_t rchar, syscr, rb, wb, cwb;
 };
 
 BENCH_UNUSED static struct pio proc_io(void)
 {
-	struct pio r = {0, 0};
+	struct pio r = {0, 0, 0, 0, 0};
 	char line[128];
 	FILE *f = fopen("/proc/self/io", "r");
 
@@ -383,13 +389,29 @@ BENCH_UNUSED static struct pio proc_io(void)
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long v;
 
-		if (sscanf(line, "write_bytes: %llu", &v) == 1)
+		if (sscanf(line, "rchar: %llu", &v) == 1)
+			r.rchar = v;
+		else if (sscanf(line, "syscr: %llu", &v) == 1)
+			r.syscr = v;
+		else if (sscanf(line, "read_bytes: %llu", &v) == 1)
+			r.rb = v;
+		else if (sscanf(line, "write_bytes: %llu", &v) == 1)
 			r.wb = v;
 		else if (sscanf(line, "cancelled_write_bytes: %llu", &v) == 1)
 			r.cwb = v;
 	}
 	fclose(f);
 	return r;
+}
+
+/* Major page faults of the process (every thread): pages of mapped files
+ * read from the disk (LMDB's reads), or swapped in. */
+BENCH_UNUSED static uint64_t major_faults(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)ru.ru_majflt;
 }
 
 /* Whether write_bytes follows buffered writes in dir (not on tmpfs, not
@@ -412,7 +434,7 @@ BENCH_UNUSED static int probe_proc_io(const char *dir, const void *buf)
 	return w == (ssize_t)len && b.wb - a.wb >= len;
 }
 
-/* VmRSS or VmHWM of this process in MiB. */
+/* A field of /proc/self/status in MiB: VmRSS, VmHWM, RssAnon, RssFile... */
 BENCH_UNUSED static double vm_mib(const char *field)
 {
 	char line[128];
@@ -429,6 +451,34 @@ BENCH_UNUSED static double vm_mib(const char *field)
 			r = (double)kb / 1024.0;
 			break;
 		}
+	}
+	fclose(f);
+	return r;
+}
+
+/* Resident memory of the process in MiB (/proc/self/status): VmRSS, and
+ * its anonymous (heap, stacks) and file-backed (mapped files: the
+ * program's libraries, LMDB's data file) parts; NaN where missing. */
+struct rss {
+	double rss, anon, file;
+};
+
+BENCH_UNUSED static struct rss rss_now(void)
+{
+	struct rss r = {NAN, NAN, NAN};
+	char line[128];
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return r;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long kb;
+		if (sscanf(line, "VmRSS: %llu", &kb) == 1)
+			r.rss = (double)kb / 1024.0;
+		else if (sscanf(line, "RssAnon: %llu", &kb) == 1)
+			r.anon = (double)kb / 1024.0;
+		else if (sscanf(line, "RssFile: %llu", &kb) == 1)
+			r.file = (double)kb / 1024.0;
 	}
 	fclose(f);
 	return r;

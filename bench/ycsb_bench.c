@@ -33,7 +33,7 @@
  * Datasets (--dataset, the paper's Table 3 key+value sizes): zippydb 48+43,
  * udb 27+127 (default), sys 28+396 bytes.
  *
- * Fairness, one knob at a time:
+ * Fairness, one knob at a time (bench/kv_engines.h has every setting):
  *   - memory: cache + memtables equal on every engine that has them:
  *     FlexDB cache 64 MiB + 2 x 32 MiB memtables; RocksDB LRU block cache
  *     64 MiB + write_buffer_size 32 MiB x max_write_buffer_number 2;
@@ -63,7 +63,8 @@
  *     running; LevelDB (no flush call in its C API) waits until level 0
  *     has fewer than 4 files (its compaction trigger); all are then closed
  *     (FlexDB commits its memtables; LevelDB writes its memtable to a
- *     table when reopening) and reopened.
+ *     table when reopening) and reopened, and LevelDB waits for level 0
+ *     once more (kv_settle in bench/kv_engines.c).
  *
  * Metrics, per engine and phase:
  *   ops/s      operations over the wall time of the timed loop (first
@@ -80,7 +81,18 @@
  *   rss/peak   VmRSS at the end of the loop and VmHWM over loop + settle
  *              (reset per phase through /proc/self/clear_refs); the parent
  *              is small, so this is the engine's.  LMDB's count the
- *              resident pages of its mapped file.
+ *              resident pages of its mapped file.  Also RssAnon and
+ *              RssFile at the end of the loop.
+ *   reads      per op over loop + settle, from /proc/self/io and getrusage
+ *              of the child: read_bytes (what the block layer read),
+ *              syscr (read system calls; io_uring reads are not counted)
+ *              and major faults (reads of mapped files: LMDB's)
+ *   cgroup     with --cgroup-mb N, each engine's children run in a v1
+ *              memory cgroup of N MiB that counts the page cache of the
+ *              store too (bench/memcg.h): its usage, page cache and
+ *              anonymous memory at the end of the loop, and its peak over
+ *              loop + settle.  A child the OOM killer ends is reported as
+ *              OOM (its phases are lost; the other engines go on).
  * Reopen, per engine: "clean" is the open after a quiesced close at the end
  * of the phases; "after-kill" the open of the store after a child that
  * wrote kill_ops updates (and kept writing) was killed with SIGKILL,
@@ -113,7 +125,12 @@
 #define MAX_THREADS 64
 #define MAX_TC 8 /* thread counts in one run */
 
-#include "ycsb_engines.h"
+#include "kv_engines.h"
+#include "memcg.h"
+
+#if MAX_THREADS > KV_MAX_THREADS
+#error "MAX_THREADS above what the engine adapters allow"
+#endif
 
 enum phase { P_LOAD, P_A, P_B, P_C, P_D, P_E, P_F, NPH };
 static const char *const ph_name[NPH] = {"load",   "ycsb-A", "ycsb-B", "ycsb-C",
@@ -146,6 +163,11 @@ static struct {
 	char *valpool;
 	int proc_io_ok, clear_refs_ok;
 	char rocks_version[32];
+	uint64_t cgroup_mb;	      /* 0: no cgroups */
+	int cgroup_optional;	      /* skip the run when cgroups are unavailable */
+	char cg_parent[PATH_MAX];     /* where the groups go */
+	char cg_live[PATH_MAX + 128]; /* the group of the running child, for cleanup */
+	pid_t parent_pid;
 } B;
 
 /* ---- small helpers ------------------------------------------------------------ */
@@ -238,6 +260,12 @@ struct meas {
 	LAT_SUMMARY_MEMBER;
 	double cpu_us, wa, wa_net, space_amp, du, rss, peak, settle_s;
 	double user_bytes, written;
+	/* per op over loop + settle: block-layer read bytes, read calls,
+	 * major faults; RssAnon and RssFile at the end of the loop (MiB);
+	 * the memory cgroup's usage, page cache and anonymous memory then,
+	 * and its peak over loop + settle (MiB; NaN without --cgroup-mb) */
+	double rd_per_op, calls_per_op, faults_per_op, anon, file;
+	double cg_usage, cg_cache, cg_rss, cg_peak;
 	uint64_t errors, bad, notfound, inserts, scanned;
 };
 
@@ -369,7 +397,7 @@ static void *worker(void *arg)
 			uint64_t bytes = 0;
 			kl = make_key(key, sizeof(key), kn);
 			t0 = now_ns();
-			rc = e->scan(s, tc, key, kl, len, &bytes);
+			rc = kv_scan(s, tc, key, kl, len, &bytes);
 			h_add(&j->h, now_ns() - t0);
 			j->errors += rc < 0;
 			/* The start key exists: a scan reads at least it. */
@@ -402,16 +430,17 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-/* Quiesce, close, reopen; returns the seconds. */
+/* Quiesce, close, reopen (kv_settle); returns the seconds. */
 static double settle(struct store *s)
 {
 	uint64_t t0 = now_ns();
 
-	s->eng->quiesce(s);
-	s->eng->close(s);
-	s->eng->open(s);
+	kv_settle(s, NULL, NULL);
 	return secs_since(t0);
 }
+
+/* The memory cgroup this child runs in, or NULL. */
+static const char *child_cg;
 
 /* Runs one phase with nt threads; *records grows by the inserts. */
 static void run_phase(struct store *s, int phase, int rep, int nt, int64_t *records, struct meas *m)
@@ -443,7 +472,10 @@ static void run_phase(struct store *s, int phase, int rep, int nt, int64_t *reco
 	pthread_barrier_init(&pr.bar, NULL, (unsigned)nt);
 
 	reset_hwm();
+	if (child_cg)
+		memcg_reset_peak(child_cg);
 	struct pio io0 = proc_io();
+	uint64_t mf0 = major_faults();
 	double cpu0 = cpu_secs();
 	for (int t = 0; t < nt; t++) {
 		struct job *j = &jobs[t];
@@ -468,19 +500,39 @@ static void run_phase(struct store *s, int phase, int rep, int nt, int64_t *reco
 		m->inserts += j->inserts;
 		m->scanned += j->scanned;
 	}
-	m->rss = vm_mib("VmRSS");
+	struct rss rs = rss_now();
+	m->rss = rs.rss;
+	m->anon = rs.anon;
+	m->file = rs.file;
+	m->cg_usage = m->cg_cache = m->cg_rss = m->cg_peak = NAN;
+	if (child_cg) {
+		struct memcg_stat cs;
+		memcg_read(child_cg, &cs);
+		m->cg_usage = cs.usage / 1048576.0;
+		m->cg_cache = cs.cache / 1048576.0;
+		m->cg_rss = cs.rss / 1048576.0;
+	}
 	pthread_barrier_destroy(&pr.bar);
 	m->settle_s = NAN;
 	if (m->user_bytes > 0)
 		m->settle_s = settle(s);
 	struct pio io1 = proc_io();
+	uint64_t mf1 = major_faults();
 	m->peak = vm_mib("VmHWM");
+	if (child_cg) {
+		struct memcg_stat cs;
+		memcg_read(child_cg, &cs);
+		m->cg_peak = cs.max_usage / 1048576.0;
+	}
 	double cpu1 = cpu_secs();
 
 	*records = phase == P_LOAD ? (int64_t)B.num : pr.ctr.next;
 	m->have = 1;
 	h_summary(h, ts, te, &m->lat);
 	m->cpu_us = (cpu1 - cpu0) / m->ops * 1e6;
+	m->rd_per_op = (double)(io1.rb - io0.rb) / m->ops;
+	m->calls_per_op = (double)(io1.syscr - io0.syscr) / m->ops;
+	m->faults_per_op = (double)(mf1 - mf0) / m->ops;
 	m->written = (double)(io1.wb - io0.wb);
 	m->wa = m->wa_net = NAN;
 	if (B.proc_io_ok && m->user_bytes > 0) {
@@ -505,6 +557,7 @@ struct result {
 	double store_bytes; /* du when killed */
 	uint64_t recover_bad;
 	int ok;
+	int oom; /* the memory cgroup's OOM killer ended the child */
 };
 
 /* Child: every phase on a fresh store, then a clean reopen. */
@@ -597,7 +650,14 @@ static int run_child(const struct engine *e, const char *path, int rep, int nt, 
 		     int want_kill, struct result *res)
 {
 	int pfd[2];
+	char cg[PATH_MAX + 128], why[PATH_MAX + 200];
 
+	if (B.cgroup_mb) {
+		if (memcg_create(B.cg_parent, e->name, B.cgroup_mb << 20, cg, sizeof(cg), why,
+				 sizeof(why)))
+			die("--cgroup-mb: %s", why);
+		snprintf(B.cg_live, sizeof(B.cg_live), "%s", cg);
+	}
 	fflush(stdout);
 	fflush(stderr);
 	if (pipe(pfd))
@@ -607,6 +667,12 @@ static int run_child(const struct engine *e, const char *path, int rep, int nt, 
 		die("fork: %s", strerror(errno));
 	if (pid == 0) {
 		close(pfd[0]);
+		if (B.cgroup_mb) {
+			int rc = memcg_enter(cg);
+			if (rc)
+				die("cannot move into the memory cgroup %s: %s", cg, strerror(-rc));
+			child_cg = cg;
+		}
 		if (fn)
 			fn(e, path, pfd[1]);
 		else
@@ -635,6 +701,17 @@ static int run_child(const struct engine *e, const char *path, int rep, int nt, 
 	waitpid(pid, &st, 0);
 	if (!want_kill && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
 		ok = 0;
+	if (B.cgroup_mb) {
+		struct memcg_stat cs;
+		memcg_read(cg, &cs);
+		if (!want_kill && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && cs.oom_kills > 0)
+			res->oom = 1;
+		int rc = memcg_remove(cg);
+		if (rc)
+			fprintf(stderr, "ycsb_bench: cannot remove the cgroup %s: %s\n", cg,
+				strerror(-rc));
+		B.cg_live[0] = 0;
+	}
 	return ok;
 }
 
@@ -669,30 +746,64 @@ static void print_line(int ti, int en, int p)
 {
 	char wa[16], sa[16], pk[16], reps[128] = "";
 	uint64_t errs = 0, bad = 0;
+	int oom = 0, nok = 0;
 
 	for (int r = 0; r < B.reps; r++) {
 		const struct result *res = &R[ti][r][en];
 		size_t l = strlen(reps);
+		oom += res->oom;
 		if (!res->ok)
 			continue;
+		nok++;
 		snprintf(reps + l, sizeof(reps) - l, "%s%.0f", l ? " " : "", res->ph[p].opsps);
 		errs += res->ph[p].errors;
 		bad += res->ph[p].bad + res->ph[p].notfound;
+	}
+	if (!nok) {
+		printf("%-7s %-8s t%-2d %10s\n", ph_name[p], engines[en].name, B.tcs[ti],
+		       oom ? "OOM" : "failed");
+		return;
 	}
 	fmt_num(wa, sizeof(wa), 2, "", MEDP(ti, en, p, wa));
 	fmt_num(sa, sizeof(sa), 2, "", MEDP(ti, en, p, space_amp));
 	fmt_num(pk, sizeof(pk), 0, "", MEDP(ti, en, p, peak));
 	printf("%-7s %-8s t%-2d %10.0f ops/s  p50 %8.2f p99 %8.2f p99.9 %9.2f max %10.1f us  "
-	       "cpu %7.2f us/op  wa %-6s space %-5s rss %5.0f peak %5s MiB  reps [%s]%s\n",
+	       "cpu %7.2f us/op  wa %-6s space %-5s rss %5.0f peak %5s MiB  reps [%s]%s",
 	       ph_name[p], engines[en].name, B.tcs[ti], MEDP(ti, en, p, opsps),
 	       MEDP(ti, en, p, p50), MEDP(ti, en, p, p99), MEDP(ti, en, p, p999),
 	       MEDP(ti, en, p, maxus), MEDP(ti, en, p, cpu_us), wa, sa, MEDP(ti, en, p, rss), pk,
 	       reps, errs || bad ? "  CHECK FAILED" : "");
+	if (oom)
+		printf("  (OOM-killed in %d of %d reps)", oom, B.reps);
+	printf("\n");
 	if (errs || bad) {
 		printf("        %" PRIu64 " errors, %" PRIu64 " wrong or missing results\n", errs,
 		       bad);
 		n_failed++;
 	}
+}
+
+/* Reads per operation and memory of one phase (medians). */
+static void print_io_mem(int ti, int en, int p)
+{
+	char c[8][16];
+
+	fmt_num(c[0], sizeof(c[0]), 2, "", MEDP(ti, en, p, rd_per_op) / 1024.0);
+	fmt_num(c[1], sizeof(c[1]), 2, "", MEDP(ti, en, p, calls_per_op));
+	fmt_num(c[2], sizeof(c[2]), 2, "", MEDP(ti, en, p, faults_per_op));
+	fmt_num(c[3], sizeof(c[3]), 1, "", MEDP(ti, en, p, rss));
+	fmt_num(c[4], sizeof(c[4]), 1, "", MEDP(ti, en, p, anon));
+	fmt_num(c[5], sizeof(c[5]), 1, "", MEDP(ti, en, p, file));
+	printf("%-7s %-8s t%-2d %8s %7s %7s  %8s %8s %8s", ph_name[p], engines[en].name,
+	       B.tcs[ti], c[0], c[1], c[2], c[3], c[4], c[5]);
+	if (B.cgroup_mb) {
+		fmt_num(c[0], sizeof(c[0]), 1, "", MEDP(ti, en, p, cg_usage));
+		fmt_num(c[1], sizeof(c[1]), 1, "", MEDP(ti, en, p, cg_cache));
+		fmt_num(c[2], sizeof(c[2]), 1, "", MEDP(ti, en, p, cg_rss));
+		fmt_num(c[3], sizeof(c[3]), 1, "", MEDP(ti, en, p, cg_peak));
+		printf("  %8s %8s %8s %8s", c[0], c[1], c[2], c[3]);
+	}
+	printf("\n");
 }
 
 static void print_reopen(int ti, int en)
@@ -702,7 +813,9 @@ static void print_reopen(int ti, int en)
 
 	for (int r = 0; r < B.reps; r++) {
 		bad += R[ti][r][en].recover_bad;
-		n_failed += !R[ti][r][en].ok || isnan(R[ti][r][en].recover_s);
+		/* An engine the OOM killer ended is a result, not a failure. */
+		n_failed += !R[ti][r][en].oom &&
+			    (!R[ti][r][en].ok || isnan(R[ti][r][en].recover_s));
 	}
 	n_failed += bad != 0;
 	printf("%-7s %-8s t%-2d clean %8.3f s  after-kill %8.3f s  store %7.3f GB  %7.3f s/GB%s\n",
@@ -819,11 +932,14 @@ static void csv_rows(FILE *f, int ti, int en, int p, const char *rep, const stru
 	fprintf(f,
 		"%s,%s,%s,%u,%u,%" PRIu64
 		",%d,%s,%.0f,%.4f,%.1f,%.4f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,"
-		"%.4f,%.4f,%.0f,%.1f,%.1f,%.3f,%" PRIu64 ",%" PRIu64 "\n",
+		"%.4f,%.4f,%.0f,%.1f,%.1f,%.3f,%" PRIu64 ",%" PRIu64
+		",%.1f,%.4f,%.4f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n",
 		ph_name[p], engines[en].name, B.ds->name, B.key_size, B.value_size, B.num,
 		B.tcs[ti], rep, m->ops, m->secs, m->opsps, m->usop, m->p50, m->p99, m->p999,
 		m->maxus, m->cpu_us, m->wa, m->wa_net, m->space_amp, m->du, m->rss, m->peak,
-		m->settle_s, m->errors, m->bad + m->notfound);
+		m->settle_s, m->errors, m->bad + m->notfound, m->rd_per_op, m->calls_per_op,
+		m->faults_per_op, m->anon, m->file, m->cg_usage, m->cg_cache, m->cg_rss,
+		m->cg_peak);
 }
 
 static void write_csv(const char *path)
@@ -836,7 +952,9 @@ static void write_csv(const char *path)
 	}
 	fprintf(f, "phase,engine,dataset,key_size,value_size,num,threads,rep,ops,seconds,ops_per_s,"
 		   "us_per_op,p50_us,p99_us,p999_us,max_us,cpu_us_per_op,wa,wa_net,space_amp,"
-		   "du_bytes,rss_mib,peak_mib,settle_s,errors,bad\n");
+		   "du_bytes,rss_mib,peak_mib,settle_s,errors,bad,read_bytes_per_op,"
+		   "read_calls_per_op,major_faults_per_op,anon_mib,file_mib,cg_usage_mib,"
+		   "cg_cache_mib,cg_rss_mib,cg_peak_mib\n");
 	for (int ti = 0; ti < B.ntc; ti++)
 		for (int en = 0; en < NENG; en++) {
 			if (!B.eng_on[en])
@@ -868,16 +986,25 @@ static void write_csv(const char *path)
 				S(rss);
 				S(peak);
 				S(settle_s);
+				S(rd_per_op);
+				S(calls_per_op);
+				S(faults_per_op);
+				S(anon);
+				S(file);
+				S(cg_usage);
+				S(cg_cache);
+				S(cg_rss);
+				S(cg_peak);
 #undef S
 				csv_rows(f, ti, en, p, "median", &m);
 			}
 			fprintf(f,
-				"reopen,%s,%s,%u,%u,%" PRIu64 ",%d,median,,,,,,,,,,,,,%.0f,,,,,\n",
+				"reopen,%s,%s,%u,%u,%" PRIu64 ",%d,median,,,,,,,,,,,,,%.0f,,,,,,,,,,,,,,\n",
 				engines[en].name, B.ds->name, B.key_size, B.value_size, B.num,
 				B.tcs[ti], MEDR(ti, en, store_bytes));
-			fprintf(f, "reopen_clean_s,%s,,,,,%d,median,,%.4f,,,,,,,,,,,,,,,,\n",
+			fprintf(f, "reopen_clean_s,%s,,,,,%d,median,,%.4f,,,,,,,,,,,,,,,,,,,,,,,,,\n",
 				engines[en].name, B.tcs[ti], MEDR(ti, en, reopen_s));
-			fprintf(f, "reopen_after_kill_s,%s,,,,,%d,median,,%.4f,,,,,,,,,,,,,,,,\n",
+			fprintf(f, "reopen_after_kill_s,%s,,,,,%d,median,,%.4f,,,,,,,,,,,,,,,,,,,,,,,,,\n",
 				engines[en].name, B.tcs[ti], MEDR(ti, en, recover_s));
 		}
 	fclose(f);
@@ -898,8 +1025,8 @@ static void rocks_version(void)
 	if (pid == 0) {
 		struct store s = {.eng = &engines[E_ROCKS]};
 		xsnprintf(s.path, sizeof(s.path), "%s", dir);
-		rk_open(&s);
-		rk_close(&s);
+		s.eng->open(&s);
+		s.eng->close(&s);
 		_exit(0);
 	}
 	waitpid(pid, NULL, 0);
@@ -910,12 +1037,12 @@ static void rocks_version(void)
 static void print_header(void)
 {
 	char cpu[256], date[64], thr[64] = "";
-	int lmaj, lmin, lpat;
+	char lv[16], lm[16];
 	static const char *const dn[] = {"uniform", "zipfian", "latest"};
 
 	cpu_model(cpu, sizeof(cpu));
 	date_now(date, sizeof(date));
-	mdb_version(&lmaj, &lmin, &lpat);
+	kv_versions(lv, sizeof(lv), lm, sizeof(lm));
 	for (int i = 0; i < B.ntc; i++)
 		snprintf(thr + strlen(thr), sizeof(thr) - strlen(thr), "%s%d", i ? "," : "",
 			 B.tcs[i]);
@@ -923,10 +1050,8 @@ static void print_header(void)
 	    "ycsb_bench: YCSB core workloads, FlexDB vs RocksDB, LevelDB, LMDB (FlexSpace paper, "
 	    "section 6.3)\n");
 	print_build_mode();
-	printf("library:  flex %s; RocksDB %s, LevelDB %d.%d, LMDB %d.%d.%d (system libraries, C "
-	       "APIs)\n",
-	       flex_version(NULL, NULL, NULL), B.rocks_version, leveldb_major_version(),
-	       leveldb_minor_version(), lmaj, lmin, lpat);
+	printf("library:  flex %s; RocksDB %s, LevelDB %s, LMDB %s (system libraries, C APIs)\n",
+	       flex_version(NULL, NULL, NULL), B.rocks_version, lv, lm);
 	printf("cpu:      %s, %ld online\n", cpu, sysconf(_SC_NPROCESSORS_ONLN));
 	printf("date:     %s\n", date);
 	printf("dataset:  %s: %" PRIu64 " pairs of %u-byte keys + %u-byte values (%.0f MB of user "
@@ -964,6 +1089,13 @@ static void print_header(void)
 	       "key+value bytes; rss at loop end, peak = VmHWM over the phase%s\n",
 	       B.proc_io_ok ? "" : " (UNAVAILABLE here)",
 	       B.clear_refs_ok ? "" : " (UNAVAILABLE: clear_refs)");
+	if (B.cgroup_mb)
+		printf("cgroup:   each engine's children in a v1 memory cgroup of %" PRIu64
+		       " MiB (limit on memory and memory+swap) under %s: heap, caches, memtables "
+		       "and the page cache of its store share the limit\n",
+		       B.cgroup_mb, B.cg_parent);
+	else
+		printf("cgroup:   none (--cgroup-mb N): the page cache is not limited\n");
 	printf("dir:      %s; results: %s\n\n", B.work, B.out);
 	fflush(stdout);
 }
@@ -991,6 +1123,12 @@ static void usage(void)
 	    "  --out DIR          results: ycsb.csv, ycsb_ratios.csv, ycsb_ratios.png\n"
 	    "                     (default results/ under the current directory)\n"
 	    "  --plot-script F    gnuplot driver (default bench/plot_ycsb.sh); --no-plot\n"
+	    "  --cgroup-mb N      run each engine's processes in a v1 memory cgroup of N MiB,\n"
+	    "                     which counts their page cache too (needs root)\n"
+	    "  --cgroup-optional  with --cgroup-mb: when cgroups are unavailable, say why\n"
+	    "                     and exit 0 without running\n"
+	    "  --bloom-bits N     RocksDB and LevelDB bloom bits per key, 0 = none (default 10)\n"
+	    "  --rocksdb-compact  compact RocksDB and LevelDB fully when settling\n"
 	    "  --quick            every engine, load + A-F, 50k pairs, one rep\n"
 	    "  --print-vectors    print the generator test vectors and exit\n");
 }
@@ -1080,6 +1218,12 @@ static void parse_args(int argc, char **argv)
 			snprintf(B.out, sizeof(B.out), "%s", opt_value(argc, argv, &i));
 		} else if (!strcmp(a, "--plot-script")) {
 			B.plot_script = opt_value(argc, argv, &i);
+		} else if (!strcmp(a, "--cgroup-mb")) {
+			B.cgroup_mb = opt_u64(argc, argv, &i);
+			if (B.cgroup_mb < 8 || B.cgroup_mb > ((uint64_t)1 << 40))
+				die("--cgroup-mb must be >= 8");
+		} else if (!strcmp(a, "--cgroup-optional")) {
+			B.cgroup_optional = 1;
 		} else if (!engine_opts_arg(argc, argv, &i)) {
 			other_option(usage, a);
 		}
@@ -1130,9 +1274,31 @@ static void plot(const char *ratios)
 		printf("plot:     FAILED (%s)\n", cmd);
 }
 
+/* Removes the group of a child that was running when the parent exits
+ * early (die). */
+static void cg_cleanup(void)
+{
+	if (getpid() == B.parent_pid && B.cg_live[0]) {
+		memcg_remove(B.cg_live);
+		B.cg_live[0] = 0;
+	}
+}
+
 int main(int argc, char **argv)
 {
 	parse_args(argc, argv);
+	B.parent_pid = getpid();
+	if (B.cgroup_mb) {
+		char why[PATH_MAX + 200];
+		if (memcg_probe(B.cg_parent, sizeof(B.cg_parent), why, sizeof(why))) {
+			if (B.cgroup_optional) {
+				printf("ycsb_bench: --cgroup-mb run skipped: %s\n", why);
+				return 0;
+			}
+			die("--cgroup-mb: %s", why);
+		}
+		atexit(cg_cleanup);
+	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	B.valpool = valpool_new(B.seed ^ 0xabcdef); /* ycsb_rng is splitmix64 too */
@@ -1171,7 +1337,8 @@ int main(int argc, char **argv)
 				xsnprintf(path, sizeof(path), "%s/%s", B.work, e->name);
 				rmtree(path);
 				if (!run_child(e, path, rep, B.tcs[ti], NULL, 0, res)) {
-					fprintf(stderr, "  %s: child failed\n", e->name);
+					fprintf(stderr, "  %s: child %s\n", e->name,
+						res->oom ? "OOM-killed (memory cgroup)" : "failed");
 					res->ok = 0;
 					rmtree(path);
 					continue;
@@ -1210,6 +1377,21 @@ int main(int argc, char **argv)
 				printf("%-7s %-8s t%-2d %.2f (all phases: bytes written / user "
 				       "bytes)\n",
 				       "wa-all", engines[en].name, B.tcs[ti], total_wa(ti, en));
+		printf("\nreads per op (loop + settle: rdKB = block-layer read_bytes, calls = "
+		       "read system calls, faults = major faults) and memory at the end of the "
+		       "loop (MiB)%s\n",
+		       B.cgroup_mb ? "; cg = the engine's memory cgroup: usage, page cache, "
+				     "anonymous, peak over the phase"
+				   : "");
+		printf("%-7s %-8s %-3s %8s %7s %7s  %8s %8s %8s", "phase", "engine", "thr",
+		       "rdKB/op", "calls", "faults", "VmRSS", "RssAnon", "RssFile");
+		if (B.cgroup_mb)
+			printf("  %8s %8s %8s %8s", "cg usage", "cg cache", "cg rss", "cg peak");
+		printf("\n");
+		for (int p = 0; p < NPH; p++)
+			for (int en = 0; en < NENG; en++)
+				if (B.eng_on[en])
+					print_io_mem(ti, en, p);
 		printf("\n");
 	}
 	char csv[PATH_MAX + 32], rcsv_path[PATH_MAX + 32];
