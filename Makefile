@@ -32,9 +32,12 @@ OPTFLAGS += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all
 SANLDFLAGS := -fsanitize=$(SANITIZE)
 endif
 ALL_CFLAGS := $(BASEFLAGS) $(OPTFLAGS) $(CFLAGS)
-LDLIBS_SYS := -luring -lxxhash -pthread
-# jemalloc interposes malloc in every program linked with the libraries; it is
-# left out of sanitizer builds, whose runtimes interpose malloc themselves.
+# The libraries depend only on these and allocate with the C library's
+# malloc: a shared library must never bring an allocator into its host
+# program.  The project's own programs (tools, tests, benchmarks) link
+# jemalloc, except in sanitizer builds, whose runtimes interpose malloc.
+LDLIBS_LIB := -luring -lxxhash -pthread
+LDLIBS_SYS := $(LDLIBS_LIB)
 ifeq ($(SANITIZE),)
 LDLIBS_SYS += -ljemalloc
 endif
@@ -104,13 +107,13 @@ $(BUILD)/lib/libflexdb.a: $(FLEXDB_OBJ)
 SOVER := 0
 $(BUILD)/lib/libflextree.so: $(FLEXTREE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libflextree.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_SYS)
+	$(CC) -shared -Wl,-soname,libflextree.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS_LIB)
 $(BUILD)/lib/libflexspace.so: $(FLEXSPACE_OBJ) $(BUILD)/lib/libflextree.so
 	$(CC) -shared -Wl,-soname,libflexspace.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $(FLEXSPACE_OBJ) \
-		-L$(BUILD)/lib -lflextree $(LDLIBS_SYS)
+		-L$(BUILD)/lib -lflextree $(LDLIBS_LIB)
 $(BUILD)/lib/libflexdb.so: $(FLEXDB_OBJ) $(BUILD)/lib/libflexspace.so
 	$(CC) -shared -Wl,-soname,libflexdb.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $(FLEXDB_OBJ) \
-		-L$(BUILD)/lib -lflexspace -lflextree $(LDLIBS_SYS)
+		-L$(BUILD)/lib -lflexspace -lflextree $(LDLIBS_LIB)
 
 # ---- tests -------------------------------------------------------------------
 # test_flextree_tiny is the FlexTree suite linked against a build of the tree
@@ -257,7 +260,7 @@ Description: $(2)
 Version: $(shell sed -n 's/^#define FLEX_VERSION_STRING "\(.*\)"/\1/p' include/flex_common.h)
 $(3)
 Libs: -L$${libdir} -l$(1)
-Libs.private: -luring -lxxhash -ljemalloc -pthread
+Libs.private: -luring -lxxhash -pthread
 Cflags: -I$${includedir}
 endef
 export PC_flextree  := $(call PCFILE,flextree,FlexTree shift-aware extent index,)
