@@ -331,6 +331,7 @@ struct fdb_ar {
 	struct fdb_ar_blk *blk;
 };
 void *fdb_ar_alloc(struct fdb_ar *a, size_t n);
+void fdb_ar_reset(struct fdb_ar *a);
 void fdb_ar_free(struct fdb_ar *a);
 
 /* A copied pair: key then value, in an fdb_ar. */
@@ -340,7 +341,8 @@ struct fdb_pair {
 	uint32_t vlen;
 	int tomb; /* memtable deletes, while merging */
 };
-/* Shared lock held: copies up to max pairs in key order starting at the
+/* Shared lock held: returns up to max pairs, their bytes in ar, in key
+ * order starting at the
  * first key >= from (> from unless inclusive), or with reverse, in
  * descending order from the last key <= from (< from unless inclusive);
  * flen 0 starts at the first (last) key.  Uncached intervals read are

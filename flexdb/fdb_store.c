@@ -1189,6 +1189,7 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 	return rc;
 }
 
+#define FDB_AR_BLOCK (64u << 10)
 struct fdb_ar_blk {
 	struct fdb_ar_blk *prev;
 	size_t used, cap;
@@ -1199,7 +1200,7 @@ void *fdb_ar_alloc(struct fdb_ar *a, size_t n)
 {
 	struct fdb_ar_blk *b = a->blk;
 	if (!b || b->cap - b->used < n) {
-		size_t cap = n > (64u << 10) ? n : (64u << 10);
+		size_t cap = n > FDB_AR_BLOCK ? n : FDB_AR_BLOCK;
 		struct fdb_ar_blk *nb = malloc(sizeof(*nb) + cap);
 		if (!nb)
 			return NULL;
@@ -1211,6 +1212,28 @@ void *fdb_ar_alloc(struct fdb_ar *a, size_t n)
 	void *p = b->data + b->used;
 	b->used += n;
 	return p;
+}
+
+/* Empties the arena but keeps one block of the default size, so that a
+ * reader refilling chunk after chunk does not ask the allocator (and the
+ * kernel) for fresh pages each time. */
+void fdb_ar_reset(struct fdb_ar *a)
+{
+	struct fdb_ar_blk *b = a->blk, *keep = NULL;
+	while (b) {
+		struct fdb_ar_blk *p = b->prev;
+		if (!keep && b->cap == FDB_AR_BLOCK) {
+			keep = b;
+		} else {
+			free(b);
+		}
+		b = p;
+	}
+	if (keep) {
+		keep->prev = NULL;
+		keep->used = 0;
+	}
+	a->blk = keep;
 }
 
 void fdb_ar_free(struct fdb_ar *a)
@@ -1239,49 +1262,82 @@ static int pair_set(struct fdb_pair *out, const uint8_t *key, uint32_t klen, con
 	return 0;
 }
 
-/* A pair located in raw interval bytes or in a cache entry. */
+/* A pair located in raw interval bytes: its record, key and value. */
 struct pair_ref {
-	const uint8_t *key, *val;
+	const uint8_t *rec, *key, *val;
 	uint32_t klen, vlen;
+};
+
+/* Room for an interval's pair refs, reused from interval to interval. */
+struct ref_vec {
+	struct pair_ref *v;
+	uint32_t n, cap;
 };
 
 /* Parses an interval's raw bytes into refs, verifying every checksum
  * (these pairs are returned) and that keys increase from the interval's
  * key on (the binary search below relies on it). */
 static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival *iv,
-		     struct pair_ref **out, uint32_t *n)
+		     struct ref_vec *r)
 {
-	uint32_t cap = 32;
-	struct pair_ref *r = malloc(cap * sizeof(*r));
-	*n = 0;
-	if (!r)
-		return -ENOMEM;
+	r->n = 0;
 	while (p < end) {
 		size_t size;
 		struct pair_ref x;
+		x.rec = p;
 		int bad = fdb_rec_decode(p, end, &size, &x.key, &x.klen, &x.val, &x.vlen);
 		if (!bad) {
-			int c = *n ? fdb_keycmp(r[*n - 1].key, r[*n - 1].klen, x.key, x.klen)
-				   : fdb_keycmp(iv->key, iv->klen, x.key, x.klen);
-			bad = *n ? c >= 0 : c > 0;
+			int c = r->n ? fdb_keycmp(r->v[r->n - 1].key, r->v[r->n - 1].klen, x.key, x.klen)
+				     : fdb_keycmp(iv->key, iv->klen, x.key, x.klen);
+			bad = r->n ? c >= 0 : c > 0;
 		}
-		if (bad) {
-			free(r);
+		if (bad)
 			return FLEX_ECORRUPT;
-		}
-		if (*n == cap) {
-			cap *= 2;
-			struct pair_ref *nr = realloc(r, cap * sizeof(*r));
-			if (!nr) {
-				free(r);
+		if (r->n == r->cap) {
+			uint32_t cap = r->cap ? 2 * r->cap : 64;
+			struct pair_ref *nv = realloc(r->v, cap * sizeof(*nv));
+			if (!nv)
 				return -ENOMEM;
-			}
-			r = nr;
+			r->v = nv;
+			r->cap = cap;
 		}
-		r[(*n)++] = x;
+		r->v[r->n++] = x;
 		p += size;
 	}
-	*out = r;
+	return 0;
+}
+
+/* A whole entry for iv from its raw bytes already parsed (and verified)
+ * into refs: the bytes are copied, nothing is decoded again. */
+static int cent_from_refs(const struct fdb_ival *iv, const uint8_t *raw, uint32_t size,
+			  const struct ref_vec *r, struct fdb_cent **out)
+{
+	*out = NULL;
+	if (iv->count != FDB_COUNT_UNKNOWN && iv->count != r->n)
+		return FLEX_ECORRUPT;
+	size_t arrays = (size_t)r->n * (sizeof(uint32_t) + sizeof(uint16_t));
+	struct fdb_cent *c = calloc(1, sizeof(*c) + arrays);
+	uint8_t *copy = malloc(size ? size : 1);
+	if (!c || !copy) {
+		free(c);
+		free(copy);
+		return -ENOMEM;
+	}
+	c->slot = UINT32_MAX;
+	FDB_ATOMIC_OBJ(&c->ref, sizeof(c->ref));
+	memcpy(copy, raw, size);
+	c->raw = copy;
+	c->size = c->rawcap = size;
+	c->off = (uint32_t *)(c + 1);
+	c->fp = (uint16_t *)(c->off + r->n);
+	c->n = c->cap = r->n;
+	c->packed = 1;
+	for (uint32_t i = 0; i < r->n; i++) {
+		c->off[i] = (uint32_t)(r->v[i].rec - raw);
+		c->fp[i] = fdb_fingerprint(r->v[i].key, r->v[i].klen);
+	}
+	c->bytes = cent_bytes(c);
+	*out = c;
 	return 0;
 }
 
@@ -1311,7 +1367,7 @@ static int64_t scan_start(uint32_t lo, int found, int inclusive, int reverse)
 }
 
 /* A run of neighbouring uncached intervals read at once: logical bytes
- * [off, off + len) of the FlexSpace. */
+ * [off, off + len) of the FlexSpace, in the arena of the scan's pairs. */
 struct scan_run {
 	uint8_t *buf;
 	uint64_t off, len;
@@ -1320,7 +1376,7 @@ struct scan_run {
 /* Reads the uncached intervals from p's on (backwards with reverse) that
  * the scan will probably need (`want` more pairs) into r. */
 static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const struct fdb_ival *iv,
-			 int reverse, int want, struct scan_run *r)
+			 int reverse, int want, struct scan_run *r, struct fdb_ar *ar)
 {
 	struct fdb_ipath q = *p;
 	uint64_t lo = fdb_index_offset(p), hi = lo + iv->size;
@@ -1341,8 +1397,8 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 		else
 			hi += x->size;
 	}
-	free(r->buf);
-	r->buf = malloc(hi > lo ? hi - lo : 1);
+	/* In the chunk's arena: the pairs returned point into it. */
+	r->buf = fdb_ar_alloc(ar, hi > lo ? hi - lo : 1);
 	r->off = lo;
 	r->len = 0;
 	if (!r->buf)
@@ -1370,12 +1426,9 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 	else
 		iv = reverse ? fdb_index_last(s->index, &p) : fdb_index_first(s->index, &p);
 	struct scan_run run = {0};
+	struct ref_vec refs = {0};
 	int first = 1, rc = 0;
 	while (iv && *n < max && !rc) {
-		/* Cached entries are read in place; others from their raw
-		 * bytes, without building (or caching) an entry. */
-		struct pair_ref *refs = NULL;
-		uint32_t cnt;
 		const struct fdb_cent *c = iv->cache;
 		/* Later intervals' entries are somewhere in memory, each a
 		 * chain of pointers (interval, entry, bytes): start fetching
@@ -1395,8 +1448,9 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 				__builtin_prefetch(r + o);
 		}
 		if (c && c->raw) {
-			/* Copied straight from the entry: a binary search in the
-			 * first one, then pair after pair. */
+			/* Copied from the entry (which may change once the
+			 * lock is dropped): a binary search in the first one,
+			 * then pair after pair. */
 			int64_t i = reverse ? (int64_t)c->n - 1 : 0;
 			if (first && flen) {
 				int found;
@@ -1414,52 +1468,48 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			}
 			iv = reverse ? fdb_index_prev(&p) : fdb_index_next(&p);
 			continue;
-		} else {
-			uint64_t off = fdb_index_offset(&p);
-			const uint8_t *raw = (const uint8_t *)""; /* an empty interval */
-			if (iv->size && (off < run.off || off + iv->size > run.off + run.len))
-				rc = scan_read_run(s, &p, iv, reverse, max - *n, &run);
-			if (iv->size && !rc)
-				raw = run.buf + (off - run.off);
-			if (!rc)
-				rc = raw_pairs(raw, raw + iv->size, iv, &refs, &cnt);
-			if (rc)
-				break;
-			/* Offered to the cache while it has room: once it is full,
-			 * copying and checking intervals a scan passes costs more
-			 * than the few later hits repay (seek+next50: 1.28x
-			 * RocksDB without, 1.10-1.21x with the misses' policy). */
-			if (cands->n < cands->cap &&
-			    s->cache_bytes + 2 * (size_t)iv->size <= s->cache_limit) {
-				uint8_t *copy = malloc(iv->size ? iv->size : 1);
-				struct fdb_cent *nc = NULL;
-				if (copy && iv->size)
-					memcpy(copy, raw, iv->size);
-				rc = copy ? cent_from_raw(iv, copy, iv->size, &nc) : -ENOMEM;
-				if (rc) {
-					free(refs);
-					break;
-				}
-				cand_push(cands, iv, nc, ADMIT_WHOLE);
-			}
 		}
-		int64_t i = reverse ? (int64_t)cnt - 1 : 0;
+		/* Others are parsed in the run just read into the chunk's
+		 * arena and returned in place, without building an entry
+		 * unless the cache has room. */
+		uint64_t off = fdb_index_offset(&p);
+		const uint8_t *raw = (const uint8_t *)""; /* an empty interval */
+		if (iv->size && (off < run.off || off + iv->size > run.off + run.len))
+			rc = scan_read_run(s, &p, iv, reverse, max - *n, &run, ar);
+		if (iv->size && !rc)
+			raw = run.buf + (off - run.off);
+		if (!rc)
+			rc = raw_pairs(raw, raw + iv->size, iv, &refs);
+		if (rc)
+			break;
+		/* Offered to the cache while it has room: once it is full,
+		 * copying intervals a scan passes costs more than the few
+		 * later hits repay (seek+next50: 1.28x RocksDB without,
+		 * 1.10-1.21x with the misses' policy). */
+		if (cands->n < cands->cap && s->cache_bytes + 2 * (size_t)iv->size <= s->cache_limit) {
+			struct fdb_cent *nc;
+			if ((rc = cent_from_refs(iv, raw, iv->size, &refs, &nc)) != 0)
+				break;
+			cand_push(cands, iv, nc, ADMIT_WHOLE);
+		}
+		int64_t i = reverse ? (int64_t)refs.n - 1 : 0;
 		if (first && flen) {
 			int found;
-			uint32_t lo = refs_lower(refs, cnt, from, flen, &found);
+			uint32_t lo = refs_lower(refs.v, refs.n, from, flen, &found);
 			i = scan_start(lo, found, inclusive, reverse);
 		}
 		first = 0;
-		for (; i >= 0 && i < cnt && *n < max; i += reverse ? -1 : 1) {
-			if ((rc = pair_set(&out[*n], refs[i].key, refs[i].klen, refs[i].val,
-					   refs[i].vlen, ar)) != 0)
-				break;
-			(*n)++;
+		for (; i >= 0 && i < refs.n && *n < max; i += reverse ? -1 : 1) {
+			/* Key then value, as pair_set would copy them. */
+			struct fdb_pair *o = &out[(*n)++];
+			o->key = (uint8_t *)refs.v[i].key;
+			o->klen = refs.v[i].klen;
+			o->vlen = refs.v[i].vlen;
+			o->tomb = 0;
 		}
-		free(refs);
 		iv = reverse ? fdb_index_prev(&p) : fdb_index_next(&p);
 	}
-	free(run.buf);
+	free(refs.v);
 	return rc;
 }
 

@@ -613,7 +613,9 @@ struct flexdb_iter {
 	uint8_t *bound;	 /* last key the chunk covers (when not exhausted) */
 	uint32_t boundlen;
 	int err;
-	struct fdb_ar ar; /* the chunk's keys and values */
+	struct fdb_ar ar;     /* the chunk's keys and values */
+	struct fdb_ar spare;  /* the previous chunk's, emptied, for the next */
+	struct fdb_pair *src; /* 3 x FDB_ITER_CHUNK: what each source gave */
 };
 
 static void iter_reset(struct flexdb_iter *it)
@@ -634,7 +636,10 @@ int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
 	if (!it)
 		return -ENOMEM;
 	it->pairs = calloc(3 * FDB_ITER_CHUNK, sizeof(*it->pairs));
-	if (!it->pairs) {
+	it->src = calloc(3 * FDB_ITER_CHUNK, sizeof(*it->src));
+	if (!it->pairs || !it->src) {
+		free(it->pairs);
+		free(it->src);
 		free(it);
 		return -ENOMEM;
 	}
@@ -702,15 +707,13 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 	/* `from` may point into the previous chunk: its arena is freed only
 	 * once the new chunk has been read. */
 	struct fdb_ar old = it->ar;
-	it->ar.blk = NULL;
+	it->ar = it->spare;
+	it->spare.blk = NULL;
+	for (int s = 0; s < 3; s++)
+		src[s] = it->src + s * FDB_ITER_CHUNK;
 	for (;;) {
 		iter_reset(it);
 		it->reverse = reverse;
-		for (int s = 0; s < 3; s++) {
-			src[s] = calloc(FDB_ITER_CHUNK, sizeof(struct fdb_pair));
-			if (!src[s])
-				rc = -ENOMEM;
-		}
 		struct fdb_memref *a = NULL, *im = NULL;
 		if (!rc) {
 			uint64_t vis = atomic_load(&db->visible);
@@ -796,11 +799,8 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 			it->pairs[it->n++] = *w;
 		}
 		it->exhausted = bound == NULL;
-		for (int s = 0; s < 3; s++) {
-			free(src[s]);
-			src[s] = NULL;
+		for (int s = 0; s < 3; s++)
 			cnt[s] = 0;
-		}
 		if (rc || it->n > 0 || it->exhausted)
 			break;
 		/* Everything up to the bound was deleted: continue past it. */
@@ -812,7 +812,9 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		free(b);
 		return rc;
 	}
-	fdb_ar_free(&old);
+	fdb_ar_reset(&old);
+	fdb_ar_free(&it->spare);
+	it->spare = old;
 	if (rc) {
 		iter_reset(it);
 		it->exhausted = 1;
@@ -906,6 +908,8 @@ void flexdb_iter_close(struct flexdb_iter *it)
 		return;
 	iter_reset(it);
 	fdb_ar_free(&it->ar);
+	fdb_ar_free(&it->spare);
+	free(it->src);
 	free(it->pairs);
 	free(it);
 }
