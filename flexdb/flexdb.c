@@ -286,9 +286,16 @@ static void *committer_main(void *arg)
 				pthread_cond_wait(&db->mtcond, &db->mtmu);
 			break;
 		}
-		db->imm = NULL;
+		pthread_mutex_unlock(&db->mtmu);
+		/* Point reads find the memtables under db->lock without a
+		 * reference (flexdb_get): the pairs are in the store now, and
+		 * once no reader holds the lock none can still be in m. */
+		pthread_rwlock_wrlock(&db->lock);
+		pthread_mutex_lock(&db->mtmu);
+		__atomic_store_n(&db->imm, NULL, __ATOMIC_RELEASE);
 		pthread_cond_broadcast(&db->mtcond);
 		pthread_mutex_unlock(&db->mtmu);
+		pthread_rwlock_unlock(&db->lock);
 		memref_put(m); /* ours */
 		memref_put(m); /* the db's */
 		pthread_mutex_lock(&db->mtmu);
@@ -328,8 +335,10 @@ static int switch_memtable(struct flexdb *db)
 	}
 	db->wal_gen++;
 	pthread_mutex_lock(&db->mtmu);
-	db->imm = db->active;
-	db->active = n;
+	/* imm first: a reader that sees the new active sees the old one as
+	 * imm (flexdb_get loads them in the other order). */
+	__atomic_store_n(&db->imm, db->active, __ATOMIC_RELEASE);
+	__atomic_store_n(&db->active, n, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&db->mtcond);
 	pthread_mutex_unlock(&db->mtmu);
 	return 0;
@@ -581,20 +590,23 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 	int rc = check_kv(key, klen, NULL, 0, 0);
 	if (rc)
 		return rc;
-	struct fdb_memref *a, *i;
+	/* Under the shared lock the memtables need no reference: the
+	 * committer drops an immutable one only under the exclusive lock,
+	 * after its pairs reached the store (committer_main).  active is
+	 * loaded before imm: switch_memtable stores them the other way. */
 	uint64_t vis = atomic_load(&db->visible);
-	memrefs_get(db, &a, &i);
+	pthread_rwlock_rdlock(&db->lock);
+	const struct fdb_memref *a = __atomic_load_n(&db->active, __ATOMIC_ACQUIRE);
+	const struct fdb_memref *i = __atomic_load_n(&db->imm, __ATOMIC_ACQUIRE);
 	const struct fdb_val *v = fdb_mt_get(a->mt, key, (uint32_t)klen, vis);
 	if (!v && i)
 		v = fdb_mt_get(i->mt, key, (uint32_t)klen, vis);
-	if (v)
+	if (v) {
 		rc = copy_val(v, buf, cap, vlen);
-	memref_put(a);
-	memref_put(i);
-	if (v)
+		pthread_rwlock_unlock(&db->lock);
 		return rc;
+	}
 	struct fdb_cands cands;
-	pthread_rwlock_rdlock(&db->lock);
 	fdb_cands_init(&db->store, &cands, NULL, 0);
 	rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, &cands);
 	pthread_rwlock_unlock(&db->lock);
