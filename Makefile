@@ -11,6 +11,7 @@ DESTDIR ?=
 LIBDIR  ?= $(PREFIX)/lib
 INCDIR  ?= $(PREFIX)/include
 BINDIR  ?= $(PREFIX)/bin
+MANDIR  ?= $(PREFIX)/share/man
 
 CC      ?= cc
 MODE    ?= release
@@ -267,8 +268,12 @@ export PC_flextree  := $(call PCFILE,flextree,FlexTree shift-aware extent index,
 export PC_flexspace := $(call PCFILE,flexspace,FlexSpace persistent flexible address space,Requires: flextree)
 export PC_flexdb    := $(call PCFILE,flexdb,FlexDB sorted key-value store,Requires: flexspace)
 
-install: all
-	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR)
+# Installs what users of the libraries and tools need: the benchmarks
+# (and the peers they link) are not built.
+MANPAGES := $(wildcard docs/man/*.1)
+install: libs $(TOOLS)
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) \
+		$(DESTDIR)$(MANDIR)/man1
 	install -m 644 $(HEADERS) $(DESTDIR)$(INCDIR)/
 	install -m 644 $(LIBS_A) $(DESTDIR)$(LIBDIR)/
 	set -e; for so in $(notdir $(LIBS_SO)); do \
@@ -277,6 +282,7 @@ install: all
 	set -e; for pc in $(PCS); do eval "printf '%s\n' \"\$$PC_$$pc\"" \
 		> $(DESTDIR)$(LIBDIR)/pkgconfig/$$pc.pc; done
 	$(if $(TOOLS),install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)/)
+	install -m 644 $(MANPAGES) $(DESTDIR)$(MANDIR)/man1/
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(INCDIR)/,$(notdir $(HEADERS)))
@@ -285,6 +291,7 @@ uninstall:
 	rm -f $(addsuffix .$(SOVER),$(addprefix $(DESTDIR)$(LIBDIR)/,$(notdir $(LIBS_SO))))
 	rm -f $(patsubst %,$(DESTDIR)$(LIBDIR)/pkgconfig/%.pc,$(PCS))
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS)))
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(MANPAGES)))
 
 format:
 	clang-format -i $(wildcard include/*.h */*.c */*.h)
@@ -304,7 +311,10 @@ help:
 	@echo "make bench-quick  a short benchmark pass"
 	@echo "make bench-cgroup the engines with data larger than memory (memory cgroups, root)"
 	@echo "make bench-mem    FlexDB's RSS at 1M, 4M and 16M pairs"
-	@echo "make install      PREFIX=$(PREFIX) DESTDIR= : headers, libs, tools, pkg-config"
+	@echo "make install      PREFIX=$(PREFIX) DESTDIR= : headers, libs, tools, pkg-config, man pages"
+	@echo "make uninstall    remove what make install installed"
+	@echo "make libs         the libraries only (static and shared)"
+	@echo "make format       clang-format every source file"
 	@echo "make clean        remove build/"
 	@echo "SANITIZE=address,undefined or SANITIZE=thread adds sanitizers"
 	@echo "FLEX_TEST_SEED=N  replays a random test with seed N"

@@ -10,6 +10,9 @@ make --no-print-directory install PREFIX="$prefix" >/dev/null
 make --no-print-directory install PREFIX=/usr/local DESTDIR="$tmp/stage" >/dev/null
 test -f "$tmp/stage/usr/local/include/flextree.h"
 test -f "$tmp/stage/usr/local/lib/pkgconfig/flextree.pc"
+for m in flexdb-cli flexspace-cli flextree-inspect; do
+	test -f "$tmp/stage/usr/local/share/man/man1/$m.1"
+done
 cat > "$tmp/prog.c" <<'C'
 #include <flextree.h>
 #include <stdio.h>
