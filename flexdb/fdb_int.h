@@ -103,6 +103,18 @@ void fdb_mt_free(struct fdb_mt *m);
 /* Writer only.  Copies key and value; returns 0 or -ENOMEM. */
 int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val,
 	       uint32_t vlen, int tomb, uint64_t seq);
+/* Where the last fdb_mt_put_next left off: its predecessors per level. */
+#define FDB_MT_MAX_HEIGHT 12
+struct fdb_mt_finger {
+	void *prev[FDB_MT_MAX_HEIGHT];
+	int height; /* levels of prev that are set; 0: none yet */
+};
+/* fdb_mt_put for keys in ascending order (equal keys in ascending seq):
+ * each search starts where the last one ended, so a sorted run costs
+ * about one step per pair instead of a search from the head.  The finger
+ * starts zeroed and is valid until another put changes the memtable. */
+int fdb_mt_put_next(struct fdb_mt *m, struct fdb_mt_finger *f, const void *key, uint32_t klen,
+		    const void *val, uint32_t vlen, int tomb, uint64_t seq);
 /* Any thread, concurrently with the writer: the newest version with a
  * sequence number <= max_seq, or NULL.  It stays valid while the memtable
  * lives. */

@@ -18,7 +18,7 @@
 
 #include "fdb_int.h"
 
-#define MT_MAX_HEIGHT 12
+#define MT_MAX_HEIGHT FDB_MT_MAX_HEIGHT
 #define ARENA_BLOCK (256u << 10)
 
 struct mt_node {
@@ -190,8 +190,57 @@ static struct mt_node *find_lt(const struct fdb_mt *m, const void *key, uint32_t
 	}
 }
 
+static int mt_put(struct fdb_mt *m, struct fdb_mt_finger *f, const void *key, uint32_t klen,
+		  const void *val, uint32_t vlen, int tomb, uint64_t seq);
+
 int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val,
 	       uint32_t vlen, int tomb, uint64_t seq)
+{
+	return mt_put(m, NULL, key, klen, val, vlen, tomb, seq);
+}
+
+int fdb_mt_put_next(struct fdb_mt *m, struct fdb_mt_finger *f, const void *key, uint32_t klen,
+		    const void *val, uint32_t vlen, int tomb, uint64_t seq)
+{
+	return mt_put(m, f, key, klen, val, vlen, tomb, seq);
+}
+
+/* find_ge from a finger: f->prev[level] precedes the last key put, which
+ * is <= key, so each level's search may start there. */
+static struct mt_node *find_ge_from(const struct fdb_mt *m, const struct fdb_mt_finger *f,
+				    const void *key, uint32_t klen, struct mt_node **prev)
+{
+	struct mt_node *x = m->head;
+	int level = atomic_load_explicit(&m->height, memory_order_relaxed) - 1;
+	for (;;) {
+		if (level < f->height) {
+			struct mt_node *y = f->prev[level];
+			/* Start at the finger unless the search above is past it. */
+			if (y != m->head && (x == m->head || node_cmp(x, node_key(y), y->klen) < 0))
+				x = y;
+		}
+		struct mt_node *n = nxt(x, level);
+		if (n && node_cmp(n, key, klen) < 0) {
+			x = n;
+			continue;
+		}
+		prev[level] = x;
+		if (level == 0)
+			return n;
+		level--;
+	}
+}
+
+static void mt_finger_set(const struct fdb_mt *m, struct fdb_mt_finger *f, struct mt_node **prev)
+{
+	int h = atomic_load_explicit(&m->height, memory_order_relaxed);
+	for (int i = 0; i < h; i++)
+		f->prev[i] = prev[i];
+	f->height = h;
+}
+
+static int mt_put(struct fdb_mt *m, struct fdb_mt_finger *f, const void *key, uint32_t klen,
+		  const void *val, uint32_t vlen, int tomb, uint64_t seq)
 {
 	struct fdb_val *v = arena_alloc(m, sizeof(*v) + (tomb ? 0 : vlen));
 	if (!v)
@@ -204,11 +253,14 @@ int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val
 		memcpy(v->data, val, vlen);
 
 	struct mt_node *prev[MT_MAX_HEIGHT];
-	struct mt_node *n = find_ge(m, key, klen, prev);
+	struct mt_node *n = f && f->height ? find_ge_from(m, f, key, klen, prev)
+					   : find_ge(m, key, klen, prev);
 	if (n && node_cmp(n, key, klen) == 0) {
 		v->prev = atomic_load_explicit(&n->val, memory_order_relaxed);
 		FDB_HB_BEFORE(&n->val);
 		atomic_store_explicit(&n->val, v, memory_order_release);
+		if (f)
+			mt_finger_set(m, f, prev);
 		return 0;
 	}
 	int h = random_height(m);
@@ -236,6 +288,8 @@ int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val
 		atomic_store_explicit(&prev[i]->next[i], n, memory_order_release);
 	}
 	atomic_fetch_add(&m->count, 1);
+	if (f)
+		mt_finger_set(m, f, prev);
 	return 0;
 }
 
