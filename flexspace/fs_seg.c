@@ -104,6 +104,7 @@ void fs_seg_free(struct flexspace *fs)
 struct fs_valid_scan {
 	struct flexspace *fs;
 	uint64_t data_size;
+	uint32_t *count; /* extents per segment, at [seg + 1] (fs_check_overlap) */
 	int bad;
 };
 
@@ -125,6 +126,8 @@ static int fs_count_extent(void *arg, const struct flextree_extent *e)
 	}
 	fs->valid[seg] += e->len;
 	fs->live += e->len;
+	if (vs->count)
+		vs->count[seg + 1]++;
 	return 0;
 }
 
@@ -137,8 +140,8 @@ static int fs_count_extent(void *arg, const struct flextree_extent *e)
  * flexspace_check.  The extents are bucketed by segment (a counting sort:
  * every extent lies within one segment), then each bucket's ranges are
  * marked in a bitmap of one segment, which must not have a bit marked
- * twice, and cleared again for the next bucket.  Linear: two tree scans,
- * 8 bytes per extent and a bit per byte of one segment; about 40 ms per
+ * twice, and cleared again for the next bucket.  Linear: two tree scans
+ * (at open the first is the one that counts live bytes), 8 bytes per extent and a bit per byte of one segment; about 40 ms per
  * million extents (docs/DURABILITY.md).  Sorting each bucket instead cost
  * five times that. */
 struct fs_ov_scan {
@@ -183,12 +186,16 @@ static int fs_ov_mark(uint64_t *map, uint64_t a, uint64_t b, int set)
 	return hit;
 }
 
-int fs_check_overlap(struct flexspace *fs)
+/* counted: the extents per segment at [seg + 1] (nsegs + 1 entries, taken
+ * over), as fs_rebuild_valid's scan counts them; NULL: counted here. */
+static int fs_check_overlap_counted(struct flexspace *fs, uint32_t *counted)
 {
 	struct fs_ov_scan o = {.fs = fs};
 	uint64_t *map = calloc(fs->seg_size / 64, sizeof(uint64_t));
-	o.pos = calloc((size_t)fs->nsegs + 1, sizeof(uint32_t));
-	int rc = map && o.pos ? flextree_scan(fs->tree, 0, UINT64_MAX, fs_ov_extent, &o) : -ENOMEM;
+	o.pos = counted ? counted : calloc((size_t)fs->nsegs + 1, sizeof(uint32_t));
+	int rc = !map || !o.pos ? -ENOMEM
+		 : counted	? 0
+				: flextree_scan(fs->tree, 0, UINT64_MAX, fs_ov_extent, &o);
 	uint64_t n = 0;
 	for (uint32_t s = 0; !rc && s < fs->nsegs; s++) {
 		n += o.pos[s + 1];
@@ -217,6 +224,11 @@ int fs_check_overlap(struct flexspace *fs)
 	return rc > 0 ? FLEX_ECORRUPT : rc;
 }
 
+int fs_check_overlap(struct flexspace *fs)
+{
+	return fs_check_overlap_counted(fs, NULL);
+}
+
 /* Recomputes live bytes per segment from the tree (at open). */
 int fs_rebuild_valid(struct flexspace *fs)
 {
@@ -226,11 +238,16 @@ int fs_rebuild_valid(struct flexspace *fs)
 		return rc;
 	memset(fs->valid, 0, (size_t)fs->seg_cap * sizeof(uint32_t));
 	fs->live = 0;
+	/* The overlap check's counting pass rides along (one scan less). */
+	vs.count = calloc((size_t)fs->nsegs + 1, sizeof(uint32_t));
+	if (!vs.count)
+		return -ENOMEM;
 	rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_count_extent, &vs);
-	if (vs.bad)
-		return FLEX_ECORRUPT;
-	if (!rc)
-		rc = fs_check_overlap(fs);
+	if (vs.bad || rc) {
+		free(vs.count);
+		return vs.bad ? FLEX_ECORRUPT : rc;
+	}
+	rc = fs_check_overlap_counted(fs, vs.count);
 	if (rc)
 		return rc;
 	fs->npending = 0;
