@@ -131,6 +131,10 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 	 * a legacy one was recognised by its LOG header. */
 	if (fresh && ident == FLEX_IDENT_LEGACY)
 		return FLEX_ECORRUPT;
+	/* A LOG still to be initialised needs create; without it nothing is
+	 * written (flextree_open would initialise an empty TREE). */
+	if (fresh && !create)
+		return FLEX_ECORRUPT;
 	if (seg_size < (64u << 10) || seg_size > (256u << 20) || (seg_size & (seg_size - 1)))
 		return FLEX_ECORRUPT;
 	fs->seg_size = seg_size;
