@@ -149,6 +149,14 @@ Test(api_edges, strerror_and_version)
 		cr_assert_not_null(s, "flex_strerror(%d)", codes[i]);
 		cr_assert_gt(strlen(s), 0);
 	}
+	/* The refusals of a directory each have their own text. */
+	const int refusals[] = {FLEX_ENOTSTORE, FLEX_EKIND_SPACE, FLEX_EKIND_DB, FLEX_ECORRUPT,
+				FLEX_EVERSION};
+	for (size_t i = 0; i < 5; i++)
+		for (size_t j = 0; j < i; j++)
+			cr_assert_str_neq(flex_strerror(refusals[i]), flex_strerror(refusals[j]));
+	cr_assert(strstr(flex_strerror(FLEX_EKIND_SPACE), "FlexSpace, not a FlexDB"));
+	cr_assert(strstr(flex_strerror(FLEX_EKIND_DB), "FlexDB store, not a FlexSpace"));
 	int a = -1, b = -1, c = -1;
 	cr_assert_str_eq(flex_version(NULL, NULL, NULL), FLEX_VERSION_STRING);
 	cr_assert_str_eq(flex_version(&a, NULL, &c), FLEX_VERSION_STRING);
