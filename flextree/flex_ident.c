@@ -99,7 +99,7 @@ static int read_head(const struct flex_io *io, const char *dir, const char *name
 		return rc;
 	int fd = io->open(io, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 	if (fd < 0)
-		return fd == -ENOENT || fd == -ELOOP ? 0 : fd;
+		return fd == -ENOENT ? 0 : fd;
 	rc = io->fsize(io, fd, fsize);
 	while (!rc && *got < cap && off + *got < *fsize) {
 		ssize_t n = io->pread(io, fd, buf + *got, cap - *got, off + *got);
@@ -140,6 +140,8 @@ static int read_ident(const struct flex_io *io, const char *dir, int want, int *
 	size_t got;
 	uint64_t size;
 	int rc = read_head(io, dir, FLEX_IDENT_NAME, b, sizeof(b), 0, &got, &size);
+	if (rc == -ELOOP)
+		return FLEX_ENOTSTORE; /* a symbolic link: not what creation makes */
 	if (rc)
 		return rc;
 	flex_ident_encode(exp, want);
