@@ -4,11 +4,11 @@
  * layout: docs/FORMAT.md "IDENTITY"; behaviour: docs/DURABILITY.md "What
  * open refuses").
  *
- * Opening used to take any directory: a user's file that happened to be
- * called LOG, DATA or TREE was truncated or rewritten as if it were a
- * store's, and a FlexSpace opened as a FlexDB store grew a second store
- * inside it.  The rule now is that a file is written only when the
- * library proves it made the directory, and the proof is, in order:
+ * A directory may hold a user's file that happens to be called LOG, DATA
+ * or TREE, or be the other kind of store; taking it for a store of the
+ * kind asked for would truncate or rewrite that file, or grow a second
+ * store inside the first.  So a file is written only when the library
+ * proves it made the directory, and the proof is, in order:
  *   1. a sound IDENTITY naming the kind being opened;
  *   2. for stores made before IDENTITY existed, the library's own
  *      checksummed header: a FlexSpace's LOG header, or for a FlexDB
