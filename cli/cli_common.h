@@ -20,6 +20,7 @@
 #ifndef CLI_COMMON_H
 #define CLI_COMMON_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -972,6 +973,35 @@ CLI_FN void cli_usage(FILE *f, const struct cli_app *app, const struct cli_drive
 	fprintf(f, "%s", d->details);
 }
 
+/* After FLEX_ENOTSTORE: what the directory holds (the first few entries,
+ * directories marked with a '/'), so the user sees which files made the
+ * tool refuse it. */
+static void cli_list_dir(const struct cli_app *app, const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	int n = 0;
+	while ((e = readdir(d)) != NULL) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (n == 0) {
+			fprintf(stderr, "%s: %s holds: ", app->prog, dir);
+		} else if (n == 8) {
+			fprintf(stderr, ", ...");
+			break;
+		} else {
+			fprintf(stderr, ", ");
+		}
+		fprintf(stderr, "%s%s", e->d_name, e->d_type == DT_DIR ? "/" : "");
+		n++;
+	}
+	closedir(d);
+	if (n)
+		fprintf(stderr, "\n");
+}
+
 /* 1 when no command on the -c lines changes the store: each is one that
  * only reads, or is unknown, or sits on a line that does not parse (such
  * lines run nothing).  The store is then opened without creating it, so
@@ -1048,12 +1078,15 @@ CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, c
 	int rc = d->open(app, dir);
 	if (rc) {
 		if (rc == -ENOENT)
-			fprintf(stderr, "%s: cannot open %s: no store there (%s)%s\n", app->prog, dir,
-				flex_strerror(rc),
-				app->only_reads ? "; the commands only read, so none was created" : "");
+			fprintf(stderr, "%s: cannot open %s: no store there (%s)%s\n", app->prog,
+				dir, flex_strerror(rc),
+				app->only_reads ? "; the commands only read, so none was created"
+						: "");
 		else if (rc < 0)
 			fprintf(stderr, "%s: cannot open %s: %s\n", app->prog, dir,
 				flex_strerror(rc));
+		if (rc == FLEX_ENOTSTORE)
+			cli_list_dir(app, dir);
 		return 2;
 	}
 	if (ncmds) {

@@ -182,6 +182,8 @@ static int legacy_db(const struct flex_io *io, const char *dir)
 int flex_ident_probe(const struct flex_io *io, const char *dir, int kind, int create, int *state,
 		     int *partial)
 {
+	if (!io || !dir || !state || !partial || (kind != FLEX_KIND_SPACE && kind != FLEX_KIND_DB))
+		return -EINVAL;
 	*state = 0;
 	*partial = 0;
 	DIR *d = opendir(dir);
@@ -251,6 +253,8 @@ int flex_ident_probe(const struct flex_io *io, const char *dir, int kind, int cr
 
 int flex_ident_write(const struct flex_io *io, const char *dir, int dir_fd, int kind, int partial)
 {
+	if (!io || !dir || (kind != FLEX_KIND_SPACE && kind != FLEX_KIND_DB))
+		return -EINVAL;
 	char path[PATH_MAX];
 	int rc = join(path, dir, FLEX_IDENT_NAME);
 	if (rc)

@@ -47,7 +47,7 @@ enum flex_ident_state {
  *   FLEX_EKIND_DB     is a FlexDB store (kind FLEX_KIND_SPACE asked for)
  *   FLEX_EVERSION     IDENTITY names a newer format
  *   FLEX_ECORRUPT     IDENTITY has the magic but is damaged
- *   -ENOTDIR, -errno
+ *   -EINVAL (a NULL pointer or an unknown kind), -ENOTDIR, -errno
  * *partial is set when an IDENTITY cut short exists (state NEW). */
 FLEX_EXPORT int flex_ident_probe(const struct flex_io *io, const char *dir, int kind, int create,
 				 int *state, int *partial);
@@ -55,8 +55,8 @@ FLEX_EXPORT int flex_ident_probe(const struct flex_io *io, const char *dir, int 
 /* Writes the IDENTITY of `kind` into directory dir (open as dir_fd) and
  * makes it durable: the file, then the directory entry.  partial: an
  * IDENTITY cut short is there (flex_ident_probe said so) and is completed;
- * otherwise the file must not exist (-EEXIST if it does). Returns 0 or
- * -errno. */
+ * otherwise the file must not exist (-EEXIST if it does). Returns 0,
+ * -EINVAL (NULL io or dir, an unknown kind) or -errno. */
 FLEX_EXPORT int flex_ident_write(const struct flex_io *io, const char *dir, int dir_fd, int kind,
 				 int partial);
 

@@ -1514,6 +1514,9 @@ Test(cli, a_users_file_named_like_a_stores_is_untouched)
 		cr_expect_eq(code(&r), 2, "%s: status %d", names[i], code(&r));
 		cr_expect(strstr(r.err, flex_strerror(FLEX_ENOTSTORE)), "%s", r.err);
 		cr_expect(strstr(r.err, d), "the message does not name %s: %s", d, r.err);
+		char holds[600];
+		snprintf(holds, sizeof(holds), "flexspace-cli: %s holds: %s\n", d, names[i]);
+		cr_expect(strstr(r.err, holds), "the files are not listed: %s", r.err);
 		run_free(&r);
 		size_t n;
 		char *b = read_file(f, &n);
