@@ -1079,7 +1079,7 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 			db->wal_gen++;
 	}
 	if (!rc && ident == FLEX_IDENT_LEGACY && create)
-		rc = flex_ident_write(db->io, dir, db->dir_fd, FLEX_KIND_DB, 0);
+		rc = flex_ident_write(db->io, dir, db->dir_fd, FLEX_KIND_DB, partial);
 	if (!rc) {
 		rc = -pthread_create(&db->committer, NULL, committer_main, db);
 		db->committer_started = rc == 0;

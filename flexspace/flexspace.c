@@ -188,7 +188,7 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 	if ((rc = fs_commit(fs)) != 0)
 		return rc;
 	if (ident == FLEX_IDENT_LEGACY && create)
-		rc = flex_ident_write(fs->io, dir, fs->dir_fd, FLEX_KIND_SPACE, 0);
+		rc = flex_ident_write(fs->io, dir, fs->dir_fd, FLEX_KIND_SPACE, partial);
 	return rc;
 }
 

@@ -131,21 +131,27 @@ static int legacy_space(const struct flex_io *io, const char *dir)
 	return 0;
 }
 
-/* What dir/IDENTITY says: 0 sound (kind in *kind), 1 a prefix of the
- * bytes of `want` (empty included), FLEX_EVERSION, FLEX_ECORRUPT (the
- * magic, damaged), FLEX_ENOTSTORE (not the library's), -errno. */
-static int read_ident(const struct flex_io *io, const char *dir, int want, int *kind)
+/* What dir/IDENTITY says: 0 sound (kind in *kind); 1 cut short, a prefix
+ * (empty included) of the bytes of the kinds in *prefix (bit 1 << kind);
+ * FLEX_EVERSION; FLEX_ECORRUPT (the magic, damaged); FLEX_ENOTSTORE (not
+ * the library's); -errno. */
+static int read_ident(const struct flex_io *io, const char *dir, int *kind, int *prefix)
 {
 	uint8_t b[FLEX_IDENT_BYTES], exp[FLEX_IDENT_BYTES];
 	size_t got;
 	uint64_t size;
+	*prefix = 0;
 	int rc = read_head(io, dir, FLEX_IDENT_NAME, b, sizeof(b), 0, &got, &size);
 	if (rc == -ELOOP)
 		return FLEX_ENOTSTORE; /* a symbolic link: not what creation makes */
 	if (rc)
 		return rc;
-	flex_ident_encode(exp, want);
-	if (size < FLEX_IDENT_BYTES && got == size && !memcmp(b, exp, got))
+	for (int k = FLEX_KIND_SPACE; k <= FLEX_KIND_DB; k++) {
+		flex_ident_encode(exp, k);
+		if (size < FLEX_IDENT_BYTES && got == size && !memcmp(b, exp, got))
+			*prefix |= 1 << k;
+	}
+	if (*prefix)
 		return 1;
 	if (size < 8 || memcmp(b, IDENT_MAGIC, 8))
 		return FLEX_ENOTSTORE;
@@ -163,8 +169,8 @@ static int read_ident(const struct flex_io *io, const char *dir, int want, int *
  * LOG header. */
 static int is_space(const struct flex_io *io, const char *dir)
 {
-	int kind = 0;
-	if (read_ident(io, dir, FLEX_KIND_SPACE, &kind) == 0)
+	int kind = 0, prefix;
+	if (read_ident(io, dir, &kind, &prefix) == 0)
 		return kind == FLEX_KIND_SPACE;
 	return legacy_space(io, dir);
 }
@@ -177,6 +183,12 @@ static int legacy_db(const struct flex_io *io, const char *dir)
 	if (join(path, dir, "space") || lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
 		return 0;
 	return is_space(io, path);
+}
+
+/* Whether dir holds a store of `kind` made before identities. */
+static int legacy(const struct flex_io *io, const char *dir, int kind)
+{
+	return kind == FLEX_KIND_SPACE ? legacy_space(io, dir) : legacy_db(io, dir);
 }
 
 int flex_ident_probe(const struct flex_io *io, const char *dir, int kind, int create, int *state,
@@ -211,20 +223,33 @@ int flex_ident_probe(const struct flex_io *io, const char *dir, int kind, int cr
 	if (err)
 		return -err;
 
+	int other = kind == FLEX_KIND_SPACE ? FLEX_KIND_DB : FLEX_KIND_SPACE;
+	int other_status = other == FLEX_KIND_SPACE ? FLEX_EKIND_SPACE : FLEX_EKIND_DB;
 	if (has_ident) {
-		int found = 0;
-		int rc = read_ident(io, dir, kind, &found);
-		if (rc == 1) {
-			/* Cut short while being created: nothing else was made
-			 * before it was durable, so anything beside it is not the
-			 * library's. */
-			if (others)
-				return FLEX_ENOTSTORE;
+		int found = 0, prefix = 0;
+		int rc = read_ident(io, dir, &found, &prefix);
+		if (rc == 1 && !others) {
+			/* A creation cut short: nothing else is made before
+			 * IDENTITY is durable. */
+			if (!(prefix & 1 << kind))
+				return other_status;
 			if (!create)
 				return -ENOENT;
 			*state = FLEX_IDENT_NEW;
 			*partial = 1;
 			return 0;
+		}
+		if (rc == 1) {
+			/* The upgrade of a store made before identities, cut
+			 * short; anything else beside it is not the library's. */
+			if ((prefix & 1 << kind) && legacy(io, dir, kind)) {
+				*state = FLEX_IDENT_LEGACY;
+				*partial = 1;
+				return 0;
+			}
+			if ((prefix & 1 << other) && legacy(io, dir, other))
+				return other_status;
+			return FLEX_ENOTSTORE;
 		}
 		if (rc)
 			return rc;
@@ -239,16 +264,11 @@ int flex_ident_probe(const struct flex_io *io, const char *dir, int kind, int cr
 		*state = FLEX_IDENT_NEW;
 		return 0;
 	}
-	int mine = kind == FLEX_KIND_SPACE ? legacy_space(io, dir) : legacy_db(io, dir);
-	if (mine) {
+	if (legacy(io, dir, kind)) {
 		*state = FLEX_IDENT_LEGACY;
 		return 0;
 	}
-	if (kind == FLEX_KIND_DB && legacy_space(io, dir))
-		return FLEX_EKIND_SPACE;
-	if (kind == FLEX_KIND_SPACE && legacy_db(io, dir))
-		return FLEX_EKIND_DB;
-	return FLEX_ENOTSTORE;
+	return legacy(io, dir, other) ? other_status : FLEX_ENOTSTORE;
 }
 
 int flex_ident_write(const struct flex_io *io, const char *dir, int dir_fd, int kind, int partial)

@@ -30,8 +30,9 @@ enum flex_ident_state {
 	/* A sound IDENTITY of this kind: the store is the library's, and so
 	 * is every file in it with a name the library uses. */
 	FLEX_IDENT_STORE = 1,
-	/* No IDENTITY, but the library's own headers of this kind (a store
-	 * made before identities): open it, then add the identity. */
+	/* No IDENTITY (or one cut short while being added), but the
+	 * library's own headers of this kind (a store made before
+	 * identities): open it, then add or complete the identity. */
 	FLEX_IDENT_LEGACY,
 	/* Nothing to open: the directory is missing or empty, or holds only
 	 * an IDENTITY cut short while being created.  Only returned when the
@@ -48,7 +49,8 @@ enum flex_ident_state {
  *   FLEX_EVERSION     IDENTITY names a newer format
  *   FLEX_ECORRUPT     IDENTITY has the magic but is damaged
  *   -EINVAL (a NULL pointer or an unknown kind), -ENOTDIR, -errno
- * *partial is set when an IDENTITY cut short exists (state NEW). */
+ * *partial is set when an IDENTITY cut short exists (state NEW or
+ * LEGACY), for flex_ident_write to complete. */
 FLEX_EXPORT int flex_ident_probe(const struct flex_io *io, const char *dir, int kind, int create,
 				 int *state, int *partial);
 

@@ -1690,6 +1690,16 @@ Test(flexdb, store_made_before_identities_still_opens)
 	snprintf(p, sizeof(p), "%s/space", d);
 	cr_expect(has_ident(p, FLEX_KIND_SPACE), "space/ did not get its IDENTITY");
 	db_has(d, 1, "k", "old value");
+	/* Adding them cut short: the store's IDENTITY empty, space/'s a
+	 * prefix.  Opens; completed only without no_create. */
+	uint8_t id[FLEX_IDENT_BYTES];
+	flex_ident_encode(id, FLEX_KIND_SPACE);
+	put_file(p, FLEX_IDENT_NAME, id, 9);
+	put_file(d, FLEX_IDENT_NAME, "", 0);
+	db_has(d, 1, "k", "old value");
+	cr_expect(!has_ident(d, FLEX_KIND_DB) && !has_ident(p, FLEX_KIND_SPACE));
+	db_has(d, 0, "k", "old value");
+	cr_expect(has_ident(d, FLEX_KIND_DB) && has_ident(p, FLEX_KIND_SPACE));
 	tmp_remove(root);
 }
 

@@ -1640,6 +1640,23 @@ Test(flexspace, space_made_before_identities_still_opens)
 	space_has(dir, 1, "from before");
 	cr_expect(ident_is(dir, FLEX_KIND_SPACE), "IDENTITY was not added");
 	space_has(dir, 1, "from before");
+	/* Adding it cut short (empty, or a prefix): opens, and is completed
+	 * only with create.  A prefix of a FlexDB identity proves nothing. */
+	uint8_t id[FLEX_IDENT_BYTES];
+	flex_ident_encode(id, FLEX_KIND_SPACE);
+	for (size_t cut = 0; cut < FLEX_IDENT_BYTES; cut += 13) {
+		put_file(dir, FLEX_IDENT_NAME, id, cut);
+		space_has(dir, 0, "from before");
+		cr_expect(!ident_is(dir, FLEX_KIND_SPACE), "cut %zu: completed without create",
+			  cut);
+		space_has(dir, 1, "from before");
+		cr_expect(ident_is(dir, FLEX_KIND_SPACE), "cut %zu: not completed", cut);
+	}
+	flex_ident_encode(id, FLEX_KIND_DB);
+	put_file(dir, FLEX_IDENT_NAME, id, 20);
+	refused_unchanged(dir, FLEX_ENOTSTORE, "a FlexDB IDENTITY cut short beside a space");
+	flex_ident_encode(id, FLEX_KIND_SPACE);
+	put_file(dir, FLEX_IDENT_NAME, id, sizeof(id));
 	/* Both LOG header slots damaged: nothing proves it is a space. */
 	cr_assert_eq(unlink(p), 0);
 	snprintf(p, sizeof(p), "%s/LOG", dir);
