@@ -20,6 +20,7 @@
 #ifndef CLI_COMMON_H
 #define CLI_COMMON_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -531,6 +532,7 @@ struct cli_cmd {
 	const char *help; /* longer text for `help CMD`, may be NULL */
 	cli_fn fn;
 	unsigned nums; /* bit i: argument i (1-based) may be a number */
+	int reads;     /* nonzero: only reads the store (see cli_only_reads) */
 };
 
 struct cli_app {
@@ -545,6 +547,8 @@ struct cli_app {
 	int timer;
 	int quit;
 	int failed; /* some command failed */
+	/* The -c commands only read: the tool opens without creating. */
+	int only_reads;
 	long lineno;
 	const char *cur; /* command being run */
 };
@@ -650,11 +654,11 @@ static void cli_help_one(FILE *f, const struct cli_cmd *c)
 
 /* The built-in commands common to both tools. */
 static const struct cli_cmd cli_builtins[] = {
-    {"help", "[CMD]", 0, 1, "list the commands, or describe CMD", NULL, NULL, 0},
-    {".timer", "on|off", 1, 1, "print the elapsed time after each command", NULL, NULL, 0},
-    {"quit", "", 0, 0, "leave (also: exit, end of input)", NULL, NULL, 0},
-    {"exit", "", 0, 0, "leave", NULL, NULL, 0},
-    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0},
+    {"help", "[CMD]", 0, 1, "list the commands, or describe CMD", NULL, NULL, 0, 1},
+    {".timer", "on|off", 1, 1, "print the elapsed time after each command", NULL, NULL, 0, 1},
+    {"quit", "", 0, 0, "leave (also: exit, end of input)", NULL, NULL, 0, 1},
+    {"exit", "", 0, 0, "leave", NULL, NULL, 0, 1},
+    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0},
 };
 
 /* The tool's command or the built-in called name, or NULL. */
@@ -969,6 +973,60 @@ CLI_FN void cli_usage(FILE *f, const struct cli_app *app, const struct cli_drive
 	fprintf(f, "%s", d->details);
 }
 
+/* After FLEX_ENOTSTORE: what the directory holds (the first few entries,
+ * directories marked with a '/'), so the user sees which files made the
+ * tool refuse it. */
+static void cli_list_dir(const struct cli_app *app, const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	int n = 0;
+	while ((e = readdir(d)) != NULL) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (n == 0) {
+			fprintf(stderr, "%s: %s holds: ", app->prog, dir);
+		} else if (n == 8) {
+			fprintf(stderr, ", ...");
+			break;
+		} else {
+			fprintf(stderr, ", ");
+		}
+		fprintf(stderr, "%s%s", e->d_name, e->d_type == DT_DIR ? "/" : "");
+		n++;
+	}
+	closedir(d);
+	if (n)
+		fprintf(stderr, "\n");
+}
+
+/* 1 when no command on the -c lines changes the store: each is one that
+ * only reads, or is unknown, or sits on a line that does not parse (such
+ * lines run nothing).  The store is then opened without creating it, so
+ * a mistyped directory is reported instead of becoming a new store. */
+static int cli_only_reads(const struct cli_app *app, char **lines, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct cli_line l;
+		char err[256];
+		if (cli_parse_line(lines[i], strlen(lines[i]), &l, err, sizeof(err)))
+			continue;
+		int writes = 0;
+		for (size_t j = 0; j < l.n && !writes; j++) {
+			const struct cli_token *a = l.cmd[j].tok;
+			const struct cli_cmd *d =
+			    a[0].kind == CLI_BARE ? cli_find(app, a[0].text) : NULL;
+			writes = d && !d->reads;
+		}
+		cli_line_free(&l);
+		if (writes)
+			return 0;
+	}
+	return 1;
+}
+
 /* The whole of main: parses the options (-c, --bail, --help, --version and
  * the tool's flags) and DIR, opens DIR, runs the -c commands, else a REPL
  * on a terminal, else a script from standard input, and closes.  Returns
@@ -1016,11 +1074,19 @@ CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, c
 		cli_usage(stderr, app, d);
 		return 2;
 	}
+	app->only_reads = ncmds > 0 && cli_only_reads(app, cmds, ncmds);
 	int rc = d->open(app, dir);
 	if (rc) {
-		if (rc < 0)
+		if (rc == -ENOENT)
+			fprintf(stderr, "%s: cannot open %s: no store there (%s)%s\n", app->prog,
+				dir, flex_strerror(rc),
+				app->only_reads ? "; the commands only read, so none was created"
+						: "");
+		else if (rc < 0)
 			fprintf(stderr, "%s: cannot open %s: %s\n", app->prog, dir,
 				flex_strerror(rc));
+		if (rc == FLEX_ENOTSTORE)
+			cli_list_dir(app, dir);
 		return 2;
 	}
 	if (ncmds) {

@@ -609,40 +609,40 @@ out:
 /* ---- the command table -------------------------------------------------- */
 
 static const struct cli_cmd commands[] = {
-    {"put", "KEY VALUE", 2, 2, "set KEY to VALUE (queued when a batch is open)", NULL, cmd_put, 0},
+    {"put", "KEY VALUE", 2, 2, "set KEY to VALUE (queued when a batch is open)", NULL, cmd_put, 0, 0},
     {"get", "KEY", 1, 1, "print the value of KEY, or (not found)",
-     "    Reads the store, not an open batch.  A missing key is not an error.\n", cmd_get, 0},
-    {"del", "KEY", 1, 1, "delete KEY (absent keys are fine; queued in a batch)", NULL, cmd_del, 0},
+     "    Reads the store, not an open batch.  A missing key is not an error.\n", cmd_get, 0, 1},
+    {"del", "KEY", 1, 1, "delete KEY (absent keys are fine; queued in a batch)", NULL, cmd_del, 0, 0},
     {"scan", "[START [END]] [LIMIT]", 0, 3, "print KEY VALUE pairs in key order, END exclusive",
      "    START \"\" is the first key, END \"\" no end.  A trailing bare decimal\n"
      "    number is the LIMIT (scan 10, scan a 10, scan a z 10); quote it (\"10\")\n"
      "    to mean a key.  With three arguments the third is always the LIMIT.\n",
-     cmd_scan, 0},
+     cmd_scan, 0, 1},
     {"prefix", "P [LIMIT]", 1, 2, "print the pairs whose key starts with P", NULL, cmd_prefix,
-     1u << 2},
-    {"count", "[START [END]]", 0, 2, "count the keys in [START, END)", NULL, cmd_count, 0},
+     1u << 2, 1},
+    {"count", "[START [END]]", 0, 2, "count the keys in [START, END)", NULL, cmd_count, 0, 1},
     {"batch", "", 0, 0, "start an atomic batch of put and del",
      "    put and del are queued until commit applies them all at once (one\n"
      "    flexdb_write, atomic also across a crash) or abort drops them.  get,\n"
      "    scan, prefix and count read the store, not the batch.  A batch still\n"
      "    open at the end is dropped, with an error.\n",
-     cmd_batch, 0},
-    {"commit", "", 0, 0, "apply the open batch atomically", NULL, cmd_commit, 0},
-    {"abort", "", 0, 0, "drop the open batch", NULL, cmd_abort, 0},
-    {"sync", "", 0, 0, "make every change so far durable (flexdb_sync)", NULL, cmd_sync, 0},
+     cmd_batch, 0, 0},
+    {"commit", "", 0, 0, "apply the open batch atomically", NULL, cmd_commit, 0, 0},
+    {"abort", "", 0, 0, "drop the open batch", NULL, cmd_abort, 0, 0},
+    {"sync", "", 0, 0, "make every change so far durable (flexdb_sync)", NULL, cmd_sync, 0, 0},
     {"stats", "", 0, 0, "print the store's counters, one \"name value\" a line", NULL, cmd_stats,
-     0},
-    {"check", "", 0, 0, "run the deep consistency check; prints ok", NULL, cmd_check, 0},
+     0, 1},
+    {"check", "", 0, 0, "run the deep consistency check; prints ok", NULL, cmd_check, 0, 1},
     {"dump", "[FILE]", 0, 1, "write every pair in the dump format to FILE or stdout",
      "    Format: a line \"flexdb-dump 1\", then KEY<TAB>VALUE per pair in key\n"
      "    order, both escaped as CLI arguments, then \"end N\".  Lossless for any\n"
      "    bytes.  Not a point-in-time snapshot if others write meanwhile.\n",
-     cmd_dump, 0},
+     cmd_dump, 0, 1},
     {"load", "FILE", 1, 1, "put every pair of a dump (checked whole before writing)",
      "    Keys already in the store and not in FILE are kept.  A malformed or\n"
      "    truncated file is rejected before anything is written.\n",
-     cmd_load, 0},
-    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0},
+     cmd_load, 0, 0},
+    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0},
 };
 
 static int db_open(struct cli_app *app, const char *dir)
@@ -651,6 +651,8 @@ static int db_open(struct cli_app *app, const char *dir)
 	c->val = malloc(FLEXDB_MAX_VALUE);
 	if (!c->val)
 		return 1;
+	if (app->only_reads)
+		c->opt.no_create = 1;
 	int rc = flexdb_open(dir, &c->opt, &c->db);
 	if (rc)
 		free(c->val);

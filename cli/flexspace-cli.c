@@ -341,30 +341,30 @@ static const struct cli_cmd commands[] = {
     {"import", "FILE", 1, 1, "replace the content with a copy of regular file FILE",
      "    Writes FILE from offset 0 and truncates to its size.  Not atomic: an\n"
      "    error part-way leaves a partial copy (nothing is durable before sync).\n",
-     cmd_import, 0},
-    {"export", "FILE", 1, 1, "write the whole content to FILE", NULL, cmd_export, 0},
+     cmd_import, 0, 0},
+    {"export", "FILE", 1, 1, "write the whole content to FILE", NULL, cmd_export, 0, 1},
     {"read", "[-x|-r|-s] OFF LEN", 2, 3, "print LEN bytes at OFF (fewer at the end)",
      "    -x (default) a hex dump: offset, 16 bytes in hex, the printable ones;\n"
      "    -r the raw bytes to standard output; -s one escaped string, as write\n"
      "    and insert take it.  Holes read as zeros.\n",
-     cmd_read, 7u << 1},
+     cmd_read, 7u << 1, 1},
     {"write", "OFF DATA", 2, 2, "overwrite/extend with DATA at OFF (a gap becomes a hole)", NULL,
-     cmd_write, 1u << 1},
+     cmd_write, 1u << 1, 0},
     {"insert", "OFF DATA", 2, 2, "insert DATA at OFF; what followed moves up", NULL, cmd_insert,
-     1u << 1},
+     1u << 1, 0},
     {"collapse", "OFF LEN", 2, 2, "remove [OFF, OFF+LEN); what followed moves down", NULL,
-     cmd_collapse, 3u << 1},
+     cmd_collapse, 3u << 1, 0},
     {"truncate", "SIZE", 1, 1, "shrink, or grow with a hole, to SIZE bytes", NULL, cmd_truncate,
-     1u << 1},
-    {"size", "", 0, 0, "print the logical size in bytes", NULL, cmd_size, 0},
+     1u << 1, 0},
+    {"size", "", 0, 0, "print the logical size in bytes", NULL, cmd_size, 0, 1},
     {"extents", "[OFF LEN]", 0, 2, "list the extents: LOFF LEN POFF|hole [tag=T]", NULL,
-     cmd_extents, 3u << 1},
+     cmd_extents, 3u << 1, 1},
     {"defrag", "[OFF LEN]", 0, 2, "rewrite a range (default: all) contiguously", NULL, cmd_defrag,
-     3u << 1},
-    {"sync", "", 0, 0, "make every change so far durable", NULL, cmd_sync, 0},
-    {"stats", "", 0, 0, "print the counters, one \"name value\" a line", NULL, cmd_stats, 0},
-    {"check", "", 0, 0, "run the deep consistency check; prints ok", NULL, cmd_check, 0},
-    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0},
+     3u << 1, 0},
+    {"sync", "", 0, 0, "make every change so far durable", NULL, cmd_sync, 0, 0},
+    {"stats", "", 0, 0, "print the counters, one \"name value\" a line", NULL, cmd_stats, 0, 1},
+    {"check", "", 0, 0, "run the deep consistency check; prints ok", NULL, cmd_check, 0, 1},
+    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0},
 };
 
 static int fs_open(struct cli_app *app, const char *dir)
@@ -373,6 +373,8 @@ static int fs_open(struct cli_app *app, const char *dir)
 	c->buf = malloc(CHUNK);
 	if (!c->buf)
 		return 1;
+	if (app->only_reads)
+		c->opt.create = 0;
 	int rc = flexspace_open(dir, &c->opt, &c->fs);
 	if (rc)
 		free(c->buf);

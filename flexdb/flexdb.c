@@ -43,6 +43,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../flextree/flex_ident.h"
 #include "../flextree/flex_killpoint.h"
 #include "fdb_int.h"
 
@@ -1120,14 +1121,25 @@ static void db_free(struct flexdb *db)
 	free(db);
 }
 
+/* Identity first (flex_ident.h): a directory the library cannot prove it
+ * made is refused before anything in it is created or written.  A store
+ * made before identities gets its IDENTITY once it (and its FlexSpace,
+ * which adds its own) has opened. */
 static int db_open(struct flexdb *db, const char *dir, const struct flexdb_options *o)
 {
 	int create = !o->no_create;
-	if (create && mkdir(dir, 0755) != 0 && errno != EEXIST)
+	int ident, partial;
+	int rc = flex_ident_probe(db->io, dir, FLEX_KIND_DB, create, &ident, &partial);
+	if (rc)
+		return rc;
+	if (ident == FLEX_IDENT_NEW && mkdir(dir, 0755) != 0 && errno != EEXIST)
 		return -errno;
 	db->dir_fd = db->io->open(db->io, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
 	if (db->dir_fd < 0)
 		return db->dir_fd;
+	if (ident == FLEX_IDENT_NEW &&
+	    (rc = flex_ident_write(db->io, dir, db->dir_fd, FLEX_KIND_DB, partial)) != 0)
+		return rc;
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/LOCK", dir);
 	db->lock_fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
@@ -1140,7 +1152,7 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	so.create = create;
 	if (!so.io)
 		so.io = db->io;
-	int rc = flexspace_open(path, &so, &db->fs);
+	rc = flexspace_open(path, &so, &db->fs);
 	if (!rc)
 		rc = fdb_store_open(&db->store, db->fs,
 				    o->cache_size ? o->cache_size : FDB_DEFAULT_CACHE);
@@ -1151,6 +1163,8 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 		if (db->active)
 			db->wal_gen++;
 	}
+	if (!rc && ident == FLEX_IDENT_LEGACY && create)
+		rc = flex_ident_write(db->io, dir, db->dir_fd, FLEX_KIND_DB, partial);
 	if (!rc) {
 		rc = -pthread_create(&db->committer, NULL, committer_main, db);
 		db->committer_started = rc == 0;

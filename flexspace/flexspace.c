@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../flextree/flex_ident.h"
 #include "../flextree/flex_killpoint.h"
 #include "flexspace_int.h"
 
@@ -90,17 +91,26 @@ static int fs_tree_torn(struct flexspace *fs, const char *path)
 	return 0;
 }
 
-/* The sequence is: lock, log header (for the segment size), tree, log
- * validation, data file, replay, live-byte counts, clean commit. */
+/* The sequence is: identity (flex_ident.h: nothing is created or written
+ * in a directory the library cannot prove it made), lock, log header (for
+ * the segment size), tree, log validation, data file, replay, live-byte
+ * counts, clean commit; a store made before identities gets its IDENTITY
+ * once it has opened. */
 static int fs_open(struct flexspace *fs, const char *dir, int create)
 {
 	char path[PATH_MAX];
-	int rc;
-	if (create && mkdir(dir, 0755) != 0 && errno != EEXIST)
+	int ident, partial;
+	int rc = flex_ident_probe(fs->io, dir, FLEX_KIND_SPACE, create, &ident, &partial);
+	if (rc)
+		return rc;
+	if (ident == FLEX_IDENT_NEW && mkdir(dir, 0755) != 0 && errno != EEXIST)
 		return -errno;
 	fs->dir_fd = fs->io->open(fs->io, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
 	if (fs->dir_fd < 0)
 		return fs->dir_fd;
+	if (ident == FLEX_IDENT_NEW &&
+	    (rc = flex_ident_write(fs->io, dir, fs->dir_fd, FLEX_KIND_SPACE, partial)) != 0)
+		return rc;
 
 	if ((rc = fs_path(path, dir, "LOCK")) != 0)
 		return rc;
@@ -117,6 +127,14 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 	int fresh = 0;
 	if ((rc = fs_log_open(fs, path, create, &seg_size, &fresh)) != 0)
 		return rc;
+	/* Only a store whose IDENTITY proves it may have a LOG to initialise:
+	 * a legacy one was recognised by its LOG header. */
+	if (fresh && ident == FLEX_IDENT_LEGACY)
+		return FLEX_ECORRUPT;
+	/* A LOG still to be initialised needs create; without it nothing is
+	 * written (flextree_open would initialise an empty TREE). */
+	if (fresh && !create)
+		return FLEX_ECORRUPT;
 	if (seg_size < (64u << 10) || seg_size > (256u << 20) || (seg_size & (seg_size - 1)))
 		return FLEX_ECORRUPT;
 	fs->seg_size = seg_size;
@@ -167,7 +185,11 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 	}
 	if ((rc = fs_rebuild_valid(fs)) != 0)
 		return rc;
-	return fs_commit(fs);
+	if ((rc = fs_commit(fs)) != 0)
+		return rc;
+	if (ident == FLEX_IDENT_LEGACY && create)
+		rc = flex_ident_write(fs->io, dir, fs->dir_fd, FLEX_KIND_SPACE, partial);
+	return rc;
 }
 
 /* The tree is discarded, not closed: a healthy handle has committed it

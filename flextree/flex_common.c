@@ -39,6 +39,13 @@ FLEX_EXPORT const char *flex_strerror(int status)
 		return "an options field is out of its documented range";
 	case FLEX_EREADONLY:
 		return "handle was opened read-only";
+	case FLEX_ENOTSTORE:
+		return "not a FlexDB/FlexSpace store: the directory holds files the library did "
+		       "not create (nothing was changed)";
+	case FLEX_EKIND_SPACE:
+		return "this is a FlexSpace, not a FlexDB store (nothing was changed)";
+	case FLEX_EKIND_DB:
+		return "this is a FlexDB store, not a FlexSpace (nothing was changed)";
 	default:
 		break;
 	}

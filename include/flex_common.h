@@ -50,6 +50,16 @@ enum flex_status {
 	FLEX_EOPTION = -10005,
 	/* The handle was opened read-only. */
 	FLEX_EREADONLY = -10006,
+	/* The directory is not a store the library made: it holds files the
+	 * library did not create (or an IDENTITY that is not the library's).
+	 * Nothing was created, opened for writing or changed. */
+	FLEX_ENOTSTORE = -10007,
+	/* The directory is a FlexSpace, opened as a FlexDB store.  Nothing
+	 * was changed. */
+	FLEX_EKIND_SPACE = -10008,
+	/* The directory is a FlexDB store, opened as a FlexSpace.  Nothing
+	 * was changed. */
+	FLEX_EKIND_DB = -10009,
 	FLEX_ERANGE_LAST = -10099
 };
 

@@ -5,8 +5,9 @@
  * Puts and deletes go to a memtable and a write-ahead log; a background
  * committer moves full memtables into the FlexSpace, where all pairs are
  * stored sorted, found through a small in-memory sparse index and an
- * interval cache.  A store is a directory: LOCK, WAL-<n> files, and the
- * FlexSpace in space/.  Formats: docs/FORMAT.md; guarantees:
+ * interval cache.  A store is a directory: IDENTITY (what the directory
+ * is, written first at creation), LOCK, WAL-<n> files, and the FlexSpace
+ * in space/.  Formats: docs/FORMAT.md; guarantees:
  * docs/DURABILITY.md.
  *
  * Keys are 1 .. FLEXDB_MAX_KEY bytes, values 0 .. FLEXDB_MAX_VALUE bytes,
@@ -58,8 +59,10 @@ struct flexdb_options {
 	 * returned write survives a crash of the process but not of the
 	 * machine until then. */
 	int sync_writes;
-	/* Zero (default with a non-NULL opt too): create the store when
-	 * missing.  Nonzero: opening a missing store fails with -ENOENT. */
+	/* Zero (default with a non-NULL opt too): create the store when the
+	 * directory is missing or empty.  Nonzero: opening a missing or empty
+	 * directory fails with -ENOENT, and nothing is created or written
+	 * there. */
 	int no_create;
 };
 
@@ -89,9 +92,19 @@ struct flexdb_stats {
 };
 
 /* Opens or creates the store in directory dir.  Replays the WALs left by a
- * crash.  Returns 0 and *out, or FLEX_EBUSY (held by another handle or
- * process), FLEX_EOPTION, FLEX_ECORRUPT, FLEX_EVERSION, -ENOENT, -errno.
- * On failure *out is NULL. */
+ * crash.  A store is created only in a missing or empty directory (or one
+ * holding only the IDENTITY of a creation cut short), and an existing one
+ * is opened only when its IDENTITY, or for a store made before identities
+ * its space/ subdirectory, proves the library made it
+ * (docs/DURABILITY.md, "What open refuses").  Any other directory is
+ * refused before a file is created, opened for writing or changed:
+ *   FLEX_ENOTSTORE    it (or space/) holds files the library did not create
+ *   FLEX_EKIND_SPACE  it is a FlexSpace (open it with flexspace_open)
+ *   -ENOENT           missing or empty, and no_create is set
+ * Other returns: 0 and *out, FLEX_EBUSY (held by another handle or
+ * process), FLEX_EOPTION, FLEX_ECORRUPT, FLEX_EVERSION, -errno.  On
+ * failure *out is NULL.  A store made before identities gets its
+ * IDENTITY (and space/ its own) when opened without no_create. */
 FLEX_EXPORT int flexdb_open(const char *dir, const struct flexdb_options *opt,
 			    struct flexdb **out);
 

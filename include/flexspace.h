@@ -2,10 +2,11 @@
  * flexspace.h - FlexSpace, a persistent flexible address space (paper
  * section 4): a file substitute with byte-granular insert and collapse.
  *
- * A space lives in a directory of four files: DATA (a log-structured data
- * file of fixed-size segments), TREE (the FlexTree of its extents, a
- * copy-on-write file), LOG (a logical log of the metadata changes since the
- * tree's last commit) and LOCK.  Writes are buffered in one in-memory
+ * A space lives in a directory of five files: IDENTITY (what the directory
+ * is, written first at creation), DATA (a log-structured data file of
+ * fixed-size segments), TREE (the FlexTree of its extents, a copy-on-write
+ * file), LOG (a logical log of the metadata changes since the tree's last
+ * commit) and LOCK.  Writes are buffered in one in-memory
  * segment; flexspace_sync() makes everything before it durable.  Recovery
  * replays the valid prefix of the log on the last committed tree.  The
  * formats and the crash protocol are in docs/FORMAT.md.
@@ -63,8 +64,9 @@ struct flexspace_options {
 	 * always make progress.  0 means no limit (2^48 bytes). */
 	uint64_t max_data_size;
 	/* Nonzero creates the directory and files when absent (the default
-	 * when opt is NULL).  Zero makes opening a missing space fail with
-	 * -ENOENT. */
+	 * when opt is NULL); the directory must then be missing or empty.
+	 * Zero makes opening a missing or empty directory fail with -ENOENT,
+	 * and never creates or writes a file there. */
 	int create;
 	/* Zero (default): DATA is also mapped read-only and reads copy from
 	 * the mapping, with no system call when the kernel holds the page.
@@ -108,10 +110,21 @@ struct flexspace_stats {
 };
 
 /* Opens or creates the space in directory dir (created when missing
- * unless opt->create == 0 with a non-NULL opt).  Returns 0 and *out, or
- * FLEX_EBUSY (another handle or process holds it), FLEX_ECORRUPT,
- * FLEX_EVERSION, FLEX_EOPTION, -ENOTDIR, -errno.  On failure *out is NULL.
- * Replays the log if the last session did not close cleanly. */
+ * unless opt->create == 0 with a non-NULL opt).  A space is created only
+ * in a missing or empty directory (or one holding only the IDENTITY of a
+ * creation cut short), and an existing one is opened only when its
+ * IDENTITY, or for a space made before identities its LOG header, proves
+ * the library made it (docs/DURABILITY.md, "What open refuses").  Any
+ * other directory is refused before a file is created, opened for writing
+ * or changed:
+ *   FLEX_ENOTSTORE    it holds files the library did not create
+ *   FLEX_EKIND_DB     it is a FlexDB store (open it with flexdb_open)
+ *   -ENOENT           missing or empty, and create is 0
+ * Other returns: 0 and *out, FLEX_EBUSY (another handle or process holds
+ * it), FLEX_ECORRUPT, FLEX_EVERSION, FLEX_EOPTION, -ENOTDIR, -errno.  On
+ * failure *out is NULL.  Replays the log if the last session did not
+ * close cleanly; a space made before identities gets its IDENTITY when
+ * opened with create. */
 FLEX_EXPORT int flexspace_open(const char *dir, const struct flexspace_options *opt,
 			       struct flexspace **out);
 

@@ -89,8 +89,9 @@ struct flextree_stats {
 
 /* Opens a tree.  path == NULL: a new empty volatile tree.  Otherwise the
  * persistent tree in file `path`, created (empty, committed as version 1)
- * when absent; the whole tree is read into memory and every node's
- * checksum verified.  The file is locked exclusively (flock) unless
+ * when absent or empty; the whole tree is read into memory and every
+ * node's checksum verified.  A non-empty file that is not a tree is
+ * refused (FLEX_ECORRUPT / FLEX_EVERSION) without a byte written.  The file is locked exclusively (flock) unless
  * read-only: a second opener gets FLEX_EBUSY.
  * Returns 0 and sets *out, or: -EINVAL (out NULL), FLEX_EOPTION,
  * FLEX_ECORRUPT / FLEX_EVERSION (damaged or foreign file), FLEX_EBUSY,

@@ -145,6 +145,68 @@ static void tmp_clear(const char *dir)
 	mkdir(dir, 0755);
 }
 
+/* ---- directory snapshots --------------------------------------------------- */
+
+/* What a refused open must leave alone: every entry under a directory (the
+ * directory itself included), with its type, size, modification time and
+ * a hash of a regular file's content, as one string.  Two snapshots are
+ * equal when nothing was created, removed, written or truncated. */
+struct dir_snap {
+	char *s;
+	size_t len, cap;
+};
+
+static struct dir_snap *dir_snap_cur;
+
+static int dir_snap_one(const char *path, const struct stat *sb, int type, struct FTW *f)
+{
+	(void)f;
+	struct dir_snap *d = dir_snap_cur;
+	uint64_t h = 0;
+	if (type == FTW_F && S_ISREG(sb->st_mode)) {
+		FILE *fp = fopen(path, "rb");
+		XXH3_state_t *st = XXH3_createState();
+		XXH3_64bits_reset(st);
+		char buf[65536];
+		size_t n;
+		while (fp && (n = fread(buf, 1, sizeof(buf), fp)) > 0)
+			XXH3_64bits_update(st, buf, n);
+		h = XXH3_64bits_digest(st);
+		XXH3_freeState(st);
+		if (fp)
+			fclose(fp);
+	}
+	char line[PATH_MAX + 160];
+	int n = snprintf(line, sizeof(line), "%s %o %lld %lld.%09ld %016" PRIx64 "\n", path,
+			 (unsigned)sb->st_mode, (long long)sb->st_size, (long long)sb->st_mtim.tv_sec,
+			 sb->st_mtim.tv_nsec, h);
+	if (n < 0)
+		return 0;
+	if (d->len + (size_t)n + 1 > d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 4096;
+		while (cap < d->len + (size_t)n + 1)
+			cap *= 2;
+		d->s = realloc(d->s, cap);
+		d->cap = cap;
+	}
+	memcpy(d->s + d->len, line, (size_t)n + 1);
+	d->len += (size_t)n;
+	return 0;
+}
+
+/* A malloc'd snapshot of dir ("(missing)" when it does not exist). */
+static char *dir_snapshot(const char *dir)
+{
+	struct dir_snap d = {0};
+	struct stat st;
+	if (lstat(dir, &st) != 0)
+		return strdup("(missing)");
+	dir_snap_cur = &d;
+	nftw(dir, dir_snap_one, 16, FTW_PHYS);
+	dir_snap_cur = NULL;
+	return d.s ? d.s : strdup("");
+}
+
 /* ---- failure messages ---------------------------------------------------- */
 
 struct why {

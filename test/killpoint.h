@@ -51,6 +51,9 @@ struct kp_point {
 /* Every FLEX_KILLPOINT in the libraries, in the order of
  * docs/DURABILITY.md (test_api_edges checks the three agree). */
 static const struct kp_point kp_points[] = {
+    {"id.write.before", KP_BOTH, KP_PREP_FRESH},
+    {"id.sync.before", KP_BOTH, KP_PREP_FRESH},
+    {"id.dir.sync.before", KP_BOTH, KP_PREP_FRESH},
     {"ft.nodes.sync.before", KP_BOTH, 0},
     {"ft.nodes.sync.after", KP_BOTH, 0},
     {"ft.header.sync.before", KP_BOTH, 0},

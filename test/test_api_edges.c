@@ -37,6 +37,7 @@
 #include "flexdb.h"
 #include "flexspace.h"
 #include "flextree.h"
+#include "../flextree/flex_ident.h"
 #include "../flextree/flex_killpoint.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -149,6 +150,14 @@ Test(api_edges, strerror_and_version)
 		cr_assert_not_null(s, "flex_strerror(%d)", codes[i]);
 		cr_assert_gt(strlen(s), 0);
 	}
+	/* The refusals of a directory each have their own text. */
+	const int refusals[] = {FLEX_ENOTSTORE, FLEX_EKIND_SPACE, FLEX_EKIND_DB, FLEX_ECORRUPT,
+				FLEX_EVERSION};
+	for (size_t i = 0; i < 5; i++)
+		for (size_t j = 0; j < i; j++)
+			cr_assert_str_neq(flex_strerror(refusals[i]), flex_strerror(refusals[j]));
+	cr_assert(strstr(flex_strerror(FLEX_EKIND_SPACE), "FlexSpace, not a FlexDB"));
+	cr_assert(strstr(flex_strerror(FLEX_EKIND_DB), "FlexDB store, not a FlexSpace"));
 	int a = -1, b = -1, c = -1;
 	cr_assert_str_eq(flex_version(NULL, NULL, NULL), FLEX_VERSION_STRING);
 	cr_assert_str_eq(flex_version(&a, NULL, &c), FLEX_VERSION_STRING);
@@ -239,6 +248,58 @@ Test(api_edges, killpoint_spec_edges)
 	tmp_free(&d);
 }
 #endif
+
+/* ---- flex_ident (the libraries' own; tests reach it through its header) --------------- */
+
+Test(api_edges, ident_probe_write_and_encode_edges)
+{
+	struct tmpdir d;
+	tmp_make(&d, "ident");
+	const struct flex_io *io = flex_io_posix();
+	int state = -1, partial = -1;
+	char p[PATH_MAX + 32];
+	/* Bad arguments. */
+	cr_assert_eq(flex_ident_probe(NULL, d.path, FLEX_KIND_SPACE, 1, &state, &partial), -EINVAL);
+	cr_assert_eq(flex_ident_probe(io, NULL, FLEX_KIND_SPACE, 1, &state, &partial), -EINVAL);
+	cr_assert_eq(flex_ident_probe(io, d.path, 0, 1, &state, &partial), -EINVAL);
+	cr_assert_eq(flex_ident_probe(io, d.path, 3, 1, &state, &partial), -EINVAL);
+	cr_assert_eq(flex_ident_probe(io, d.path, FLEX_KIND_DB, 1, NULL, &partial), -EINVAL);
+	cr_assert_eq(flex_ident_probe(io, d.path, FLEX_KIND_DB, 1, &state, NULL), -EINVAL);
+	cr_assert_eq(flex_ident_write(NULL, d.path, -1, FLEX_KIND_SPACE, 0), -EINVAL);
+	cr_assert_eq(flex_ident_write(io, NULL, -1, FLEX_KIND_SPACE, 0), -EINVAL);
+	cr_assert_eq(flex_ident_write(io, d.path, -1, 7, 0), -EINVAL);
+	/* An empty directory: new with create, -ENOENT without; a missing one
+	 * likewise; a regular file is no directory. */
+	cr_assert_eq(flex_ident_probe(io, d.path, FLEX_KIND_SPACE, 1, &state, &partial), 0);
+	cr_assert(state == FLEX_IDENT_NEW && partial == 0);
+	cr_assert_eq(flex_ident_probe(io, d.path, FLEX_KIND_SPACE, 0, &state, &partial), -ENOENT);
+	join(p, sizeof(p), d.path, "missing");
+	cr_assert_eq(flex_ident_probe(io, p, FLEX_KIND_DB, 1, &state, &partial), 0);
+	cr_assert_eq(state, FLEX_IDENT_NEW);
+	cr_assert_eq(flex_ident_probe(io, p, FLEX_KIND_DB, 0, &state, &partial), -ENOENT);
+	join(p, sizeof(p), d.path, "file");
+	FILE *f = fopen(p, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	cr_assert_eq(flex_ident_probe(io, p, FLEX_KIND_DB, 1, &state, &partial), -ENOTDIR);
+	cr_assert_eq(unlink(p), 0);
+	/* Written once; a second plain write finds it there. */
+	int fd = open(d.path, O_RDONLY | O_DIRECTORY);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(flex_ident_write(io, d.path, fd, FLEX_KIND_SPACE, 0), 0);
+	cr_assert_eq(flex_ident_write(io, d.path, fd, FLEX_KIND_SPACE, 0), -EEXIST);
+	close(fd);
+	cr_assert_eq(flex_ident_probe(io, d.path, FLEX_KIND_SPACE, 0, &state, &partial), 0);
+	cr_assert_eq(state, FLEX_IDENT_STORE);
+	cr_assert_eq(flex_ident_probe(io, d.path, FLEX_KIND_DB, 1, &state, &partial),
+		     FLEX_EKIND_SPACE);
+	uint8_t a[FLEX_IDENT_BYTES], b[FLEX_IDENT_BYTES];
+	flex_ident_encode(a, FLEX_KIND_SPACE);
+	flex_ident_encode(b, FLEX_KIND_DB);
+	cr_assert_neq(memcmp(a, b, sizeof(a)), 0);
+	cr_assert_eq(memcmp(a, "FLEXIDNT", 8), 0);
+	tmp_free(&d);
+}
 
 /* ---- flex_io ------------------------------------------------------------------------ */
 
@@ -871,7 +932,8 @@ static const char *const exported_covered[] = {
     "flexdb_iter_prev",	     "flexdb_iter_key",
     "flexdb_iter_value",     "flexdb_iter_close",
     "flexdb_check",	     "flexdb_stats",
-    "flex_killpoint",
+    "flex_killpoint",	     "flex_ident_probe",
+    "flex_ident_write",	     "flex_ident_encode",
 };
 
 static int covered(const char *name)

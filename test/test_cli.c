@@ -1447,3 +1447,113 @@ Test(cli, db_interactive_pty)
 	free(h);
 	free(t.buf);
 }
+
+/* ---- stores the tools did not make -------------------------------------- */
+
+/* A read-only command on a mistyped directory creates nothing, fails with
+ * status 2 and names the directory; a writing command still creates. */
+Test(cli, read_commands_on_a_missing_path_create_nothing)
+{
+	need_tools();
+	static const char *const db_reads[] = {"get a", "scan",	 "prefix a", "count",
+					       "stats", "check", "dump",     "get a; help"};
+	static const char *const fs_reads[] = {"size", "read 0 4", "extents", "stats", "check"};
+	struct run r;
+	char want[512];
+	for (size_t i = 0; i < sizeof(db_reads) / sizeof(db_reads[0]); i++) {
+		const char *p = path("typo/db");
+		cmdline(dbcli, p, db_reads[i], &r);
+		cr_expect_eq(code(&r), 2, "%s: status %d", db_reads[i], code(&r));
+		snprintf(want, sizeof(want), "flexdb-cli: cannot open %s: no store there", p);
+		cr_expect(strstr(r.err, want), "%s: %s", db_reads[i], r.err);
+		cr_expect(access(p, F_OK) != 0, "%s created %s", db_reads[i], p);
+		run_free(&r);
+	}
+	for (size_t i = 0; i < sizeof(fs_reads) / sizeof(fs_reads[0]); i++) {
+		const char *p = path("typo-space");
+		cmdline(fscli, p, fs_reads[i], &r);
+		cr_expect_eq(code(&r), 2, "%s: status %d", fs_reads[i], code(&r));
+		snprintf(want, sizeof(want), "flexspace-cli: cannot open %s: no store there", p);
+		cr_expect(strstr(r.err, want), "%s: %s", fs_reads[i], r.err);
+		cr_expect(access(p, F_OK) != 0, "%s created %s", fs_reads[i], p);
+		run_free(&r);
+	}
+	/* An empty directory is no store either, and stays empty. */
+	const char *empty = path("empty");
+	cr_assert_eq(mkdir(empty, 0755), 0);
+	cmdline(dbcli, empty, "count", &r);
+	cr_expect_eq(code(&r), 2);
+	run_free(&r);
+	cr_expect_eq(rmdir(empty), 0, "the empty directory was written to");
+	/* A line that writes creates the store, as before. */
+	const char *db = path("made");
+	cmdline(dbcli, db, "get a; put a 1", &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	run_free(&r);
+	cmdline(dbcli, db, "get a", &r);
+	cr_expect_str_eq(r.out, "1\n");
+	run_free(&r);
+}
+
+/* A user's file named like a store's is neither truncated nor rewritten,
+ * and the tool says why it refused. */
+Test(cli, a_users_file_named_like_a_stores_is_untouched)
+{
+	need_tools();
+	static const char *const names[] = {"LOG", "DATA", "TREE"};
+	struct run r;
+	for (size_t i = 0; i < 3; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "u%zu", i);
+		const char *d = path(name);
+		cr_assert_eq(mkdir(d, 0755), 0);
+		char f[512];
+		snprintf(f, sizeof(f), "%s/%s", d, names[i]);
+		write_file(f, "my notes\n", 9);
+		cmdline(fscli, d, "write 0 x; sync", &r);
+		cr_expect_eq(code(&r), 2, "%s: status %d", names[i], code(&r));
+		cr_expect(strstr(r.err, flex_strerror(FLEX_ENOTSTORE)), "%s", r.err);
+		cr_expect(strstr(r.err, d), "the message does not name %s: %s", d, r.err);
+		char holds[600];
+		snprintf(holds, sizeof(holds), "flexspace-cli: %s holds: %s\n", d, names[i]);
+		cr_expect(strstr(r.err, holds), "the files are not listed: %s", r.err);
+		run_free(&r);
+		size_t n;
+		char *b = read_file(f, &n);
+		cr_expect(n == 9 && !memcmp(b, "my notes\n", 9), "%s was changed", names[i]);
+		free(b);
+	}
+	/* space/DATA for flexdb-cli */
+	const char *d = path("dbdir");
+	char sp[512], f[600];
+	snprintf(sp, sizeof(sp), "%s/space", d);
+	snprintf(f, sizeof(f), "%s/DATA", sp);
+	cr_assert_eq(mkdir(d, 0755), 0);
+	cr_assert_eq(mkdir(sp, 0755), 0);
+	write_file(f, "mine", 4);
+	cmdline(dbcli, d, "put a 1", &r);
+	cr_expect_eq(code(&r), 2);
+	cr_expect(strstr(r.err, flex_strerror(FLEX_ENOTSTORE)), "%s", r.err);
+	run_free(&r);
+	size_t n;
+	char *b = read_file(f, &n);
+	cr_expect(n == 4 && !memcmp(b, "mine", 4), "space/DATA was changed");
+	free(b);
+	/* The other kind of store is refused by each tool. */
+	const char *fsd = path("fs"), *dbd = path("db");
+	cmdline(fscli, fsd, "write 0 abc", &r);
+	run_free(&r);
+	cmdline(dbcli, dbd, "put a 1", &r);
+	run_free(&r);
+	cmdline(dbcli, fsd, "put k v", &r);
+	cr_expect_eq(code(&r), 2);
+	cr_expect(strstr(r.err, flex_strerror(FLEX_EKIND_SPACE)), "%s", r.err);
+	run_free(&r);
+	cmdline(fscli, dbd, "write 0 x", &r);
+	cr_expect_eq(code(&r), 2);
+	cr_expect(strstr(r.err, flex_strerror(FLEX_EKIND_DB)), "%s", r.err);
+	run_free(&r);
+	cmdline(fscli, fsd, "read -s 0 3", &r);
+	cr_expect_str_eq(r.out, "abc\n");
+	run_free(&r);
+}

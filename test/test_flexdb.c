@@ -47,6 +47,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../flextree/flex_ident.h"
 #include "flexdb.h"
 #include "flexdb_model.h"
 
@@ -1507,6 +1508,235 @@ Test(flexdb, open_rejects_bad_options_and_missing_stores)
 	expect_val(db, "k", 1, "v", 1);
 	cr_assert_eq(flexdb_close(db), 0);
 	tmp_remove(dir);
+}
+
+/* ---- identity: directories the library did not make ---------------------- */
+
+static void put_file(const char *dir, const char *name, const void *b, size_t n)
+{
+	char p[600];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	FILE *f = fopen(p, "wb");
+	cr_assert_not_null(f, "%s", p);
+	cr_assert_eq(fwrite(b, 1, n, f), n);
+	cr_assert_eq(fclose(f), 0);
+}
+
+/* flexdb_open with create and without: each fails with `want` and leaves
+ * the tree under dir exactly as it was (entries, sizes, mtimes, bytes). */
+static void db_refused_unchanged(const char *dir, int want, const char *what)
+{
+	char *before = dir_snapshot(dir);
+	for (int nc = 0; nc < 2; nc++) {
+		struct flexdb_options o = fdb_tiny_opts();
+		o.no_create = nc;
+		struct flexdb *db = (struct flexdb *)dir;
+		int rc = flexdb_open(dir, &o, &db);
+		cr_expect_eq(rc, want, "%s, no_create %d: %s, not %s", what, nc, flex_strerror(rc),
+			     flex_strerror(want));
+		cr_expect_null(db);
+		if (!rc)
+			flexdb_close(db);
+		char *after = dir_snapshot(dir);
+		cr_expect_str_eq(after, before, "%s, no_create %d: the directory changed", what,
+				 nc);
+		free(after);
+	}
+	free(before);
+}
+
+/* flexspace_open with create and without, likewise. */
+static void space_refused_unchanged(const char *dir, int want, const char *what)
+{
+	char *before = dir_snapshot(dir);
+	for (int create = 1; create >= 0; create--) {
+		struct flexspace_options o = {.create = create};
+		struct flexspace *fs = (struct flexspace *)dir;
+		int rc = flexspace_open(dir, &o, &fs);
+		cr_expect_eq(rc, want, "%s, create %d: %s, not %s", what, create, flex_strerror(rc),
+			     flex_strerror(want));
+		cr_expect_null(fs);
+		if (!rc)
+			flexspace_close(fs);
+		char *after = dir_snapshot(dir);
+		cr_expect_str_eq(after, before, "%s, create %d: the directory changed", what,
+				 create);
+		free(after);
+	}
+	free(before);
+}
+
+static void db_put_close(const char *dir, const char *k, const char *v)
+{
+	struct flexdb_options o = fdb_tiny_opts();
+	struct flexdb *db;
+	int rc = flexdb_open(dir, &o, &db);
+	cr_assert_eq(rc, 0, "%s: %s", dir, flex_strerror(rc));
+	put_s(db, k, v);
+	cr_assert_eq(flexdb_close(db), 0);
+}
+
+static void db_has(const char *dir, int no_create, const char *k, const char *v)
+{
+	struct flexdb_options o = fdb_tiny_opts();
+	o.no_create = no_create;
+	struct flexdb *db;
+	int rc = flexdb_open(dir, &o, &db);
+	cr_assert_eq(rc, 0, "%s: %s", dir, flex_strerror(rc));
+	expect_val(db, k, strlen(k), v, strlen(v));
+	cr_assert_eq(flexdb_close(db), 0);
+}
+
+static int has_ident(const char *dir, int kind)
+{
+	char p[600];
+	snprintf(p, sizeof(p), "%s/" FLEX_IDENT_NAME, dir);
+	uint8_t b[FLEX_IDENT_BYTES + 1], want[FLEX_IDENT_BYTES];
+	FILE *f = fopen(p, "rb");
+	if (!f)
+		return 0;
+	size_t n = fread(b, 1, sizeof(b), f);
+	fclose(f);
+	flex_ident_encode(want, kind);
+	return n == FLEX_IDENT_BYTES && !memcmp(b, want, n);
+}
+
+/* A user's files named like a store's (LOG, DATA, TREE, and space/DATA
+ * for FlexDB) are refused untouched. */
+Test(flexdb, users_files_named_like_a_stores_are_refused_untouched)
+{
+	char root[256], d[400], sp[450];
+	fdb_tmpdir(root, sizeof(root), "foreign");
+	static const char *const names[] = {"LOG", "DATA", "TREE", "LOCK", "WAL-0000000000000001"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(d, sizeof(d), "%s/u%zu", root, i);
+		cr_assert_eq(mkdir(d, 0755), 0);
+		put_file(d, names[i], "my notes\n", 9);
+		db_refused_unchanged(d, FLEX_ENOTSTORE, names[i]);
+	}
+	static const char *const space_names[] = {"DATA", "LOG", "TREE"};
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(d, sizeof(d), "%s/s%zu", root, i);
+		snprintf(sp, sizeof(sp), "%s/space", d);
+		cr_assert_eq(mkdir(d, 0755), 0);
+		cr_assert_eq(mkdir(sp, 0755), 0);
+		put_file(sp, space_names[i], "mine", 4);
+		db_refused_unchanged(d, FLEX_ENOTSTORE, space_names[i]);
+	}
+	/* An empty space/ is no FlexDB store either. */
+	snprintf(d, sizeof(d), "%s/emptyspace", root);
+	snprintf(sp, sizeof(sp), "%s/space", d);
+	cr_assert_eq(mkdir(d, 0755), 0);
+	cr_assert_eq(mkdir(sp, 0755), 0);
+	db_refused_unchanged(d, FLEX_ENOTSTORE, "empty space/");
+	tmp_remove(root);
+}
+
+/* A FlexSpace opened as a FlexDB store, and a FlexDB store opened as a
+ * FlexSpace, are refused with the kind's own status and left unchanged,
+ * with or without IDENTITY (stores made before it). */
+Test(flexdb, the_other_kind_of_store_is_refused_unchanged)
+{
+	char root[256], fsd[400], dbd[400], p[500];
+	fdb_tmpdir(root, sizeof(root), "kind");
+	snprintf(fsd, sizeof(fsd), "%s/space-only", root);
+	snprintf(dbd, sizeof(dbd), "%s/db", root);
+	struct flexspace_options so = {.create = 1};
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(fsd, &so, &fs), 0);
+	cr_assert_eq(flexspace_write(fs, "abc", 0, 3), 3);
+	cr_assert_eq(flexspace_close(fs), 0);
+	db_put_close(dbd, "k", "v");
+	for (int legacy = 0; legacy < 2; legacy++) {
+		if (legacy) {
+			snprintf(p, sizeof(p), "%s/" FLEX_IDENT_NAME, fsd);
+			cr_assert_eq(unlink(p), 0);
+			snprintf(p, sizeof(p), "%s/" FLEX_IDENT_NAME, dbd);
+			cr_assert_eq(unlink(p), 0);
+			snprintf(p, sizeof(p), "%s/space/" FLEX_IDENT_NAME, dbd);
+			cr_assert_eq(unlink(p), 0);
+		}
+		db_refused_unchanged(fsd, FLEX_EKIND_SPACE,
+				     legacy ? "legacy FlexSpace" : "FlexSpace");
+		space_refused_unchanged(dbd, FLEX_EKIND_DB, legacy ? "legacy FlexDB" : "FlexDB");
+	}
+	/* Each still opens as what it is; space/ of a store is a FlexSpace. */
+	db_has(dbd, 0, "k", "v");
+	snprintf(p, sizeof(p), "%s/space", dbd);
+	cr_assert_eq(flexspace_open(p, &so, &fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(fsd, &so, &fs), 0);
+	cr_assert_eq(flexspace_size(fs), 3);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(root);
+}
+
+/* A store made before IDENTITY existed (none in the store nor in space/)
+ * opens; without create nothing is added, with create both get theirs. */
+Test(flexdb, store_made_before_identities_still_opens)
+{
+	char root[256], d[400], p[500];
+	fdb_tmpdir(root, sizeof(root), "legacy");
+	snprintf(d, sizeof(d), "%s/old", root);
+	db_put_close(d, "k", "old value");
+	snprintf(p, sizeof(p), "%s/" FLEX_IDENT_NAME, d);
+	cr_assert_eq(unlink(p), 0);
+	snprintf(p, sizeof(p), "%s/space/" FLEX_IDENT_NAME, d);
+	cr_assert_eq(unlink(p), 0);
+	db_has(d, 1, "k", "old value");
+	cr_expect(!has_ident(d, FLEX_KIND_DB), "an open without create added IDENTITY");
+	db_has(d, 0, "k", "old value");
+	cr_expect(has_ident(d, FLEX_KIND_DB), "the store did not get its IDENTITY");
+	snprintf(p, sizeof(p), "%s/space", d);
+	cr_expect(has_ident(p, FLEX_KIND_SPACE), "space/ did not get its IDENTITY");
+	db_has(d, 1, "k", "old value");
+	/* Adding them cut short: the store's IDENTITY empty, space/'s a
+	 * prefix.  Opens; completed only without no_create. */
+	uint8_t id[FLEX_IDENT_BYTES];
+	flex_ident_encode(id, FLEX_KIND_SPACE);
+	put_file(p, FLEX_IDENT_NAME, id, 9);
+	put_file(d, FLEX_IDENT_NAME, "", 0);
+	db_has(d, 1, "k", "old value");
+	cr_expect(!has_ident(d, FLEX_KIND_DB) && !has_ident(p, FLEX_KIND_SPACE));
+	db_has(d, 0, "k", "old value");
+	cr_expect(has_ident(d, FLEX_KIND_DB) && has_ident(p, FLEX_KIND_SPACE));
+	tmp_remove(root);
+}
+
+/* A FlexDB creation cut short: the store's IDENTITY alone, cut short
+ * itself, or with space/ holding only a space IDENTITY cut short. */
+Test(flexdb, creation_cut_short_is_finished)
+{
+	char root[256], d[400], sp[450];
+	fdb_tmpdir(root, sizeof(root), "cutshort");
+	uint8_t dbid[FLEX_IDENT_BYTES], spid[FLEX_IDENT_BYTES];
+	flex_ident_encode(dbid, FLEX_KIND_DB);
+	flex_ident_encode(spid, FLEX_KIND_SPACE);
+	for (int step = 0; step < 4; step++) {
+		snprintf(d, sizeof(d), "%s/step%d", root, step);
+		snprintf(sp, sizeof(sp), "%s/space", d);
+		cr_assert_eq(mkdir(d, 0755), 0);
+		put_file(d, FLEX_IDENT_NAME, dbid, step == 0 ? 0 : step == 1 ? 9 : sizeof(dbid));
+		if (step >= 2)
+			put_file(d, "LOCK", "", 0);
+		if (step == 3) {
+			cr_assert_eq(mkdir(sp, 0755), 0);
+			put_file(sp, FLEX_IDENT_NAME, spid, 5);
+		}
+		char *before = dir_snapshot(d);
+		struct flexdb_options o = fdb_tiny_opts();
+		o.no_create = 1;
+		struct flexdb *db;
+		cr_expect_eq(flexdb_open(d, &o, &db), -ENOENT, "step %d", step);
+		char *after = dir_snapshot(d);
+		cr_expect_str_eq(after, before, "step %d: open without create changed it", step);
+		free(before);
+		free(after);
+		db_put_close(d, "k", "finished");
+		db_has(d, 1, "k", "finished");
+		cr_expect(has_ident(d, FLEX_KIND_DB) && has_ident(sp, FLEX_KIND_SPACE));
+	}
+	tmp_remove(root);
 }
 
 /* ======================================================================

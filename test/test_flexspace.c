@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../flextree/flex_ident.h"
 #include "crashio.h"
 #include "flexspace.h"
 
@@ -1380,4 +1381,290 @@ Test(flexspace, concurrent_readers_see_stable_bytes_while_writer_appends_and_gc_
 	cr_assert_eq(flexspace_close(fs), 0);
 	free(b);
 	tmp_remove(dir);
+}
+
+/* ---- identity: directories the library did not make --------------------- */
+
+static void put_file(const char *dir, const char *name, const void *b, size_t n)
+{
+	char p[PATH_MAX + 64];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	FILE *f = fopen(p, "wb");
+	cr_assert_not_null(f, "%s", p);
+	cr_assert_eq(fwrite(b, 1, n, f), n);
+	cr_assert_eq(fclose(f), 0);
+}
+
+/* Opens dir with create (unless no_create_only) and without: each must
+ * fail with `want` and leave the directory exactly as it was. */
+static void refused_unchanged_as(const char *dir, int want, const char *what, int no_create_only)
+{
+	char *before = dir_snapshot(dir);
+	for (int create = !no_create_only; create >= 0; create--) {
+		struct flexspace_options o = tiny_options();
+		o.create = create;
+		struct flexspace *fs = (struct flexspace *)dir;
+		int rc = flexspace_open(dir, &o, &fs);
+		cr_expect_eq(rc, want, "%s, create %d: %s, not %s", what, create, flex_strerror(rc),
+			     flex_strerror(want));
+		cr_expect_null(fs);
+		if (!rc)
+			flexspace_close(fs);
+		char *after = dir_snapshot(dir);
+		cr_expect_str_eq(after, before, "%s, create %d: the directory changed", what,
+				 create);
+		free(after);
+	}
+	free(before);
+}
+
+static void refused_unchanged(const char *dir, int want, const char *what)
+{
+	refused_unchanged_as(dir, want, what, 0);
+}
+
+static void space_has(const char *dir, int create, const char *want)
+{
+	struct flexspace_options o = tiny_options();
+	o.create = create;
+	struct flexspace *fs;
+	int rc = flexspace_open(dir, &o, &fs);
+	cr_assert_eq(rc, 0, "%s: %s", dir, flex_strerror(rc));
+	char b[64] = {0};
+	size_t n = strlen(want);
+	cr_expect_eq(flexspace_size(fs), n);
+	cr_expect_eq(flexspace_read(fs, b, 0, sizeof(b)), (ssize_t)n);
+	cr_expect_str_eq(b, want);
+	cr_assert_eq(flexspace_close(fs), 0);
+}
+
+static void space_write(const char *dir, const char *text)
+{
+	struct flexspace_options o = tiny_options();
+	struct flexspace *fs;
+	int rc = flexspace_open(dir, &o, &fs);
+	cr_assert_eq(rc, 0, "%s: %s", dir, flex_strerror(rc));
+	cr_assert_eq(flexspace_write(fs, text, 0, strlen(text)), (ssize_t)strlen(text));
+	cr_assert_eq(flexspace_close(fs), 0);
+}
+
+static int ident_is(const char *dir, int kind)
+{
+	char p[PATH_MAX + 16];
+	snprintf(p, sizeof(p), "%s/" FLEX_IDENT_NAME, dir);
+	uint8_t b[FLEX_IDENT_BYTES + 1], want[FLEX_IDENT_BYTES];
+	FILE *f = fopen(p, "rb");
+	if (!f)
+		return 0;
+	size_t n = fread(b, 1, sizeof(b), f);
+	fclose(f);
+	flex_ident_encode(want, kind);
+	return n == FLEX_IDENT_BYTES && !memcmp(b, want, n);
+}
+
+/* A user's file that happens to be called LOG, DATA, TREE or LOCK, small
+ * or large, alone or together, is never truncated or rewritten. */
+Test(flexspace, users_files_named_like_a_spaces_are_refused_untouched)
+{
+	char root[PATH_MAX], dir[PATH_MAX + 32];
+	cr_assert_eq(tmp_make(root, sizeof(root), "foreign"), 0);
+	static const char *const names[] = {"LOG", "DATA", "TREE", "LOCK"};
+	uint8_t *big = malloc(5 * 4096);
+	uint64_t r = 7;
+	for (size_t i = 0; i < 5 * 4096; i++)
+		big[i] = (uint8_t)rnd(&r);
+	int k = 0;
+	for (size_t i = 0; i < 4; i++) {
+		for (int large = 0; large < 2; large++) {
+			snprintf(dir, sizeof(dir), "%s/d%d", root, k++);
+			cr_assert_eq(mkdir(dir, 0755), 0);
+			if (large)
+				put_file(dir, names[i], big, 5 * 4096);
+			else
+				put_file(dir, names[i], "my notes\n", 9);
+			refused_unchanged(dir, FLEX_ENOTSTORE, names[i]);
+		}
+	}
+	/* All three, LOG empty: what a creation cut short looked like. */
+	snprintf(dir, sizeof(dir), "%s/d%d", root, k++);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	put_file(dir, "LOG", "", 0);
+	put_file(dir, "TREE", big, 4096);
+	put_file(dir, "DATA", big, 5 * 4096);
+	refused_unchanged(dir, FLEX_ENOTSTORE, "empty LOG, TREE and DATA");
+	/* Any other file makes a directory no place to create a space. */
+	snprintf(dir, sizeof(dir), "%s/d%d", root, k++);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	put_file(dir, "notes.txt", "x", 1);
+	refused_unchanged(dir, FLEX_ENOTSTORE, "an unrelated file");
+	/* So is an IDENTITY that is not the library's. */
+	snprintf(dir, sizeof(dir), "%s/d%d", root, k++);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	put_file(dir, FLEX_IDENT_NAME, "who am I?\n", 10);
+	refused_unchanged(dir, FLEX_ENOTSTORE, "a foreign IDENTITY");
+	free(big);
+	tmp_remove(root);
+}
+
+/* A missing or empty directory opened without create stays as it was. */
+Test(flexspace, open_without_create_creates_nothing)
+{
+	char root[PATH_MAX], dir[PATH_MAX + 32];
+	cr_assert_eq(tmp_make(root, sizeof(root), "nocreate"), 0);
+	snprintf(dir, sizeof(dir), "%s/missing", root);
+	struct flexspace_options o = tiny_options();
+	o.create = 0;
+	struct flexspace *fs;
+	char *before = dir_snapshot(root);
+	cr_expect_eq(flexspace_open(dir, &o, &fs), -ENOENT);
+	snprintf(dir, sizeof(dir), "%s/empty", root);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	free(before);
+	before = dir_snapshot(root);
+	cr_expect_eq(flexspace_open(dir, &o, &fs), -ENOENT);
+	char *after = dir_snapshot(root);
+	cr_expect_str_eq(after, before);
+	free(before);
+	free(after);
+	tmp_remove(root);
+}
+
+/* An IDENTITY cut short (empty, or a prefix of its bytes) is the library's
+ * own creation interrupted: create completes it, no create leaves it.  A
+ * damaged one, or one of another kind or format, is refused unchanged. */
+Test(flexspace, identity_cut_short_is_completed_damaged_one_refused)
+{
+	char root[PATH_MAX], dir[PATH_MAX + 32];
+	cr_assert_eq(tmp_make(root, sizeof(root), "ident"), 0);
+	uint8_t id[FLEX_IDENT_BYTES];
+	flex_ident_encode(id, FLEX_KIND_SPACE);
+	static const size_t cuts[] = {0, 1, 8, 12, 24, FLEX_IDENT_BYTES - 1};
+	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+		snprintf(dir, sizeof(dir), "%s/cut%zu", root, cuts[i]);
+		cr_assert_eq(mkdir(dir, 0755), 0);
+		put_file(dir, FLEX_IDENT_NAME, id, cuts[i]);
+		refused_unchanged_as(dir, -ENOENT, "IDENTITY cut short", 1);
+		space_write(dir, "completed");
+		space_has(dir, 0, "completed");
+		cr_expect(ident_is(dir, FLEX_KIND_SPACE), "cut at %zu: IDENTITY not completed",
+			  cuts[i]);
+	}
+	/* A prefix next to a file the library did not create. */
+	snprintf(dir, sizeof(dir), "%s/cut-and-more", root);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	put_file(dir, FLEX_IDENT_NAME, id, 4);
+	put_file(dir, "LOG", "mine", 4);
+	refused_unchanged(dir, FLEX_ENOTSTORE, "a prefix and a foreign LOG");
+	/* Damaged: the magic is there, the checksum is not right. */
+	uint8_t bad[FLEX_IDENT_BYTES];
+	memcpy(bad, id, sizeof(bad));
+	bad[20] ^= 1;
+	snprintf(dir, sizeof(dir), "%s/damaged", root);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	put_file(dir, FLEX_IDENT_NAME, bad, sizeof(bad));
+	refused_unchanged(dir, FLEX_ECORRUPT, "damaged IDENTITY");
+	/* A later format. */
+	memcpy(bad, id, sizeof(bad));
+	bad[8] = 2;
+	uint64_t h = XXH3_64bits(bad, 24);
+	for (int b = 0; b < 8; b++)
+		bad[24 + b] = (uint8_t)(h >> (8 * b));
+	snprintf(dir, sizeof(dir), "%s/newer", root);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	put_file(dir, FLEX_IDENT_NAME, bad, sizeof(bad));
+	refused_unchanged(dir, FLEX_EVERSION, "IDENTITY of a later format");
+	/* A FlexDB store's identity. */
+	flex_ident_encode(bad, FLEX_KIND_DB);
+	snprintf(dir, sizeof(dir), "%s/db", root);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	put_file(dir, FLEX_IDENT_NAME, bad, sizeof(bad));
+	refused_unchanged(dir, FLEX_EKIND_DB, "FlexDB IDENTITY");
+	tmp_remove(root);
+}
+
+/* A creation cut short after IDENTITY, at each later step (LOCK made, LOG
+ * empty, LOG header torn, TREE empty), is finished by an open with create;
+ * without create it is refused and left as it is. */
+Test(flexspace, creation_cut_short_after_the_identity_is_finished)
+{
+	char root[PATH_MAX], dir[PATH_MAX + 32];
+	cr_assert_eq(tmp_make(root, sizeof(root), "cutshort"), 0);
+	uint8_t id[FLEX_IDENT_BYTES];
+	flex_ident_encode(id, FLEX_KIND_SPACE);
+	uint8_t *zeros = calloc(1, 8192);
+	for (int step = 0; step < 5; step++) {
+		snprintf(dir, sizeof(dir), "%s/step%d", root, step);
+		cr_assert_eq(mkdir(dir, 0755), 0);
+		put_file(dir, FLEX_IDENT_NAME, id, sizeof(id));
+		if (step >= 1)
+			put_file(dir, "LOCK", "", 0);
+		if (step == 2)
+			put_file(dir, "LOG", "", 0);
+		if (step >= 3)
+			put_file(dir, "LOG", zeros, step == 3 ? 100 : 8192);
+		if (step >= 4)
+			put_file(dir, "TREE", "", 0);
+		char *before = dir_snapshot(dir);
+		struct flexspace_options o = tiny_options();
+		o.create = 0;
+		struct flexspace *fs;
+		int rc = flexspace_open(dir, &o, &fs);
+		cr_expect(rc == -ENOENT || rc == FLEX_ECORRUPT, "step %d, create 0: %s", step,
+			  flex_strerror(rc));
+		char *after = dir_snapshot(dir);
+		cr_expect_str_eq(after, before, "step %d: open without create changed it", step);
+		free(before);
+		free(after);
+		space_write(dir, "finished");
+		space_has(dir, 0, "finished");
+	}
+	free(zeros);
+	tmp_remove(root);
+}
+
+/* A space made before IDENTITY existed is recognised by its LOG header:
+ * it opens (without create too, which adds nothing), and an open with
+ * create gives it its IDENTITY.  Without a sound LOG header it cannot be
+ * told from a user's files and is refused unchanged. */
+Test(flexspace, space_made_before_identities_still_opens)
+{
+	char root[PATH_MAX], dir[PATH_MAX + 32], p[PATH_MAX + 64];
+	cr_assert_eq(tmp_make(root, sizeof(root), "legacy"), 0);
+	snprintf(dir, sizeof(dir), "%s/old", root);
+	space_write(dir, "from before");
+	snprintf(p, sizeof(p), "%s/" FLEX_IDENT_NAME, dir);
+	cr_assert_eq(unlink(p), 0);
+	space_has(dir, 0, "from before");
+	cr_expect_eq(access(p, F_OK), -1, "an open without create added IDENTITY");
+	put_file(dir, "notes.txt", "the user's", 10);
+	space_has(dir, 1, "from before");
+	cr_expect(ident_is(dir, FLEX_KIND_SPACE), "IDENTITY was not added");
+	space_has(dir, 1, "from before");
+	/* Adding it cut short (empty, or a prefix): opens, and is completed
+	 * only with create.  A prefix of a FlexDB identity proves nothing. */
+	uint8_t id[FLEX_IDENT_BYTES];
+	flex_ident_encode(id, FLEX_KIND_SPACE);
+	for (size_t cut = 0; cut < FLEX_IDENT_BYTES; cut += 13) {
+		put_file(dir, FLEX_IDENT_NAME, id, cut);
+		space_has(dir, 0, "from before");
+		cr_expect(!ident_is(dir, FLEX_KIND_SPACE), "cut %zu: completed without create",
+			  cut);
+		space_has(dir, 1, "from before");
+		cr_expect(ident_is(dir, FLEX_KIND_SPACE), "cut %zu: not completed", cut);
+	}
+	flex_ident_encode(id, FLEX_KIND_DB);
+	put_file(dir, FLEX_IDENT_NAME, id, 20);
+	refused_unchanged(dir, FLEX_ENOTSTORE, "a FlexDB IDENTITY cut short beside a space");
+	flex_ident_encode(id, FLEX_KIND_SPACE);
+	put_file(dir, FLEX_IDENT_NAME, id, sizeof(id));
+	/* Both LOG header slots damaged: nothing proves it is a space. */
+	cr_assert_eq(unlink(p), 0);
+	snprintf(p, sizeof(p), "%s/LOG", dir);
+	int fd = open(p, O_WRONLY);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pwrite(fd, "XX", 2, 0), 2);
+	cr_assert_eq(pwrite(fd, "XX", 2, 4096), 2);
+	close(fd);
+	refused_unchanged(dir, FLEX_ENOTSTORE, "legacy space with no sound LOG header");
+	tmp_remove(root);
 }

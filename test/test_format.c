@@ -3,7 +3,8 @@
  * tree with one known extent is committed and its header and leaf slot
  * are compared with the documented layout field by field; so are a
  * FlexSpace LOG batch and its seal, and a FlexDB WAL's header, sync mark
- * and one record, as a process that died after a sync leaves them.
+ * and one record, as a process that died after a sync leaves them, and
+ * the IDENTITY of a space and of a store.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -200,6 +201,44 @@ Test(format, flexdb_wal_header_mark_and_record_bytes_match_the_doc)
 	cr_assert_eq(le(r + 8, 8), 1, "seq");
 	cr_assert_eq(le(r + 16, 8), XXH3_64bits_withSeed(payload, sizeof(payload), 1));
 	cr_assert_eq(memcmp(r + 24, payload, sizeof(payload)), 0);
+	free(f);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+/* IDENTITY of a new space and of a new store, byte for byte as in
+ * docs/FORMAT.md ("Store identity"). */
+Test(format, identity_bytes_match_the_doc)
+{
+	static const uint8_t space_id[32] = {0x46, 0x4c, 0x45, 0x58, 0x49, 0x44, 0x4e, 0x54,
+					     0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
+					     0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+					     0xd5, 0x89, 0x5e, 0xbd, 0x3b, 0x82, 0xac, 0x81};
+	uint8_t db_id[32];
+	memcpy(db_id, space_id, sizeof(db_id));
+	db_id[12] = 2;
+	static const uint8_t db_csum[8] = {0xba, 0x8e, 0x81, 0x1b, 0x86, 0x55, 0xcf, 0x63};
+	memcpy(db_id + 24, db_csum, 8);
+	cr_assert_eq(le(space_id + 24, 8), XXH3_64bits(space_id, 24));
+	cr_assert_eq(le(db_id + 24, 8), XXH3_64bits(db_id, 24));
+	char dir[] = "/tmp/flexfmt.XXXXXX";
+	cr_assert_not_null(mkdtemp(dir));
+	char store[64], path[96];
+	snprintf(store, sizeof(store), "%s/db", dir);
+	struct flexdb *db;
+	cr_assert_eq(flexdb_open(store, NULL, &db), 0);
+	cr_assert_eq(flexdb_close(db), 0);
+	size_t n;
+	snprintf(path, sizeof(path), "%s/IDENTITY", store);
+	uint8_t *f = load(path, &n);
+	cr_assert_eq(n, 32);
+	cr_assert_eq(memcmp(f, db_id, 32), 0, "FlexDB IDENTITY");
+	free(f);
+	snprintf(path, sizeof(path), "%s/space/IDENTITY", store);
+	f = load(path, &n);
+	cr_assert_eq(n, 32);
+	cr_assert_eq(memcmp(f, space_id, 32), 0, "FlexSpace IDENTITY");
 	free(f);
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);

@@ -6,7 +6,8 @@
  *
  * Input: a container of entries (u8 id, u32 length, bytes); a later entry
  * with the same id replaces an earlier one; files without an entry are
- * absent (LOCK and space/LOCK are always created empty).
+ * absent (LOCK and space/LOCK are always created empty, and both
+ * IDENTITY files sound).
  *   id 0  space/TREE          id 3  WAL-0000000000000001
  *   id 1  space/LOG           id 4  WAL-0000000000000002
  *   id 2  space/DATA          id 5  space/TREE in fz_tree_expand form
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../flextree/flex_ident.h"
 #include "flexdb.h"
 #include "fuzz_common.h"
 
@@ -136,6 +138,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	MUST(fz_write_file(p, "", 0) == 0);
 	fz_path(p, sizeof(p), work, "space/LOCK");
 	MUST(fz_write_file(p, "", 0) == 0);
+	/* Sound identities, so that the images reach the layers' own checks. */
+	uint8_t id[FLEX_IDENT_BYTES];
+	flex_ident_encode(id, FLEX_KIND_DB);
+	fz_path(p, sizeof(p), work, FLEX_IDENT_NAME);
+	MUST(fz_write_file(p, id, sizeof(id)) == 0);
+	flex_ident_encode(id, FLEX_KIND_SPACE);
+	fz_path(p, sizeof(p), work, "space/" FLEX_IDENT_NAME);
+	MUST(fz_write_file(p, id, sizeof(id)) == 0);
 	for (int f = F_TREE; f <= F_WAL2; f++) {
 		uint8_t *img = NULL;
 		size_t len = flen[f];
