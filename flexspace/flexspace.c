@@ -411,6 +411,8 @@ static ssize_t fs_put(struct flexspace *fs, const void *buf, uint64_t off, size_
 		rc = FLEX_ETOOBIG;
 	else
 		rc = fs_reserve_space(fs, len);
+	if (!rc)
+		rc = fs_preflush(fs, len);
 	fs_excl_lock(fs);
 	if (!rc && !insert && off < size)
 		rc = fs_remove(fs, off, len < size - off ? len : size - off);
@@ -541,6 +543,8 @@ static int fs_rewrite(struct flexspace *fs, uint64_t off, uint64_t len, uint8_t 
 		rc = flextree_scan(fs->tree, off, len, fs_collect_tag, &tg);
 	if (!rc)
 		rc = tg.err;
+	if (!rc)
+		rc = fs_preflush(fs, len);
 	fs_excl_lock(fs);
 	if (!rc)
 		rc = fs_remove(fs, off, len);

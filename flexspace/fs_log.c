@@ -338,9 +338,10 @@ int fs_log_add(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, ui
 /* The durability step, in three phases so that neither readers nor
  * changes wait for the disk (flexspace_int.h, "Locking").  The caller
  * holds sync_mu and change_mu, not the rwlock.
- *   1. Under the exclusive lock: the segment buffer is written to DATA,
- *      the buffered records are encoded as the next batch and given its
- *      place in LOG, and the emptied segments they name are marked.
+ *   1. The segment buffer is written to DATA (readers going on), then
+ *      under the exclusive lock the buffered records are encoded as the
+ *      next batch and given its place in LOG, and the emptied segments
+ *      they name are marked.
  *   2. With change_mu let go when may_release is set (the caller is not
  *      in the middle of a change): fdatasync DATA, write the batch (only
  *      after the data it names is durable), fdatasync LOG, write the seal.
@@ -351,8 +352,8 @@ int fs_log_add(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, ui
  * batch.  Then the tree is committed once the log is large. */
 int fs_log_sync(struct flexspace *fs, int may_release)
 {
+	int rc = fs_flush_unlocked(fs);
 	fs_excl_lock(fs);
-	int rc = fs_flush_buffer(fs);
 	uint8_t *b = NULL;
 	size_t bytes = 0;
 	uint64_t at = fs->log_size;
@@ -467,9 +468,7 @@ int fs_log_reset(struct flexspace *fs)
  * node images are written and synced. */
 int fs_commit(struct flexspace *fs)
 {
-	fs_excl_lock(fs);
-	int rc = fs_flush_buffer(fs);
-	fs_excl_unlock(fs);
+	int rc = fs_flush_unlocked(fs);
 	if (rc || (rc = fs_sync_data(fs)) != 0)
 		return fs_fail(fs, rc);
 	struct flextree_stats before, after;

@@ -245,9 +245,14 @@ int fs_rebuild_valid(struct flexspace *fs)
 
 /* ---- the segment buffer -------------------------------------------------- */
 
-/* Writes the buffered bytes of the open segment not yet in DATA. */
-int fs_flush_buffer(struct flexspace *fs)
+/* Writing the buffered bytes of the open segment that are not yet in DATA
+ * only reads the buffer, so the holder of change_mu does it with readers
+ * going on (fs_flush_unlocked); recording that the bytes are in DATA
+ * (flushed, the mapping's end) takes the exclusive lock.  *upto: the
+ * buffer's fill that DATA now holds. */
+static int fs_flush_write(struct flexspace *fs, uint32_t *upto)
 {
+	*upto = fs->fill;
 	if (fs->open_seg == UINT32_MAX || fs->flushed == fs->fill)
 		return 0;
 	/* Batched through the seam (io_uring when available) in 1 MiB
@@ -266,13 +271,52 @@ int fs_flush_buffer(struct flexspace *fs)
 			n = 0;
 		}
 	}
-	if (rc)
-		return rc;
-	fs->st.data_bytes_written += fs->fill - fs->flushed;
-	fs->flushed = fs->fill;
+	return rc;
+}
+
+static void fs_flush_publish(struct flexspace *fs, uint32_t upto)
+{
+	if (fs->open_seg == UINT32_MAX || upto == fs->flushed)
+		return;
+	fs->st.data_bytes_written += upto - fs->flushed;
+	fs->flushed = upto;
 	fs->data_unsynced = 1;
-	fs_map_grow(fs, base + fs->fill);
-	return 0;
+	fs_map_grow(fs, (uint64_t)fs->open_seg * fs->seg_size + upto);
+}
+
+/* The exclusive lock held. */
+int fs_flush_buffer(struct flexspace *fs)
+{
+	uint32_t upto;
+	int rc = fs_flush_write(fs, &upto);
+	if (!rc)
+		fs_flush_publish(fs, upto);
+	return rc;
+}
+
+/* change_mu held, the rwlock not. */
+int fs_flush_unlocked(struct flexspace *fs)
+{
+	uint32_t upto;
+	int rc = fs_flush_write(fs, &upto);
+	if (!rc) {
+		fs_excl_lock(fs);
+		fs_flush_publish(fs, upto);
+		fs_excl_unlock(fs);
+	}
+	return rc;
+}
+
+/* Before a change appends len bytes (change_mu held, the rwlock not): if
+ * they will not fit in the open segment, what the buffer holds is written
+ * out now, so that closing the segment under the exclusive lock has at
+ * most the change's own bytes to write. */
+int fs_preflush(struct flexspace *fs, uint64_t len)
+{
+	if (fs->open_seg == UINT32_MAX || fs->fill + len <= fs->seg_size)
+		return 0;
+	int rc = fs_flush_unlocked(fs);
+	return rc ? fs_fail(fs, rc) : 0;
 }
 
 int fs_sync_data(struct flexspace *fs)
@@ -761,6 +805,8 @@ int fs_gc_run(struct flexspace *fs, int may_release)
 		if (rc == -ENODATA)
 			rc = FLEX_ECORRUPT;
 		for (size_t j = 0; j < k && !rc; j++) {
+			if ((rc = fs_preflush(fs, vs.ext[i + j].len)) != 0)
+				break;
 			fs_excl_lock(fs);
 			rc = fs_relocate(fs, &vs.ext[i + j], data + j * fs->max_extent);
 			fs_excl_unlock(fs);
