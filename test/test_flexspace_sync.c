@@ -444,4 +444,416 @@ Test(flexspace_sync, concurrent_in_a_bounded_space_match_the_model)
 	cr_assert(!cs_run(seed, 0, 1, 3.0 * test_scale(), msg, sizeof(msg)), "%s", msg);
 }
 
+/* ======================================================================
+ * No reader waits for the disk.
+ * ====================================================================== */
+
+/* An I/O table that parks the first fdatasync of one of the space's files
+ * once armed, until the test lets it go. */
+struct gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	const char *name; /* the file's name in the space's directory */
+	int fds[32];
+	int nfd;
+	int armed, parked, released;
+};
+static struct gate GT = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static int gt_open(const struct flex_io *io, const char *path, int flags, mode_t mode)
+{
+	(void)io;
+	const struct flex_io *p = flex_io_posix();
+	int fd = p->open(p, path, flags, mode);
+	const char *base = strrchr(path, '/');
+	pthread_mutex_lock(&GT.mu);
+	if (fd >= 0 && base && !strcmp(base + 1, GT.name) && GT.nfd < 32)
+		GT.fds[GT.nfd++] = fd;
+	pthread_mutex_unlock(&GT.mu);
+	return fd;
+}
+
+static int gt_close(const struct flex_io *io, int fd)
+{
+	(void)io;
+	pthread_mutex_lock(&GT.mu);
+	for (int i = 0; i < GT.nfd; i++)
+		if (GT.fds[i] == fd)
+			GT.fds[i--] = GT.fds[--GT.nfd];
+	pthread_mutex_unlock(&GT.mu);
+	return flex_io_posix()->close(flex_io_posix(), fd);
+}
+
+static int gt_fdatasync(const struct flex_io *io, int fd)
+{
+	(void)io;
+	pthread_mutex_lock(&GT.mu);
+	int hit = 0;
+	for (int i = 0; i < GT.nfd && GT.armed; i++)
+		hit |= GT.fds[i] == fd;
+	if (hit) {
+		GT.armed = 0;
+		GT.parked = 1;
+		pthread_cond_broadcast(&GT.cv);
+		while (!GT.released)
+			pthread_cond_wait(&GT.cv, &GT.mu);
+	}
+	pthread_mutex_unlock(&GT.mu);
+	return flex_io_posix()->fdatasync(flex_io_posix(), fd);
+}
+
+enum { GT_SYNC, GT_COMMIT, GT_GC };
+
+struct gt_run {
+	struct flexspace *fs;
+	int what;
+	atomic_int stop;
+	atomic_int done;
+	int rc;
+};
+
+/* What parks: a sync, or the writes that make a tree commit or a
+ * collection due (the writer overwrites the first 64 KiB over and over). */
+static void *gt_driver(void *arg)
+{
+	struct gt_run *g = arg;
+	uint8_t b[4096];
+	uint64_t r = 7;
+	if (g->what == GT_SYNC) {
+		g->rc = flexspace_sync(g->fs);
+	} else {
+		while (!atomic_load(&g->stop) && !g->rc) {
+			op_data(rnd(&r), b, sizeof(b));
+			ssize_t n = flexspace_write(g->fs, b, rnd_below(&r, 16) * 4096, sizeof(b));
+			g->rc = n == (ssize_t)sizeof(b) ? 0 : n < 0 ? (int)n : -EPROTO;
+		}
+	}
+	atomic_store(&g->done, 1);
+	return NULL;
+}
+
+struct gt_op {
+	struct flexspace *fs;
+	int write;
+	atomic_int done;
+	int rc;
+};
+
+static void *gt_one(void *arg)
+{
+	struct gt_op *o = arg;
+	uint8_t b[4096];
+	ssize_t n;
+	if (o->write) {
+		memset(b, 'w', sizeof(b));
+		n = flexspace_write(o->fs, b, 1u << 20, sizeof(b));
+	} else {
+		n = flexspace_read(o->fs, b, 100000, sizeof(b));
+	}
+	o->rc = n == (ssize_t)sizeof(b) ? 0 : n < 0 ? (int)n : -EPROTO;
+	atomic_store(&o->done, 1);
+	return NULL;
+}
+
+/* Starts a read (or a write) and waits up to 10 s for it: 1 if it
+ * finished. */
+static int gt_finishes(struct flexspace *fs, int write, pthread_t *t, struct gt_op *o)
+{
+	o->fs = fs;
+	o->write = write;
+	atomic_init(&o->done, 0);
+	o->rc = -1;
+	cr_assert_eq(pthread_create(t, NULL, gt_one, o), 0);
+	for (int ms = 0; ms < 10000 && !atomic_load(&o->done); ms++)
+		usleep(1000);
+	return atomic_load(&o->done);
+}
+
+static void gt_case(const char *file, int what, int writes_go_on)
+{
+	static const char *const whatn[] = {"sync", "tree commit", "gc"};
+	char dir[PATH_MAX];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "gate"), 0);
+	struct flex_io io = *flex_io_posix();
+	io.open = gt_open;
+	io.close = gt_close;
+	io.fdatasync = gt_fdatasync;
+	pthread_mutex_lock(&GT.mu);
+	GT.name = file;
+	GT.nfd = 0;
+	GT.armed = GT.parked = GT.released = 0;
+	pthread_mutex_unlock(&GT.mu);
+	struct flexspace_options o = tiny_options();
+	o.io = &io;
+	if (what != GT_COMMIT)
+		o.log_limit = 1u << 30; /* no tree commit but the one asked for */
+	if (what == GT_GC)
+		o.gc_ratio = 1.1;
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	uint8_t *b = malloc(2u << 20);
+	op_data(1, b, 2u << 20);
+	cr_assert_eq(flexspace_write(fs, b, 0, 2u << 20), 2 << 20);
+	free(b);
+	if (what != GT_SYNC)
+		cr_assert_eq(flexspace_sync(fs), 0);
+
+	pthread_mutex_lock(&GT.mu);
+	GT.armed = 1;
+	pthread_mutex_unlock(&GT.mu);
+	struct gt_run g = {.fs = fs, .what = what};
+	atomic_init(&g.stop, 0);
+	atomic_init(&g.done, 0);
+	pthread_t dt;
+	cr_assert_eq(pthread_create(&dt, NULL, gt_driver, &g), 0);
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 60;
+	pthread_mutex_lock(&GT.mu);
+	while (!GT.parked && pthread_cond_timedwait(&GT.cv, &GT.mu, &dl) == 0)
+		;
+	int parked = GT.parked;
+	pthread_mutex_unlock(&GT.mu);
+
+	pthread_t rt, wt;
+	struct gt_op ro, wo;
+	int read_ok = parked && gt_finishes(fs, 0, &rt, &ro);
+	int write_ok = parked && writes_go_on && gt_finishes(fs, 1, &wt, &wo);
+	pthread_mutex_lock(&GT.mu);
+	GT.released = 1;
+	pthread_cond_broadcast(&GT.cv);
+	pthread_mutex_unlock(&GT.mu);
+	atomic_store(&g.stop, 1);
+	pthread_join(dt, NULL);
+	if (parked)
+		pthread_join(rt, NULL);
+	if (parked && writes_go_on)
+		pthread_join(wt, NULL);
+	cr_expect(parked, "%s: no fdatasync of %s within 60 s", whatn[what], file);
+	cr_expect(read_ok, "%s: a read waited for the fdatasync of %s", whatn[what], file);
+	cr_expect(!read_ok || ro.rc == 0, "%s: read: %s", whatn[what], flex_strerror(ro.rc));
+	if (writes_go_on) {
+		cr_expect(write_ok, "%s: a write waited for the fdatasync of %s", whatn[what],
+			  file);
+		cr_expect(!write_ok || wo.rc == 0, "%s: write: %s", whatn[what],
+			  flex_strerror(wo.rc));
+	}
+	cr_expect_eq(g.rc, 0, "%s: %s", whatn[what], flex_strerror(g.rc));
+	struct flexspace_stats st;
+	flexspace_stats(fs, &st);
+	cr_expect(what != GT_COMMIT || st.tree_commits > 1, "no tree commit");
+	cr_expect(what != GT_GC || st.gc_runs > 0, "no garbage collection");
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+Test(flexspace_sync, no_read_or_write_waits_for_a_syncs_fdatasyncs)
+{
+	gt_case("DATA", GT_SYNC, 1);
+	gt_case("LOG", GT_SYNC, 1);
+}
+
+/* A tree commit holds changes off (the tree must not change while its
+ * nodes are written) but not reads. */
+Test(flexspace_sync, no_read_waits_for_a_tree_commits_fdatasyncs)
+{
+	gt_case("TREE", GT_COMMIT, 0);
+}
+
+/* A collection's closing sync lets changes go on too. */
+Test(flexspace_sync, no_read_or_write_waits_for_a_collections_fdatasyncs)
+{
+	gt_case("DATA", GT_GC, 1);
+	gt_case("LOG", GT_GC, 1);
+}
+
+/* ======================================================================
+ * Power loss with changes running during syncs.
+ * ====================================================================== */
+
+static const struct gen_cfg plc_gen = {.target_size = 512u << 10, .big_len = 200u << 10,
+				       .insert_pct = 22, .collapse_pct = 12, .truncate_pct = 3,
+				       .defrag_pct = 3};
+
+struct plc {
+	struct cio c;
+	struct flexspace *fs;
+	char cdir[PATH_MAX];
+	uint64_t seed;
+	long nops;
+	uint64_t *sizes, *hashes; /* of state k: after k operations */
+	atomic_long done;	  /* operations completed */
+	atomic_long started;	  /* operations begun */
+	/* States reached before a sync that returned 0 began. */
+	atomic_long acked;
+	pthread_mutex_t mu; /* one image at a time */
+	uint64_t frng;
+	long images, newer, in_play, syncs, hook_calls;
+	int failed;
+	int wrc;
+	char msg[900];
+};
+
+/* A power-loss image now: it must recover a state in [acked, started]. */
+static void plc_image(struct plc *x, int how, const char *where)
+{
+	pthread_mutex_lock(&x->mu);
+	if (x->failed) {
+		pthread_mutex_unlock(&x->mu);
+		return;
+	}
+	long lo = atomic_load(&x->acked);
+	tmp_clear(x->cdir);
+	long nch = 0;
+	uint64_t fate = x->frng;
+	int rc = cio_materialise(&x->c, NULL, x->cdir, &x->frng, how, &nch);
+	long hi = atomic_load(&x->started);
+	struct flexspace_options o = tiny_options();
+	struct why w = {""};
+	long k = -1;
+	if (rc)
+		failf(&w, "materialising: %s", strerror(-rc));
+	if (rc || verify_recovered(x->cdir, &o, x->sizes, x->hashes, lo, hi, &k, &w)) {
+		x->failed = 1;
+		snprintf(x->msg, sizeof(x->msg),
+			 "power loss %s (image %ld, fate rng %" PRIu64 ", %ld unsynced changes, "
+			 "states [%ld, %ld]): %s",
+			 where, x->images, fate, nch, lo, hi, w.msg);
+	} else {
+		x->images++;
+		x->newer += k > lo;
+		x->in_play += nch;
+	}
+	pthread_mutex_unlock(&x->mu);
+}
+
+/* At every third fdatasync, whoever makes it (a sync, or a commit or a
+ * collection in the writer), an image of a power loss just before it. */
+static void plc_before_sync(struct cio *c, void *arg)
+{
+	(void)c;
+	struct plc *x = arg;
+	pthread_mutex_lock(&x->mu);
+	long n = ++x->hook_calls;
+	pthread_mutex_unlock(&x->mu);
+	if (n % 3 == 0)
+		plc_image(x, CIO_RANDOM, "at an fdatasync");
+}
+
+static void *plc_writer(void *arg)
+{
+	struct plc *x = arg;
+	struct model m = {0};
+	uint8_t *buf = malloc(256u << 10);
+	uint64_t r = x->seed;
+	for (long i = 0; i < x->nops && !x->wrc; i++) {
+		struct op op;
+		gen_op(&r, m.size, &plc_gen, &op);
+		model_apply(&m, &op, buf);
+		x->sizes[i + 1] = m.size;
+		x->hashes[i + 1] = model_hash(&m);
+		atomic_store(&x->started, i + 1);
+		x->wrc = space_apply(x->fs, &op, buf);
+		if (x->wrc)
+			snprintf(x->msg, sizeof(x->msg), "op %ld (%s): %s", i, op_names[op.type],
+				 flex_strerror(x->wrc));
+		atomic_store(&x->done, i + 1);
+	}
+	model_free(&m);
+	free(buf);
+	return NULL;
+}
+
+static void plc_workload(uint64_t seed, long nops, long *images, long *syncs, long *newer,
+			 long *in_play)
+{
+	char wdir[PATH_MAX];
+	struct plc *x = calloc(1, sizeof(*x));
+	cr_assert_eq(tmp_make(wdir, sizeof(wdir), "plcw"), 0);
+	cr_assert_eq(tmp_make(x->cdir, sizeof(x->cdir), "plcc"), 0);
+	cio_init(&x->c);
+	x->c.track = 1;
+	x->c.before_sync = plc_before_sync;
+	x->c.hook_arg = x;
+	x->seed = seed;
+	x->nops = nops;
+	x->frng = seed ^ 0xfa7e;
+	x->sizes = calloc((size_t)nops + 1, sizeof(uint64_t));
+	x->hashes = calloc((size_t)nops + 1, sizeof(uint64_t));
+	struct model m0 = {0};
+	x->hashes[0] = model_hash(&m0);
+	pthread_mutex_init(&x->mu, NULL);
+	struct flexspace_options o = tiny_options();
+	o.io = &x->c.io;
+	cr_assert_eq(flexspace_open(wdir, &o, &x->fs), 0);
+
+	pthread_t wt;
+	cr_assert_eq(pthread_create(&wt, NULL, plc_writer, x), 0);
+	uint64_t r = seed ^ 0x5ca1e;
+	int src = 0;
+	while (atomic_load(&x->done) < nops && !x->wrc && !x->failed && !src) {
+		long lo = atomic_load(&x->done);
+		src = flexspace_sync(x->fs);
+		if (src)
+			break;
+		x->syncs++;
+		long a = atomic_load(&x->acked);
+		while (lo > a && !atomic_compare_exchange_weak(&x->acked, &a, lo))
+			;
+		if (rnd_below(&r, 4) == 0)
+			plc_image(x, CIO_NONE_APPLIED, "after a sync");
+		usleep((useconds_t)rnd_below(&r, 3000));
+	}
+	pthread_join(wt, NULL);
+	/* Everything completed, then synced: only the last state may come
+	 * back. */
+	if (!src && !x->wrc && !x->failed) {
+		src = flexspace_sync(x->fs);
+		atomic_store(&x->acked, nops);
+		if (!src)
+			plc_image(x, CIO_RANDOM, "after the last sync");
+	}
+	int crc = flexspace_close(x->fs);
+	fprintf(stderr,
+		"power_loss_concurrent seed %" PRIu64 ": %ld ops, %ld syncs, %ld images "
+		"(%ld unsynced changes in play, %ld recovered past the last ack)\n",
+		seed, nops, x->syncs, x->images, x->in_play, x->newer);
+	*images += x->images;
+	*syncs += x->syncs;
+	*newer += x->newer;
+	*in_play += x->in_play;
+	char msg[sizeof(x->msg)];
+	memcpy(msg, x->msg, sizeof(msg));
+	int wrc = x->wrc, failed = x->failed;
+	cio_destroy(&x->c);
+	pthread_mutex_destroy(&x->mu);
+	free(x->sizes);
+	free(x->hashes);
+	tmp_remove(wdir);
+	if (!getenv("FLEX_KEEP_CRASH") || !failed)
+		tmp_remove(x->cdir);
+	free(x);
+	cr_assert_eq(wrc, 0, "seed %" PRIu64 ": %s", seed, msg);
+	cr_assert_eq(src, 0, "seed %" PRIu64 ": sync: %s", seed, flex_strerror(src));
+	cr_assert(!failed, "seed %" PRIu64 ": %s", seed, msg);
+	cr_assert_eq(crc, 0, "seed %" PRIu64 ": close: %s", seed, flex_strerror(crc));
+}
+
+Test(flexspace_sync, power_loss_keeps_every_change_completed_before_a_sync_began)
+{
+	uint64_t seed = test_seed("power_loss_concurrent"), r = seed;
+	long images = 0, syncs = 0, newer = 0, in_play = 0;
+	long workloads = scaled(4);
+	double t0 = now_sec();
+	long k = 0;
+	for (; k < workloads && within_budget(t0, k); k++)
+		plc_workload(rnd(&r), 1500, &images, &syncs, &newer, &in_play);
+	fprintf(stderr,
+		"power_loss_concurrent: %ld workloads, %ld syncs, %ld images checked, %ld "
+		"unsynced changes in play, %ld recovered past the last ack, %.1f s\n",
+		k, syncs, images, in_play, newer, now_sec() - t0);
+	cr_assert_geq(images, 20 * k, "too few images (%ld)", images);
+}
+
 #endif
