@@ -1834,7 +1834,6 @@ Test(flexdb, iterator_skips_long_runs_of_deleted_keys)
 	tdb_done(&t);
 }
 
-#endif /* FLEXDB_TSAN_MAIN */
 
 /* ======================================================================
  * No reader waits for the FlexSpace's fdatasyncs.
@@ -2010,3 +2009,5 @@ Test(flexdb, no_get_waits_for_a_flexspace_fdatasync, .timeout = 120)
 		tdb_done(&t);
 	}
 }
+
+#endif /* FLEXDB_TSAN_MAIN */
