@@ -7,9 +7,10 @@
  * Workloads (one line each: reads, then the read latency percentiles over
  * every read and over the reads that started during a sync call):
  *
- *   fs-nosync  the floor: FlexSpace with defer_maintenance, the writer
- *              overwrites random 4 KiB blocks of a 64 MiB space and never
- *              syncs, so nothing waits for the disk; what is left is the
+ *   fs-nosync  the floor: the writer overwrites random 4 KiB blocks of a
+ *              64 MiB space and never syncs, with gc_ratio 100 and a 1 GiB
+ *              log_limit so that no collection or tree commit runs
+ *              either: nothing waits for the disk, and what is left is the
  *              cost of sharing the space (and the machine) with a writer.
  *   fs-sync    FlexSpace, default options.  The writer overwrites random
  *              4 KiB blocks of a 64 MiB space and calls flexspace_sync
@@ -23,6 +24,9 @@
  *              FlexSpace every few thousand puts, syncs it, commits its
  *              tree and collects garbage) and calls flexdb_sync every
  *              --sync-every puts; readers get random keys.
+ *   db-maint   the same with the space's log_limit 64 KiB, 1 MiB segments
+ *              and gc_ratio 1.2: tree commits and collections between
+ *              nearly every chunk the committer applies.
  *
  * Readers read 256 bytes at a random block (FlexSpace) or get one pair
  * (FlexDB).  A sync counts as in progress from just before the call to
@@ -217,7 +221,7 @@ static void fs_workload(const char *name, const struct flexspace_options *o)
 	rmtree(dir);
 }
 
-static void db_workload(const char *name)
+static void db_workload(const char *name, const struct flexspace_options *so)
 {
 	char dir[PATH_MAX];
 	xsnprintf(dir, sizeof(dir), "%s/%s", C.dir, name);
@@ -225,7 +229,8 @@ static void db_workload(const char *name)
 	struct run *r = calloc(1, sizeof(*r));
 	if (!r)
 		die("out of memory");
-	struct flexdb_options o = {.memtable_size = 1u << 20, .cache_size = 16u << 20};
+	struct flexdb_options o = {
+		.space = *so, .memtable_size = 1u << 20, .cache_size = 16u << 20};
 	int rc = flexdb_open(dir, &o, &r->db);
 	if (rc)
 		die("flexdb_open %s: %s", dir, flex_strerror(rc));
@@ -254,14 +259,14 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: sync_latency_bench [--dir D] [--secs S] [--readers N] "
 		   "[--sync-every N] [--pairs N] [--seed N] [--quick] "
-		   "[--benchmarks fs-nosync,fs-sync,fs-commit,fs-gc,db-put]\n");
+		   "[--benchmarks fs-nosync,fs-sync,fs-commit,fs-gc,db-put,db-maint]\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const char *const names[] = {"fs-nosync", "fs-sync", "fs-commit", "fs-gc",
-					    "db-put"};
-	int on[5] = {1, 1, 1, 1, 1};
+					    "db-put",	 "db-maint"};
+	int on[6] = {1, 1, 1, 1, 1, 1};
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--dir"))
 			C.dir = opt_value(argc, argv, &i);
@@ -279,7 +284,7 @@ int main(int argc, char **argv)
 			C.quick = 1;
 		else if (!strcmp(argv[i], "--benchmarks")) {
 			memset(on, 0, sizeof(on));
-			mark_names(opt_value(argc, argv, &i), names, 5, on, "benchmark");
+			mark_names(opt_value(argc, argv, &i), names, 6, on, "benchmark");
 		}
 		else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
 			usage_exit(usage, 1);
@@ -300,7 +305,8 @@ int main(int argc, char **argv)
 		die("mkdir %s: %s", C.dir, strerror(errno));
 	if (on[0]) {
 		never_sync = 1;
-		fs_workload("fs-nosync", &(struct flexspace_options){.defer_maintenance = 1});
+		fs_workload("fs-nosync", &(struct flexspace_options){.gc_ratio = 100,
+								      .log_limit = 1u << 30});
 		never_sync = 0;
 	}
 	if (on[1])
@@ -311,6 +317,10 @@ int main(int argc, char **argv)
 		fs_workload("fs-gc", &(struct flexspace_options){.segment_size = 1u << 20,
 								  .gc_ratio = 1.2});
 	if (on[4])
-		db_workload("db-put");
+		db_workload("db-put", &(struct flexspace_options){0});
+	if (on[5])
+		db_workload("db-maint", &(struct flexspace_options){.log_limit = 64u << 10,
+								     .segment_size = 1u << 20,
+								     .gc_ratio = 1.2});
 	return 0;
 }
