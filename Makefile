@@ -227,6 +227,7 @@ bench: $(BENCHES)
 	$(BUILD)/bench/flexdb_bench --threads 1,2 --memtable-mb 1024 --cache-mb 1024
 	$(BUILD)/bench/flexdb_bench --threads 1,2 $(CGROUP_2M) --timeout-s 1800
 	$(BUILD)/bench/ycsb_bench --dataset udb --num 2000000 --threads 1,2 --reps 3
+	$(BUILD)/bench/sync_latency_bench
 # CI: every program at a tiny scale; flexdb_bench's second run covers the
 # other workloads, two client threads and one memory-cgroup run.
 bench-quick: $(BENCHES)
@@ -236,6 +237,7 @@ bench-quick: $(BENCHES)
 	$(BUILD)/bench/flexdb_bench --quick --num 20000 --threads 2 --benchmarks all \
 		--cgroup-mb 64 --cgroup-optional --timeout-s 120
 	$(BUILD)/bench/ycsb_bench --quick
+	$(BUILD)/bench/sync_latency_bench --quick
 # Data larger than memory, every engine in a memory cgroup that counts its
 # page cache: about 250 MB of pairs in 128 MiB, then about 3.7 GB in 1 GiB
 # (the same cache : memtables : limit proportions; hours at most: each
