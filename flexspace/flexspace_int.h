@@ -150,6 +150,7 @@ int fs_append(struct flexspace *fs, const void *data, uint32_t len, uint64_t *po
 int fs_flush_buffer(struct flexspace *fs);
 int fs_flush_unlocked(struct flexspace *fs);
 int fs_preflush(struct flexspace *fs, uint64_t len);
+int fs_fdatasync_data(struct flexspace *fs);
 int fs_sync_data(struct flexspace *fs);
 void fs_seg_drop(struct flexspace *fs, uint64_t poff, uint64_t len);
 void fs_seg_mark_pending(struct flexspace *fs);

@@ -394,12 +394,8 @@ int fs_log_sync(struct flexspace *fs, int may_release)
 
 	if (may_release)
 		pthread_mutex_unlock(&fs->change_mu);
-	if (data) {
-		FLEX_KILLPOINT("fs.data.sync.before");
-		rc = fs->io->fdatasync(fs->io, fs->data_fd);
-		if (!rc)
-			FLEX_KILLPOINT("fs.data.sync.after");
-	}
+	if (data)
+		rc = fs_fdatasync_data(fs);
 	if (!rc && b) {
 		/* The data is durable, the records naming it are not written. */
 		FLEX_KILLPOINT("fs.log.write.before");

@@ -319,16 +319,24 @@ int fs_preflush(struct flexspace *fs, uint64_t len)
 	return rc ? fs_fail(fs, rc) : 0;
 }
 
+/* The fdatasync of DATA alone (a sync calls it with no lock held, having
+ * cleared data_unsynced itself). */
+int fs_fdatasync_data(struct flexspace *fs)
+{
+	FLEX_KILLPOINT("fs.data.sync.before");
+	int rc = fs->io->fdatasync(fs->io, fs->data_fd);
+	if (!rc)
+		FLEX_KILLPOINT("fs.data.sync.after");
+	return rc;
+}
+
 int fs_sync_data(struct flexspace *fs)
 {
 	if (!fs->data_unsynced)
 		return 0;
-	FLEX_KILLPOINT("fs.data.sync.before");
-	int rc = fs->io->fdatasync(fs->io, fs->data_fd);
-	if (!rc) {
+	int rc = fs_fdatasync_data(fs);
+	if (!rc)
 		fs->data_unsynced = 0;
-		FLEX_KILLPOINT("fs.data.sync.after");
-	}
 	return rc;
 }
 
