@@ -596,14 +596,6 @@ int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t len)
 	}
 	free(tmp);
 	fs_excl_lock(fs);
-	if (rc == -ERANGE || rc == -ENOMEM) {
-		/* Nothing was changed: no maintenance to run. */
-		fs_excl_unlock(fs);
-		pthread_mutex_unlock(&fs->change_mu);
-		if (fs->bounded)
-			pthread_mutex_unlock(&fs->sync_mu);
-		return rc;
-	}
 	return fs_end_write(fs, rc);
 }
 
