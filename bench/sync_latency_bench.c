@@ -29,11 +29,12 @@
  *              nearly every chunk the committer applies.
  *
  * Readers read 256 bytes at a random block (FlexSpace) or get one pair
- * (FlexDB).  The line ends with the writer's sync calls: how many, and
- * their p50 and maximum (in fs-commit nearly every sync commits the tree,
- * the time during which other threads' changes wait).  A sync counts as in progress from just before the call to
+ * (FlexDB).  A sync counts as in progress from just before the call to
  * just after it returns; a read "during sync" started in that window.
- * The target the numbers are held to: p99.9 within 10x of p50.
+ * The line ends with the writer's sync calls: how many, and their p50 and
+ * maximum (in fs-commit nearly every sync commits the tree, the time
+ * during which other threads' changes wait).  The target the read numbers
+ * are held to: p99.9 within 10x of p50.
  */
 #define BENCH_NAME "sync_latency_bench"
 #include "bench_util.h"
@@ -63,9 +64,12 @@ struct cfg {
 
 static int never_sync;
 
-static struct cfg C = {
-	.dir = "/tmp/sync_latency_bench", .secs = 5, .readers = 1, .sync_every = 64,
-	.pairs = 200000, .seed = 42};
+static struct cfg C = {.dir = "/tmp/sync_latency_bench",
+		       .secs = 5,
+		       .readers = 1,
+		       .sync_every = 64,
+		       .pairs = 200000,
+		       .seed = 42};
 
 struct run {
 	struct flexspace *fs;
@@ -150,8 +154,8 @@ static void writer_loop(struct run *r)
 		if (r->fs) {
 			memset(blk, (int)(x & 0xff), sizeof(blk));
 			rc = flexspace_write(r->fs, blk, x % SPACE_BLOCKS * BLOCK, BLOCK) == BLOCK
-				     ? 0
-				     : -EIO;
+				 ? 0
+				 : -EIO;
 		} else {
 			char k[KEY_BYTES + 1];
 			make_key(k, x % C.pairs);
@@ -236,7 +240,7 @@ static void db_workload(const char *name, const struct flexspace_options *so)
 	if (!r)
 		die("out of memory");
 	struct flexdb_options o = {
-		.space = *so, .memtable_size = 1u << 20, .cache_size = 16u << 20};
+	    .space = *so, .memtable_size = 1u << 20, .cache_size = 16u << 20};
 	int rc = flexdb_open(dir, &o, &r->db);
 	if (rc)
 		die("flexdb_open %s: %s", dir, flex_strerror(rc));
@@ -270,8 +274,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	static const char *const names[] = {"fs-nosync", "fs-sync", "fs-commit", "fs-gc",
-					    "db-put",	 "db-maint"};
+	static const char *const names[] = {"fs-nosync", "fs-sync", "fs-commit",
+					    "fs-gc",	 "db-put",  "db-maint"};
 	int on[6] = {1, 1, 1, 1, 1, 1};
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--dir"))
@@ -291,8 +295,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--benchmarks")) {
 			memset(on, 0, sizeof(on));
 			mark_names(opt_value(argc, argv, &i), names, 6, on, "benchmark");
-		}
-		else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
 			usage_exit(usage, 1);
 		else
 			usage_exit(usage, 0);
@@ -311,8 +314,8 @@ int main(int argc, char **argv)
 		die("mkdir %s: %s", C.dir, strerror(errno));
 	if (on[0]) {
 		never_sync = 1;
-		fs_workload("fs-nosync", &(struct flexspace_options){.gc_ratio = 100,
-								      .log_limit = 1u << 30});
+		fs_workload("fs-nosync",
+			    &(struct flexspace_options){.gc_ratio = 100, .log_limit = 1u << 30});
 		never_sync = 0;
 	}
 	if (on[1])
@@ -320,13 +323,13 @@ int main(int argc, char **argv)
 	if (on[2])
 		fs_workload("fs-commit", &(struct flexspace_options){.log_limit = 64u << 10});
 	if (on[3])
-		fs_workload("fs-gc", &(struct flexspace_options){.segment_size = 1u << 20,
-								  .gc_ratio = 1.2});
+		fs_workload("fs-gc",
+			    &(struct flexspace_options){.segment_size = 1u << 20, .gc_ratio = 1.2});
 	if (on[4])
 		db_workload("db-put", &(struct flexspace_options){0});
 	if (on[5])
 		db_workload("db-maint", &(struct flexspace_options){.log_limit = 64u << 10,
-								     .segment_size = 1u << 20,
-								     .gc_ratio = 1.2});
+								    .segment_size = 1u << 20,
+								    .gc_ratio = 1.2});
 	return 0;
 }

@@ -247,8 +247,8 @@ static void *cs_resizer(void *arg)
 		if (k == 0 || tail < 4096) {
 			uint64_t len = 1 + rnd_below(&r, sizeof(buf));
 			op_data(rnd(&r), buf, len);
-			ssize_t n = flexspace_insert(s->fs, buf, CS_END + rnd_below(&r, tail + 1),
-						     len);
+			ssize_t n =
+			    flexspace_insert(s->fs, buf, CS_END + rnd_below(&r, tail + 1), len);
 			rc = n == (ssize_t)len ? 0 : n < 0 ? (int)n : -EPROTO;
 		} else if (k == 1) {
 			uint64_t off = CS_END + rnd_below(&r, tail);
@@ -672,8 +672,11 @@ Test(flexspace_sync, no_read_or_write_waits_for_a_collections_fdatasyncs)
  * Power loss with changes running during syncs.
  * ====================================================================== */
 
-static const struct gen_cfg plc_gen = {.target_size = 512u << 10, .big_len = 200u << 10,
-				       .insert_pct = 22, .collapse_pct = 12, .truncate_pct = 3,
+static const struct gen_cfg plc_gen = {.target_size = 512u << 10,
+				       .big_len = 200u << 10,
+				       .insert_pct = 22,
+				       .collapse_pct = 12,
+				       .truncate_pct = 3,
 				       .defrag_pct = 3};
 
 struct plc {
