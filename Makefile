@@ -148,15 +148,21 @@ test-run: $(TESTS) $(TOOLS) $(LIBS_SO)
 		rc=$$(cat $$log.rc); [ "$$rc" = 0 ] || exit $$rc; \
 		if grep -q 'ERROR: LeakSanitizer' $$log; then echo "$$t: leaked memory"; exit 1; fi; done
 
-# The concurrency test as a plain program under ThreadSanitizer (the
-# Criterion runner itself does not start under TSan on this platform).
+# The concurrency tests of FlexDB and FlexSpace as plain programs under
+# ThreadSanitizer (the Criterion runner itself does not start under TSan
+# on this platform).
 tsan:
 	@$(MAKE) --no-print-directory SANITIZE=thread libs
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Iinclude -DFLEXDB_TSAN_MAIN \
 		test/test_flexdb.c -o build/debug-thread/flexdb_tsan \
 		build/debug-thread/lib/libflexdb.a build/debug-thread/lib/libflexspace.a \
 		build/debug-thread/lib/libflextree.a -luring -lxxhash -pthread -lm
+	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Iinclude -DFLEXSPACE_TSAN_MAIN \
+		test/test_flexspace_sync.c -o build/debug-thread/flexspace_tsan \
+		build/debug-thread/lib/libflexspace.a build/debug-thread/lib/libflextree.a \
+		-luring -lxxhash -pthread -lm
 	TSAN_OPTIONS=halt_on_error=1 build/debug-thread/flexdb_tsan
+	TSAN_OPTIONS=halt_on_error=1 build/debug-thread/flexspace_tsan
 
 # The same program under Helgrind, valgrind's happens-before race and
 # lock-order checker.  The libraries are built with -DFLEX_HELGRIND, which
@@ -225,6 +231,7 @@ bench: $(BENCHES)
 	$(BUILD)/bench/flexdb_bench --threads 1,2 --memtable-mb 1024 --cache-mb 1024
 	$(BUILD)/bench/flexdb_bench --threads 1,2 $(CGROUP_2M) --timeout-s 1800
 	$(BUILD)/bench/ycsb_bench --dataset udb --num 2000000 --threads 1,2 --reps 3
+	$(BUILD)/bench/sync_latency_bench
 # CI: every program at a tiny scale; flexdb_bench's second run covers the
 # other workloads, two client threads and one memory-cgroup run.
 bench-quick: $(BENCHES)
@@ -234,6 +241,7 @@ bench-quick: $(BENCHES)
 	$(BUILD)/bench/flexdb_bench --quick --num 20000 --threads 2 --benchmarks all \
 		--cgroup-mb 64 --cgroup-optional --timeout-s 120
 	$(BUILD)/bench/ycsb_bench --quick
+	$(BUILD)/bench/sync_latency_bench --quick
 # Data larger than memory, every engine in a memory cgroup that counts its
 # page cache: about 250 MB of pairs in 128 MiB, then about 3.7 GB in 1 GiB
 # (the same cache : memtables : limit proportions; hours at most: each
@@ -303,7 +311,7 @@ help:
 	@echo "make              build libraries, tools and benchmarks (build/release)"
 	@echo "make test         build with assertions and run every Criterion suite"
 	@echo "make stress       long randomized runs (FLEX_TEST_SCALE=50)"
-	@echo "make tsan         the FlexDB concurrency test under ThreadSanitizer"
+	@echo "make tsan         the FlexDB and FlexSpace concurrency tests under ThreadSanitizer"
 	@echo "make helgrind     the same test under valgrind's Helgrind (needs valgrind)"
 	@echo "make fuzz         every libFuzzer target for FUZZ_SECONDS (600) each"
 	@echo "make fuzz-quick   replay the saved fuzz corpora, then 20 s per target (CI)"

@@ -20,8 +20,11 @@
  * to the FlexSpace in chunks of FDB_COMMIT_CHUNK pairs (read under the
  * shared lock first, then applied under the exclusive db->lock, which is
  * let go every FDB_APPLY_BURST pairs so that no reader waits for more
- * than a few pairs' work), syncs the FlexSpace without db->lock,
- * and only then removes the WAL (syncing the directory, so that a removed
+ * than a few pairs' work), runs the FlexSpace's maintenance after each
+ * chunk without db->lock (the space is opened with defer_maintenance, so
+ * no change made under db->lock commits the tree or collects garbage, and
+ * no reader waits for their fdatasyncs), syncs the FlexSpace without
+ * db->lock, and only then removes the WAL (syncing the directory, so that a removed
  * WAL cannot come back and be replayed over newer data).
  *
  * Recovery: the FlexSpace recovers itself; the index is rebuilt from the
@@ -211,6 +214,8 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 		}
 		pthread_rwlock_unlock(&db->lock);
 		fdb_cands_free(&cands); /* after a prefetch error */
+		if (!rc)
+			rc = flexspace_maintain(db->fs);
 	}
 	free(ops);
 	free(cv);
@@ -1150,6 +1155,7 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	snprintf(path, sizeof(path), "%s/space", dir);
 	struct flexspace_options so = o->space;
 	so.create = create;
+	so.defer_maintenance = 1;
 	if (!so.io)
 		so.io = db->io;
 	rc = flexspace_open(path, &so, &db->fs);

@@ -8,7 +8,13 @@
  * write over existing bytes is a collapse of the old range plus an insert
  * of the new bytes at the same offset, as in the paper.  Durability comes
  * only from flexspace_sync (and close), which orders data before the log
- * records that refer to it; see docs/FORMAT.md for the protocol.
+ * records that refer to it; see docs/FORMAT.md for the protocol.  No
+ * reader waits for the disk: syncs, tree commits and garbage collection
+ * let the readers' lock go while they wait (flexspace_int.h, "Locking";
+ * docs/DURABILITY.md).  The maintenance a change makes due (a tree commit
+ * once the log is long, a collection once the data file holds too much
+ * garbage) runs after the change has let its locks go, in the changing
+ * thread, or in flexspace_maintain with the defer_maintenance option.
  *
  * Open replays the log on the last committed tree, recomputes the live
  * bytes of every segment from the tree, and commits, so that a recovered
@@ -66,6 +72,8 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 		return FLEX_EOPTION;
 	*create = o.create;
 	fs->no_mmap = o.no_mmap || fs->io != flex_io_posix();
+	fs->defer_maintenance = o.defer_maintenance != 0;
+	fs->bounded = fs->max_data < FLEXSPACE_MAX_SIZE;
 	return 0;
 }
 
@@ -185,6 +193,7 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 	}
 	if ((rc = fs_rebuild_valid(fs)) != 0)
 		return rc;
+	flextree_stats(fs->tree, &fs->tree_st);
 	if ((rc = fs_commit(fs)) != 0)
 		return rc;
 	if (ident == FLEX_IDENT_LEGACY && create)
@@ -203,6 +212,8 @@ static void fs_free(struct flexspace *fs)
 		if (fds[i] >= 0)
 			fs->io->close(fs->io, fds[i]);
 	pthread_rwlock_destroy(&fs->lock);
+	pthread_mutex_destroy(&fs->sync_mu);
+	pthread_mutex_destroy(&fs->change_mu);
 	free(fs->logbuf);
 	free(fs);
 }
@@ -228,6 +239,8 @@ int flexspace_open(const char *dir, const struct flexspace_options *opt, struct 
 		free(fs);
 		return -ENOMEM;
 	}
+	pthread_mutex_init(&fs->sync_mu, NULL);
+	pthread_mutex_init(&fs->change_mu, NULL);
 	int create;
 	int rc = fs_options(opt, fs, &create);
 	if (!rc)
@@ -244,44 +257,104 @@ int flexspace_close(struct flexspace *fs)
 {
 	if (!fs)
 		return 0;
-	pthread_rwlock_wrlock(&fs->lock);
+	pthread_mutex_lock(&fs->sync_mu);
+	pthread_mutex_lock(&fs->change_mu);
 	int rc = fs->failed ? FLEX_EFAILED : fs_commit(fs);
-	pthread_rwlock_unlock(&fs->lock);
+	pthread_mutex_unlock(&fs->change_mu);
+	pthread_mutex_unlock(&fs->sync_mu);
 	fs_free(fs);
 	return rc;
 }
 
 /* ---- changes ------------------------------------------------------------ */
 
-static int fs_begin_write(struct flexspace *fs)
+void fs_excl_lock(struct flexspace *fs)
 {
 	pthread_rwlock_wrlock(&fs->lock);
+}
+
+/* Every exclusive hold ends here, so the tree's counters readers see
+ * through flexspace_stats are those of the tree they can read. */
+void fs_excl_unlock(struct flexspace *fs)
+{
+	flextree_stats(fs->tree, &fs->tree_st);
+	pthread_rwlock_unlock(&fs->lock);
+}
+
+/* Takes change_mu (and sync_mu first in a bounded space, where making
+ * room may need a sync: fs_reserve_space). */
+static int fs_begin_write(struct flexspace *fs)
+{
+	if (fs->bounded)
+		pthread_mutex_lock(&fs->sync_mu);
+	pthread_mutex_lock(&fs->change_mu);
 	if (fs->failed) {
-		pthread_rwlock_unlock(&fs->lock);
+		pthread_mutex_unlock(&fs->change_mu);
+		if (fs->bounded)
+			pthread_mutex_unlock(&fs->sync_mu);
 		return FLEX_EFAILED;
 	}
 	return 0;
 }
 
-/* Ends a change: commits the tree when the log (buffered and written)
- * has reached log_limit, collects garbage if due, then unlocks.  Records
- * stay in memory until a sync or a commit: writing them unsynced would
- * need DATA synced first (a record must never reach the disk before the
- * bytes it maps), which is a synchronous stall nobody asked for; the
+/* Tree commit once the log (buffered and written) has passed log_limit.
+ * Records stay in memory until a sync or a commit: writing them unsynced
+ * would need DATA synced first (a record must never reach the disk before
+ * the bytes it maps), which is a synchronous stall nobody asked for; the
  * buffer is bounded by log_limit instead. */
-static int fs_end_write(struct flexspace *fs, int rc)
+static int fs_commit_due(const struct flexspace *fs)
 {
-	if (!rc && fs->log_size + (uint64_t)fs->nlog * FS_REC_BYTES > fs->log_limit)
-		rc = fs_commit(fs);
-	if (!rc) {
-		int grc = fs_maybe_gc(fs);
-		if (grc)
-			rc = fs_fail(fs, grc);
+	return fs->log_size + (uint64_t)fs->nlog * FS_REC_BYTES > fs->log_limit;
+}
+
+/* The maintenance that is due: tree commit, then garbage collection.  The
+ * caller holds sync_mu and change_mu. */
+static int fs_maintain_locked(struct flexspace *fs)
+{
+	if (fs->failed)
+		return FLEX_EFAILED;
+	int rc = fs_commit_due(fs) ? fs_commit(fs) : 0;
+	if (!rc && fs_gc_due(fs)) {
+		rc = fs_gc_run(fs, 1);
+		if (rc)
+			rc = fs_fail(fs, rc);
 	}
-	pthread_rwlock_unlock(&fs->lock);
 	return rc;
 }
 
+/* Ends a change (the caller holds the exclusive lock, change_mu, and
+ * sync_mu in a bounded space): lets the locks go, then runs the
+ * maintenance the change made due unless the handle defers it. */
+static int fs_end_write(struct flexspace *fs, int rc)
+{
+	int due = !rc && !fs->defer_maintenance && (fs_commit_due(fs) || fs_gc_due(fs));
+	fs_excl_unlock(fs);
+	if (due && !fs->bounded) {
+		pthread_mutex_unlock(&fs->change_mu);
+		pthread_mutex_lock(&fs->sync_mu);
+		pthread_mutex_lock(&fs->change_mu);
+	}
+	if (due)
+		rc = fs_maintain_locked(fs);
+	pthread_mutex_unlock(&fs->change_mu);
+	if (due || fs->bounded)
+		pthread_mutex_unlock(&fs->sync_mu);
+	return rc;
+}
+
+int flexspace_maintain(struct flexspace *fs)
+{
+	if (!fs)
+		return -EINVAL;
+	pthread_mutex_lock(&fs->sync_mu);
+	pthread_mutex_lock(&fs->change_mu);
+	int rc = fs->failed ? FLEX_EFAILED : 0;
+	if (!rc && (fs_commit_due(fs) || fs_gc_due(fs)))
+		rc = fs_maintain_locked(fs);
+	pthread_mutex_unlock(&fs->change_mu);
+	pthread_mutex_unlock(&fs->sync_mu);
+	return rc;
+}
 
 /* Releases the live bytes of [off, off+len) before the tree forgets it. */
 static int fs_drop_range(struct flexspace *fs, uint64_t off, uint64_t len)
@@ -360,6 +433,9 @@ static ssize_t fs_put(struct flexspace *fs, const void *buf, uint64_t off, size_
 		rc = FLEX_ETOOBIG;
 	else
 		rc = fs_reserve_space(fs, len);
+	if (!rc)
+		rc = fs_preflush(fs, len);
+	fs_excl_lock(fs);
 	if (!rc && !insert && off < size)
 		rc = fs_remove(fs, off, len < size - off ? len : size - off);
 	if (!rc)
@@ -385,6 +461,7 @@ int flexspace_collapse(struct flexspace *fs, uint64_t off, uint64_t len)
 	int rc = fs_begin_write(fs);
 	if (rc)
 		return rc;
+	fs_excl_lock(fs);
 	uint64_t size = flextree_size(fs->tree);
 	if (off > size || len > size - off)
 		rc = -ERANGE;
@@ -402,6 +479,7 @@ int flexspace_truncate(struct flexspace *fs, uint64_t size)
 	int rc = fs_begin_write(fs);
 	if (rc)
 		return rc;
+	fs_excl_lock(fs);
 	uint64_t cur = flextree_size(fs->tree);
 	if (size < cur)
 		rc = fs_remove(fs, size, cur - size);
@@ -414,13 +492,16 @@ int flexspace_sync(struct flexspace *fs)
 {
 	if (!fs)
 		return -EINVAL;
-	int rc = fs_begin_write(fs);
-	if (rc)
-		return rc;
-	rc = fs_log_sync(fs);
-	if (!rc)
+	pthread_mutex_lock(&fs->sync_mu);
+	pthread_mutex_lock(&fs->change_mu);
+	int rc = fs->failed ? FLEX_EFAILED : fs_log_sync(fs, 1);
+	if (!rc) {
+		fs_excl_lock(fs);
 		fs->st.syncs++;
-	pthread_rwlock_unlock(&fs->lock);
+		fs_excl_unlock(fs);
+	}
+	pthread_mutex_unlock(&fs->change_mu);
+	pthread_mutex_unlock(&fs->sync_mu);
 	return rc;
 }
 
@@ -431,12 +512,12 @@ int flexspace_tag_set(struct flexspace *fs, uint64_t off, uint16_t tag)
 	int rc = fs_begin_write(fs);
 	if (rc)
 		return rc;
+	fs_excl_lock(fs);
 	if (off >= flextree_size(fs->tree))
 		rc = -ERANGE;
 	else
 		rc = fs_change(fs, FS_OP_TAG, off, 0, tag);
-	pthread_rwlock_unlock(&fs->lock);
-	return rc;
+	return fs_end_write(fs, rc);
 }
 
 /* Rewrites one run of mapped bytes [off, off+len) as fresh extents and
@@ -471,6 +552,9 @@ static int fs_collect_tag(void *arg, const struct flextree_extent *e)
 	return 0;
 }
 
+/* The bytes are read and the tags collected with readers going on (the
+ * caller holds change_mu, so nothing else changes the range); only the
+ * rewrite itself takes the exclusive lock. */
 static int fs_rewrite(struct flexspace *fs, uint64_t off, uint64_t len, uint8_t *tmp)
 {
 	struct fs_tags tg = {.from = off};
@@ -482,11 +566,15 @@ static int fs_rewrite(struct flexspace *fs, uint64_t off, uint64_t len, uint8_t 
 	if (!rc)
 		rc = tg.err;
 	if (!rc)
+		rc = fs_preflush(fs, len);
+	fs_excl_lock(fs);
+	if (!rc)
 		rc = fs_remove(fs, off, len);
 	if (!rc)
 		rc = fs_insert_data(fs, tmp, off, len);
 	for (size_t i = 0; i < tg.n && !rc; i++)
 		rc = fs_change(fs, FS_OP_TAG, tg.loff[i], 0, tg.tag[i]);
+	fs_excl_unlock(fs);
 	free(tg.loff);
 	free(tg.tag);
 	return rc;
@@ -502,15 +590,11 @@ int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t len)
 	if (rc)
 		return rc;
 	uint64_t size = flextree_size(fs->tree);
-	if (off > size || len > size - off) {
-		pthread_rwlock_unlock(&fs->lock);
-		return -ERANGE;
-	}
-	uint8_t *tmp = malloc(FS_DEFRAG_CHUNK);
-	if (!tmp) {
-		pthread_rwlock_unlock(&fs->lock);
-		return -ENOMEM;
-	}
+	uint8_t *tmp = NULL;
+	if (off > size || len > size - off)
+		rc = -ERANGE;
+	else if (!(tmp = malloc(FS_DEFRAG_CHUNK)))
+		rc = -ENOMEM;
 	/* Walk the range; rewrite each run of mapped bytes (holes stay holes)
 	 * in pieces of at most FS_DEFRAG_CHUNK. */
 	uint64_t end = off + len;
@@ -533,6 +617,7 @@ int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t len)
 		off += span;
 	}
 	free(tmp);
+	fs_excl_lock(fs);
 	return fs_end_write(fs, rc);
 }
 
@@ -624,10 +709,8 @@ int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
 		return -EINVAL;
 	pthread_rwlock_rdlock(&fs->lock);
 	*st = fs->st;
-	struct flextree_stats ts;
-	flextree_stats(fs->tree, &ts);
-	st->size = ts.size;
-	st->extents = ts.extents;
+	st->size = fs->tree_st.size;
+	st->extents = fs->tree_st.extents;
 	if (fs->io->fsize(fs->io, fs->data_fd, &st->data_file_bytes) != 0)
 		st->data_file_bytes = (uint64_t)fs->nsegs * fs->seg_size;
 	st->live_bytes = fs->live;
@@ -640,10 +723,10 @@ int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
 		st->segments_free += fs->state[s] == SEG_FREE;
 	}
 	st->log_bytes = fs->log_size;
-	/* Batches are written and synced under the exclusive lock, so the
-	 * ones counted here are durable. */
+	/* Both change under the exclusive lock once durable (fs_log_sync's
+	 * last phase, fs_log_reset after the commit). */
 	st->sync_version = fs->log_base;
-	st->sync_batches = fs->log_seq - 1;
+	st->sync_batches = fs->log_durable - 1;
 	pthread_rwlock_unlock(&fs->lock);
 	return 0;
 }

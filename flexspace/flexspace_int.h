@@ -3,16 +3,41 @@
  * API and the open/recovery sequence), fs_seg.c (segments, the segment
  * buffer, garbage collection) and fs_log.c (the logical log).
  *
- * Locking: every public function takes fs->lock, shared for reads and
- * exclusive for anything that changes the space; nothing below the API
- * locks again.  Statistics are updated under the exclusive lock.
+ * Locking: three locks, always taken in this order, so that no reader
+ * ever waits for the disk to acknowledge a write:
+ *   sync_mu    serialises the durability work: syncs, tree commits and
+ *              garbage collection, that is everything that writes LOG or
+ *              TREE or fdatasyncs.  A change to a space with a
+ *              max_data_size takes it too, since making room may need a
+ *              sync or a collection (fs_reserve_space).
+ *   change_mu  held by every change for its whole duration, and by the
+ *              durability work except while it waits for the disk: it
+ *              gives its holder the tree, the segment table and the log
+ *              buffer without excluding readers.
+ *   lock       the rwlock readers take shared.  Its holder of change_mu
+ *              takes it exclusive only while it changes what readers look
+ *              at (the tree, the segment buffer and its bounds, the
+ *              mapping's end, the statistics, the segment table): never
+ *              across an fdatasync, and never across a tree commit, which
+ *              only writes out node images (flextree_commit changes no
+ *              field a lookup reads).
+ * A sync takes the log records and flushes the segment buffer under all
+ * three, then lets go of change_mu and lock while it fdatasyncs DATA,
+ * writes the batch and fdatasyncs LOG, and takes them again to publish
+ * the new durable point; changes made meanwhile go to the next batch.
+ * `failed` is read and set under change_mu.  Readers never see the tree
+ * through flextree_stats (a commit changes its counters); flexspace_stats
+ * reports tree_st, refreshed under the exclusive lock.
  *
  * Segment life cycle:
  *   FREE --alloc--> OPEN --full or close--> USED --live bytes reach 0-->
- *   PENDING --next durable log write or tree commit--> FREE
+ *   PENDING --a sync takes the log naming the removal--> RELEASE
+ *   --that log durable, or a tree commit--> FREE
  * A segment whose last extent was removed may still be referenced by the
  * durable metadata (the committed tree plus the synced log) until the
- * removal itself is durable, so it is not overwritten before that.
+ * removal itself is durable, so it is not overwritten before that; a
+ * segment emptied while a sync waits for the disk stays PENDING for the
+ * next one.  npending counts PENDING and RELEASE segments.
  */
 #ifndef FLEXSPACE_INT_H
 #define FLEXSPACE_INT_H
@@ -37,7 +62,7 @@
 /* Bytes of a log record on disk. */
 #define FS_REC_BYTES 24
 
-enum fs_seg_state { SEG_FREE = 0, SEG_OPEN, SEG_USED, SEG_PENDING };
+enum fs_seg_state { SEG_FREE = 0, SEG_OPEN, SEG_USED, SEG_PENDING, SEG_RELEASE };
 
 /* Logical log operations (fixed on disk). */
 enum fs_op { FS_OP_INSERT = 1, FS_OP_COLLAPSE = 2, FS_OP_REMAP = 3, FS_OP_TAG = 4 };
@@ -51,6 +76,11 @@ struct fs_rec {
 
 struct flexspace {
 	pthread_rwlock_t lock;
+	pthread_mutex_t sync_mu;
+	pthread_mutex_t change_mu;
+	int defer_maintenance; /* the option: changes leave it to flexspace_maintain */
+	int bounded;	       /* max_data_size set: changes take sync_mu too */
+	struct flextree_stats tree_st; /* the tree's counters, for flexspace_stats */
 	const struct flex_io *io;
 	int dir_fd;
 	int lock_fd;
@@ -106,8 +136,8 @@ struct flexspace {
 	uint64_t log_base; /* tree version the log applies to */
 	uint64_t log_seq;  /* next batch sequence number */
 	uint64_t log_sealed; /* seq in the last seal written for log_base */
-	uint64_t log_size; /* bytes of LOG in use */
-	int log_unsynced;  /* LOG written since its last fdatasync */
+	uint64_t log_size; /* bytes of LOG in use, written or being written */
+	uint64_t log_durable; /* batches [1, log_durable) of log_base are durable */
 
 	struct flexspace_stats st;
 };
@@ -118,11 +148,16 @@ void fs_seg_free(struct flexspace *fs);
 int fs_append(struct flexspace *fs, const void *data, uint32_t len, uint64_t *poff,
 	      uint32_t *got);
 int fs_flush_buffer(struct flexspace *fs);
+int fs_flush_unlocked(struct flexspace *fs);
+int fs_preflush(struct flexspace *fs, uint64_t len);
+int fs_fdatasync_data(struct flexspace *fs);
 int fs_sync_data(struct flexspace *fs);
 void fs_seg_drop(struct flexspace *fs, uint64_t poff, uint64_t len);
-void fs_seg_release_pending(struct flexspace *fs);
+void fs_seg_mark_pending(struct flexspace *fs);
+void fs_seg_release(struct flexspace *fs, int all);
 int fs_rebuild_valid(struct flexspace *fs);
-int fs_maybe_gc(struct flexspace *fs);
+int fs_gc_due(const struct flexspace *fs);
+int fs_gc_run(struct flexspace *fs, int may_release);
 int fs_reserve_space(struct flexspace *fs, uint64_t len);
 void fs_trim_data(struct flexspace *fs);
 int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len);
@@ -131,7 +166,7 @@ int fs_check_overlap(struct flexspace *fs);
 
 /* fs_log.c */
 int fs_log_add(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, uint64_t arg);
-int fs_log_sync(struct flexspace *fs);
+int fs_log_sync(struct flexspace *fs, int may_release);
 int fs_log_open(struct flexspace *fs, const char *path, int create, uint32_t *seg_size,
 		int *fresh);
 int fs_log_attach(struct flexspace *fs, int fresh, int create);
@@ -142,5 +177,7 @@ int fs_commit(struct flexspace *fs);
 
 /* flexspace.c */
 int fs_fail(struct flexspace *fs, int rc);
+void fs_excl_lock(struct flexspace *fs);
+void fs_excl_unlock(struct flexspace *fs);
 
 #endif /* FLEXSPACE_INT_H */

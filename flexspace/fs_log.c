@@ -138,7 +138,6 @@ static int log_write_header(struct flexspace *fs, uint64_t base)
 	int rc = flex_io_write_full(fs->io, fs->log_fd, b, LOG_HDR_SLOT, (base & 1) * LOG_HDR_SLOT);
 	free(b);
 	if (!rc) {
-		fs->st.log_bytes_written += LOG_HDR_SLOT;
 		FLEX_KILLPOINT("fs.loghdr.sync.before");
 		rc = fs->io->fdatasync(fs->io, fs->log_fd);
 	}
@@ -147,6 +146,9 @@ static int log_write_header(struct flexspace *fs, uint64_t base)
 	return rc;
 }
 
+/* The header goes to LOG with no lock held (a tree commit's last step);
+ * its bytes are counted by the caller. */
+
 /* ---- the seal ------------------------------------------------------------ */
 
 static uint64_t seal_off(uint64_t base)
@@ -154,23 +156,19 @@ static uint64_t seal_off(uint64_t base)
 	return ((base + 1) & 1) * LOG_HDR_SLOT + SEAL_AT;
 }
 
-/* After a sync: batches [1, log_seq) of log_base are durable. */
-static int log_write_seal(struct flexspace *fs)
+/* After a sync: batches [1, seq) of base are durable.  Written by the
+ * syncer with no lock held (sync_mu keeps other writers of LOG away). */
+static int log_write_seal(struct flexspace *fs, uint64_t base, uint64_t seq)
 {
-	if (fs->log_seq <= 1 || fs->log_sealed == fs->log_seq)
+	if (seq <= 1 || fs->log_sealed == seq)
 		return 0;
 	uint8_t b[SEAL_BYTES];
 	put32(b, SEAL_MAGIC);
 	put32(b + 4, 0);
-	put64(b + 8, fs->log_seq);
-	put64(b + 16, fs->log_base);
+	put64(b + 8, seq);
+	put64(b + 16, base);
 	put64(b + 24, XXH3_64bits(b, 24));
-	int rc = flex_io_write_full(fs->io, fs->log_fd, b, SEAL_BYTES, seal_off(fs->log_base));
-	if (rc)
-		return rc;
-	fs->log_sealed = fs->log_seq;
-	fs->st.log_bytes_written += SEAL_BYTES;
-	return 0;
+	return flex_io_write_full(fs->io, fs->log_fd, b, SEAL_BYTES, seal_off(base));
 }
 
 /* The next sequence number the seal for `base` promises, or 0 without a
@@ -290,7 +288,9 @@ int fs_log_attach(struct flexspace *fs, int fresh, int create)
 			rc = log_write_header(fs, ts.version);
 		if (rc)
 			return rc;
+		fs->st.log_bytes_written += LOG_HDR_SLOT;
 		fs->log_base = ts.version;
+		fs->log_durable = 1;
 		return 0;
 	}
 	/* The log names a tree version the tree file does not have: the tree
@@ -335,22 +335,35 @@ int fs_log_add(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, ui
 	return 0;
 }
 
-/* The durability step: writes the buffered records as one batch (after
- * the data they refer to is durable) and fdatasyncs LOG; then segments
- * emptied so far may be reused, and the tree is committed once the log is
- * large. */
-int fs_log_sync(struct flexspace *fs)
+/* The durability step, in three phases so that neither readers nor
+ * changes wait for the disk (flexspace_int.h, "Locking").  The caller
+ * holds sync_mu and change_mu, not the rwlock.
+ *   1. The segment buffer is written to DATA (readers going on), then
+ *      under the exclusive lock the buffered records are encoded as the
+ *      next batch and given its place in LOG, and the emptied segments
+ *      they name are marked.
+ *   2. With change_mu let go when may_release is set (the caller is not
+ *      in the middle of a change): fdatasync DATA, write the batch (only
+ *      after the data it names is durable), fdatasync LOG, write the seal.
+ *   3. Under change_mu and the exclusive lock again: the new durable
+ *      point is published and the marked segments freed.
+ * Every change that returned before phase 1 is in the batch or in DATA
+ * synced by phase 2; a change made during phase 2 goes to the next
+ * batch.  Then the tree is committed once the log is large. */
+int fs_log_sync(struct flexspace *fs, int may_release)
 {
-	int rc;
-	if ((rc = fs_flush_buffer(fs)) != 0 || (rc = fs_sync_data(fs)) != 0)
-		return fs_fail(fs, rc);
-	if (fs->nlog) {
-		/* The data is durable, the records naming it are not written. */
-		FLEX_KILLPOINT("fs.log.write.before");
-		size_t bytes = BATCH_HDR + (size_t)fs->nlog * REC_BYTES;
-		uint8_t *b = malloc(bytes);
+	int rc = fs_flush_unlocked(fs);
+	fs_excl_lock(fs);
+	uint8_t *b = NULL;
+	size_t bytes = 0;
+	uint64_t at = fs->log_size;
+	if (!rc && fs->nlog) {
+		bytes = BATCH_HDR + (size_t)fs->nlog * REC_BYTES;
+		b = malloc(bytes);
 		if (!b)
-			return -ENOMEM;
+			rc = -ENOMEM;
+	}
+	if (b) {
 		put32(b, BATCH_MAGIC);
 		put32(b + 4, fs->nlog);
 		put64(b + 8, fs->log_seq);
@@ -364,33 +377,63 @@ int fs_log_sync(struct flexspace *fs)
 			put64(p + 16, r->arg);
 		}
 		put64(b + 24, XXH3_64bits(b, bytes));
-		rc = flex_io_write_full(fs->io, fs->log_fd, b, bytes, fs->log_size);
-		free(b);
-		if (rc)
-			return fs_fail(fs, rc);
 		fs->log_size += bytes;
 		fs->log_seq++;
 		fs->nlog = 0;
-		fs->log_unsynced = 1;
-		fs->st.log_bytes_written += bytes;
 	}
-	if (fs->log_unsynced) {
-		FLEX_KILLPOINT("fs.log.sync.before");
-		if ((rc = fs->io->fdatasync(fs->io, fs->log_fd)) != 0)
-			return fs_fail(fs, rc);
-		fs->log_unsynced = 0;
-		FLEX_KILLPOINT("fs.log.sync.after");
-	}
-	if ((rc = log_write_seal(fs)) != 0)
+	int data = fs->data_unsynced;
+	fs->data_unsynced = 0;
+	uint64_t base = fs->log_base, seq = fs->log_seq;
+	if (!rc)
+		fs_seg_mark_pending(fs);
+	fs_excl_unlock(fs);
+	if (rc) {
+		free(b);
 		return fs_fail(fs, rc);
-	fs_seg_release_pending(fs);
+	}
+
+	if (may_release)
+		pthread_mutex_unlock(&fs->change_mu);
+	if (data)
+		rc = fs_fdatasync_data(fs);
+	if (!rc && b) {
+		/* The data is durable, the records naming it are not written. */
+		FLEX_KILLPOINT("fs.log.write.before");
+		rc = flex_io_write_full(fs->io, fs->log_fd, b, bytes, at);
+		if (!rc) {
+			FLEX_KILLPOINT("fs.log.sync.before");
+			rc = fs->io->fdatasync(fs->io, fs->log_fd);
+		}
+		if (!rc)
+			FLEX_KILLPOINT("fs.log.sync.after");
+	}
+	int sealed = 0;
+	if (!rc && seq > 1 && fs->log_sealed != seq) {
+		rc = log_write_seal(fs, base, seq);
+		sealed = !rc;
+	}
+	free(b);
+	if (may_release)
+		pthread_mutex_lock(&fs->change_mu);
+
+	if (rc)
+		return fs_fail(fs, rc);
+	fs_excl_lock(fs);
+	fs->log_durable = seq;
+	if (sealed)
+		fs->log_sealed = seq;
+	fs->st.log_bytes_written += bytes + (sealed ? SEAL_BYTES : 0);
+	fs_seg_release(fs, 0);
+	fs_excl_unlock(fs);
 	if (fs->log_size > fs->log_limit)
 		return fs_commit(fs);
 	return 0;
 }
 
 /* Resets the log to apply to the tree's current (just committed) version.
- * Buffered records are dropped: the committed tree already contains them. */
+ * Buffered records are dropped: the committed tree already contains them.
+ * The caller holds sync_mu and change_mu; the disk is written without the
+ * rwlock, whose exclusive hold covers only the new log fields. */
 int fs_log_reset(struct flexspace *fs)
 {
 	struct flextree_stats ts;
@@ -403,36 +446,44 @@ int fs_log_reset(struct flexspace *fs)
 	if ((rc = fs->io->ftruncate(fs->io, fs->log_fd, LOG_START)) != 0)
 		return rc;
 	FLEX_KILLPOINT("fs.log.truncated");
+	fs_excl_lock(fs);
+	fs->st.log_bytes_written += LOG_HDR_SLOT;
 	fs->log_base = ts.version;
 	fs->log_size = LOG_START;
 	fs->log_seq = 1;
+	fs->log_durable = 1;
 	fs->log_sealed = 0;
 	fs->nlog = 0;
-	fs->log_unsynced = 0;
+	fs_excl_unlock(fs);
 	return 0;
 }
 
-/* Data, then the tree (its own two syncs), then the log's new header. */
+/* Data, then the tree (its own two syncs), then the log's new header.
+ * The caller holds sync_mu and change_mu (or is alone with the handle, at
+ * open and close): no change runs, and readers go on while the tree's
+ * node images are written and synced. */
 int fs_commit(struct flexspace *fs)
 {
-	int rc;
-	if ((rc = fs_flush_buffer(fs)) != 0 || (rc = fs_sync_data(fs)) != 0)
+	int rc = fs_flush_unlocked(fs);
+	if (rc || (rc = fs_sync_data(fs)) != 0)
 		return fs_fail(fs, rc);
 	struct flextree_stats before, after;
 	flextree_stats(fs->tree, &before);
 	if ((rc = flextree_commit(fs->tree)) != 0)
 		return fs_fail(fs, rc);
 	flextree_stats(fs->tree, &after);
-	fs->st.tree_bytes_written += after.bytes_written - before.bytes_written;
 	/* The tree is committed; the log still names the previous version. */
 	FLEX_KILLPOINT("fs.commit.tree_done");
 	if (after.version != fs->log_base || fs->log_size > LOG_START || fs->nlog) {
 		if ((rc = fs_log_reset(fs)) != 0)
 			return fs_fail(fs, rc);
 	}
+	fs_excl_lock(fs);
+	fs->st.tree_bytes_written += after.bytes_written - before.bytes_written;
 	fs->st.tree_commits++;
-	fs_seg_release_pending(fs);
+	fs_seg_release(fs, 1);
 	fs_trim_data(fs);
+	fs_excl_unlock(fs);
 	return 0;
 }
 
@@ -508,5 +559,6 @@ int fs_log_replay(struct flexspace *fs, uint64_t *records)
 	if (seal > fs->log_seq)
 		return FLEX_ECORRUPT;
 	fs->log_size = off;
+	fs->log_durable = fs->log_seq;
 	return 0;
 }

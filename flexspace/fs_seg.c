@@ -262,9 +262,14 @@ int fs_rebuild_valid(struct flexspace *fs)
 
 /* ---- the segment buffer -------------------------------------------------- */
 
-/* Writes the buffered bytes of the open segment not yet in DATA. */
-int fs_flush_buffer(struct flexspace *fs)
+/* Writing the buffered bytes of the open segment that are not yet in DATA
+ * only reads the buffer, so the holder of change_mu does it with readers
+ * going on (fs_flush_unlocked); recording that the bytes are in DATA
+ * (flushed, the mapping's end) takes the exclusive lock.  *upto: the
+ * buffer's fill that DATA now holds. */
+static int fs_flush_write(struct flexspace *fs, uint32_t *upto)
 {
+	*upto = fs->fill;
 	if (fs->open_seg == UINT32_MAX || fs->flushed == fs->fill)
 		return 0;
 	/* Batched through the seam (io_uring when available) in 1 MiB
@@ -283,25 +288,72 @@ int fs_flush_buffer(struct flexspace *fs)
 			n = 0;
 		}
 	}
-	if (rc)
-		return rc;
-	fs->st.data_bytes_written += fs->fill - fs->flushed;
-	fs->flushed = fs->fill;
+	return rc;
+}
+
+static void fs_flush_publish(struct flexspace *fs, uint32_t upto)
+{
+	if (fs->open_seg == UINT32_MAX || upto == fs->flushed)
+		return;
+	fs->st.data_bytes_written += upto - fs->flushed;
+	fs->flushed = upto;
 	fs->data_unsynced = 1;
-	fs_map_grow(fs, base + fs->fill);
-	return 0;
+	fs_map_grow(fs, (uint64_t)fs->open_seg * fs->seg_size + upto);
+}
+
+/* The exclusive lock held. */
+int fs_flush_buffer(struct flexspace *fs)
+{
+	uint32_t upto;
+	int rc = fs_flush_write(fs, &upto);
+	if (!rc)
+		fs_flush_publish(fs, upto);
+	return rc;
+}
+
+/* change_mu held, the rwlock not. */
+int fs_flush_unlocked(struct flexspace *fs)
+{
+	uint32_t upto;
+	int rc = fs_flush_write(fs, &upto);
+	if (!rc) {
+		fs_excl_lock(fs);
+		fs_flush_publish(fs, upto);
+		fs_excl_unlock(fs);
+	}
+	return rc;
+}
+
+/* Before a change appends len bytes (change_mu held, the rwlock not): if
+ * they will not fit in the open segment, what the buffer holds is written
+ * out now, so that closing the segment under the exclusive lock has at
+ * most the change's own bytes to write. */
+int fs_preflush(struct flexspace *fs, uint64_t len)
+{
+	if (fs->open_seg == UINT32_MAX || fs->fill + len <= fs->seg_size)
+		return 0;
+	int rc = fs_flush_unlocked(fs);
+	return rc ? fs_fail(fs, rc) : 0;
+}
+
+/* The fdatasync of DATA alone (a sync calls it with no lock held, having
+ * cleared data_unsynced itself). */
+int fs_fdatasync_data(struct flexspace *fs)
+{
+	FLEX_KILLPOINT("fs.data.sync.before");
+	int rc = fs->io->fdatasync(fs->io, fs->data_fd);
+	if (!rc)
+		FLEX_KILLPOINT("fs.data.sync.after");
+	return rc;
 }
 
 int fs_sync_data(struct flexspace *fs)
 {
 	if (!fs->data_unsynced)
 		return 0;
-	FLEX_KILLPOINT("fs.data.sync.before");
-	int rc = fs->io->fdatasync(fs->io, fs->data_fd);
-	if (!rc) {
+	int rc = fs_fdatasync_data(fs);
+	if (!rc)
 		fs->data_unsynced = 0;
-		FLEX_KILLPOINT("fs.data.sync.after");
-	}
 	return rc;
 }
 
@@ -398,19 +450,32 @@ void fs_seg_drop(struct flexspace *fs, uint64_t poff, uint64_t len)
 	}
 }
 
-void fs_seg_release_pending(struct flexspace *fs)
+/* A sync has taken the log records that emptied the PENDING segments:
+ * they become reusable when that log is durable (fs_seg_release). */
+void fs_seg_mark_pending(struct flexspace *fs)
+{
+	if (!fs->npending)
+		return;
+	for (uint32_t s = 0; s < fs->nsegs; s++)
+		if (fs->state[s] == SEG_PENDING)
+			fs->state[s] = SEG_RELEASE;
+}
+
+/* Frees the RELEASE segments (their removal is durable), and the PENDING
+ * ones too when all is set (a tree commit made every removal durable). */
+void fs_seg_release(struct flexspace *fs, int all)
 {
 	if (!fs->npending)
 		return;
 	for (uint32_t s = 0; s < fs->nsegs; s++) {
-		if (fs->state[s] == SEG_PENDING) {
+		if (fs->state[s] == SEG_RELEASE || (all && fs->state[s] == SEG_PENDING)) {
 			fs->state[s] = SEG_FREE;
 			fs->nfree++;
+			fs->npending--;
 			if (s < fs->free_hint)
 				fs->free_hint = s;
 		}
 	}
-	fs->npending = 0;
 }
 
 /* Cuts free segments off the end of DATA (after a tree commit: nothing
@@ -446,13 +511,13 @@ static uint64_t fs_space_avail(const struct flexspace *fs)
 	return avail;
 }
 
-static int fs_gc_run(struct flexspace *fs);
-
 /* Makes room for a change that appends len bytes before it starts, so that
  * the change never has to make the log durable half-way through: first
  * emptied segments are released by a durable log write, then garbage is
  * collected.  Live data is capped at 30/32 of max_data so that collection
- * can always free room (the paper's forward-progress rule). */
+ * can always free room (the paper's forward-progress rule).  The caller
+ * holds sync_mu and change_mu (not the rwlock): the sync and collection
+ * here keep change_mu, since the caller's change is under way. */
 int fs_reserve_space(struct flexspace *fs, uint64_t len)
 {
 	if (fs->max_data >= FLEXSPACE_MAX_SIZE)
@@ -467,10 +532,10 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len)
 		int rc;
 		uint64_t avail = fs_space_avail(fs);
 		if (fs->npending) {
-			rc = fs_log_sync(fs);
+			rc = fs_log_sync(fs, 0);
 		} else if (round == 0 || avail > before) {
 			before = avail;
-			rc = fs_gc_run(fs);
+			rc = fs_gc_run(fs, 0);
 		} else {
 			return -ENOSPC; /* collection stopped making progress */
 		}
@@ -702,8 +767,13 @@ static int fs_relocate(struct flexspace *fs, const struct flextree_extent *e, co
 }
 
 /* One collection run: relocates the live extents of up to FS_GC_BATCH
- * least-live segments, then makes the log durable so they can be reused. */
-static int fs_gc_run(struct flexspace *fs)
+ * least-live segments, then makes the log durable so they can be reused.
+ * The caller holds sync_mu and change_mu, not the rwlock: the victims are
+ * found and read with readers going on (no other change can move them),
+ * and each extent is re-pointed under the exclusive lock on its own, so
+ * a reader waits for one extent's copy at most.  may_release lets the
+ * closing sync give up change_mu while it waits for the disk. */
+int fs_gc_run(struct flexspace *fs, int may_release)
 {
 	uint32_t *cand = malloc((size_t)fs->nsegs * sizeof(*cand));
 	uint8_t *victim = calloc(fs->nsegs, 1);
@@ -760,7 +830,11 @@ static int fs_gc_run(struct flexspace *fs)
 		if (rc == -ENODATA)
 			rc = FLEX_ECORRUPT;
 		for (size_t j = 0; j < k && !rc; j++) {
+			if ((rc = fs_preflush(fs, vs.ext[i + j].len)) != 0)
+				break;
+			fs_excl_lock(fs);
 			rc = fs_relocate(fs, &vs.ext[i + j], data + j * fs->max_extent);
+			fs_excl_unlock(fs);
 			/* Part of the victims' extents moved, none of it
 			 * logged: the n-th hit is mid-collection. */
 			if (!rc)
@@ -769,8 +843,10 @@ static int fs_gc_run(struct flexspace *fs)
 	}
 	fs->in_gc = 0;
 	if (!rc) {
+		fs_excl_lock(fs);
 		fs->st.gc_runs++;
-		rc = fs_log_sync(fs);
+		fs_excl_unlock(fs);
+		rc = fs_log_sync(fs, may_release);
 	}
 out:
 	free(cand);
@@ -780,8 +856,8 @@ out:
 	return rc;
 }
 
-/* Runs a collection when the data file holds too much garbage. */
-int fs_maybe_gc(struct flexspace *fs)
+/* Whether the data file holds enough garbage for a collection. */
+int fs_gc_due(const struct flexspace *fs)
 {
 	if (fs->in_gc)
 		return 0;
@@ -789,9 +865,7 @@ int fs_maybe_gc(struct flexspace *fs)
 	uint64_t garbage = used > fs->live ? used - fs->live : 0;
 	if (garbage < (uint64_t)FS_GC_MIN_SEGMENTS * fs->seg_size)
 		return 0;
-	if ((double)used <= (double)fs->live * fs->gc_ratio)
-		return 0;
-	return fs_gc_run(fs);
+	return (double)used > (double)fs->live * fs->gc_ratio;
 }
 
 /* ---- check -------------------------------------------------------------- */
@@ -846,7 +920,7 @@ int fs_check_segments(struct flexspace *fs)
 	uint32_t pending = 0;
 	for (uint32_t s = 0; !rc && !cs.bad && s < fs->nsegs; s++) {
 		live += cs.valid[s];
-		pending += fs->state[s] == SEG_PENDING;
+		pending += fs->state[s] == SEG_PENDING || fs->state[s] == SEG_RELEASE;
 		if (cs.valid[s] != fs->valid[s] ||
 		    (fs->state[s] == SEG_USED && !fs->valid[s]) ||
 		    (fs->state[s] == SEG_OPEN && s != fs->open_seg))

@@ -42,7 +42,11 @@ struct flexdb_iter;
 
 struct flexdb_options {
 	/* Passed to the FlexSpace (io, segment size, GC ratio, ...).  Its
-	 * `create` field is ignored: see create below. */
+	 * `create` field is ignored: see create below.  defer_maintenance is
+	 * always set: the committer runs the FlexSpace's tree commits and
+	 * garbage collection between chunks, without the lock readers take.
+	 * With max_data_size set, a change that needs room still syncs or
+	 * collects while readers wait. */
 	struct flexspace_options space;
 	/* Bytes the interval cache may hold: intervals kept whole (their
 	 * pairs, offsets and fingerprints) and, in at most a quarter of it,

@@ -16,7 +16,11 @@
  * it is stored as extents of at most segment_size / 32 bytes.
  *
  * Thread-safety: one handle may be used by many threads at once; reads run
- * in parallel, changes are serialised (a reader-writer lock).
+ * in parallel, changes are serialised.  No read waits for the disk to
+ * acknowledge a write: syncs, tree commits and garbage collection do their
+ * fdatasyncs without the lock readers take, and changes go on during a
+ * sync's fdatasyncs too (a tree commit and a collection hold changes off,
+ * not reads).
  * Statuses follow flex_common.h.  After an I/O error while writing or
  * syncing, every later change returns FLEX_EFAILED; reads still work and
  * what was synced is intact on disk.
@@ -77,6 +81,17 @@ struct flexspace_options {
 	 * mapping; a table in `io` other than flex_io_posix() implies
 	 * nonzero. */
 	int no_mmap;
+	/* Zero (default): a change that makes maintenance due (a tree commit
+	 * once the log passes log_limit, a garbage collection once the data
+	 * file passes gc_ratio) runs it before returning, after letting go of
+	 * the locks its change held.  Nonzero: changes never run it; the
+	 * caller calls flexspace_maintain() when it holds no lock of its own
+	 * that readers wait for (FlexDB: after each chunk it applies).  A
+	 * sync still commits the tree when the log is over log_limit, and in
+	 * a space with max_data_size a change still syncs or collects when
+	 * it needs room.  The log buffer is bounded only as often as
+	 * flexspace_maintain() or flexspace_sync() is called. */
+	int defer_maintenance;
 };
 
 struct flexspace_stats {
@@ -161,11 +176,25 @@ FLEX_EXPORT int flexspace_truncate(struct flexspace *fs, uint64_t size);
 FLEX_EXPORT uint64_t flexspace_size(struct flexspace *fs);
 
 /* Durability barrier: when it returns 0, every write, insert, collapse,
- * truncate and tag change that returned before the call survives a crash
- * or power loss.  Writes the buffered segment, fdatasyncs DATA, appends
- * the buffered log records to LOG and fdatasyncs it (committing the tree
- * too once the log passes log_limit).  Returns 0, FLEX_EFAILED, -errno. */
+ * truncate, tag change and defrag that returned before the call began
+ * survives a crash or power loss.  A change that runs concurrently with
+ * the sync (returns after the call began) may or may not be made durable
+ * by it; the next sync covers it.  Writes the buffered segment, takes the
+ * buffered log records, then, without the lock readers and changes take,
+ * fdatasyncs DATA, appends the records to LOG as one batch and fdatasyncs
+ * it (committing the tree too once the log passes log_limit, with changes
+ * but not reads held off).  Concurrent syncs run one after another.
+ * Returns 0, FLEX_EFAILED, -errno (the handle then refuses changes). */
 FLEX_EXPORT int flexspace_sync(struct flexspace *fs);
+
+/* Runs the maintenance changes have made due and deferred (see
+ * defer_maintenance): commits the tree if the log is over log_limit, then
+ * collects garbage if the data file is over gc_ratio (which ends with a
+ * sync).  Reads go on meanwhile; changes wait for the tree commit and for
+ * the collection's copying, not for its sync.  Returns 0 (also when
+ * nothing was due), FLEX_EFAILED, -errno; an error fails the handle as a
+ * failed sync does. */
+FLEX_EXPORT int flexspace_maintain(struct flexspace *fs);
 
 /* Paper section 5.4: reads from the start of the extent containing off
  * (up to maxlen bytes, continuing into later extents if maxlen asks for

@@ -14,8 +14,11 @@
  *     (the content as of its last fsync/fdatasync) and the writes and
  *     truncations since, so that a power-loss image can be materialised:
  *     the durable image plus every later change applied, dropped or torn
- *     (a prefix of it applied), independently and in order.  Directory
- *     durability is not modelled (files never vanish).
+ *     (a prefix of it applied), independently and in order.  A sync
+ *     makes durable the changes recorded before it began, not those
+ *     another thread makes while it waits (they may or may not reach the
+ *     disk, so they stay in play).  Directory durability is not modelled
+ *     (files never vanish).
  * A hook called before every fsync/fdatasync lets a test materialise and
  * check a crash image at every durability point of a workload while the
  * workload itself goes on.
@@ -744,13 +747,26 @@ static void cio_record(struct cio *c, int fd, int trunc, const void *data, uint6
 	pthread_mutex_unlock(&c->mu);
 }
 
-/* A sync made everything recorded for the file durable. */
-static void cio_synced(struct cio *c, int fd)
+/* Changes recorded for the file so far (where a sync begins). */
+static size_t cio_pending(struct cio *c, int fd)
+{
+	pthread_mutex_lock(&c->mu);
+	struct cio_file *f = cio_file_of(c, fd);
+	size_t n = f ? f->nch : 0;
+	pthread_mutex_unlock(&c->mu);
+	return n;
+}
+
+/* A sync made the first upto changes recorded for the file durable (those
+ * recorded before it began); later ones stay in play. */
+static void cio_synced(struct cio *c, int fd, size_t upto)
 {
 	pthread_mutex_lock(&c->mu);
 	struct cio_file *f = cio_file_of(c, fd);
 	if (f) {
-		for (size_t i = 0; i < f->nch; i++) {
+		if (upto > f->nch)
+			upto = f->nch;
+		for (size_t i = 0; i < upto; i++) {
 			struct cio_change *ch = &f->ch[i];
 			if (ch->trunc)
 				cio_img_resize(f, ch->off);
@@ -758,7 +774,8 @@ static void cio_synced(struct cio *c, int fd)
 				cio_img_write(f, ch->data, ch->off, ch->len);
 			free(ch->data);
 		}
-		f->nch = 0;
+		memmove(f->ch, f->ch + upto, (f->nch - upto) * sizeof(*f->ch));
+		f->nch -= upto;
 	}
 	pthread_mutex_unlock(&c->mu);
 }
@@ -847,13 +864,16 @@ static int cio_sync_common(const struct flex_io *io, int fd, int op)
 	int f = cio_fault(c, op);
 	if (f < 0)
 		return f;
+	pthread_mutex_lock(&c->mu);
 	c->nsyncs++;
+	pthread_mutex_unlock(&c->mu);
 	if (c->before_sync)
 		c->before_sync(c, c->hook_arg);
+	size_t upto = cio_pending(c, fd);
 	const struct flex_io *p = flex_io_posix();
 	int rc = op == CIO_FSYNC ? p->fsync(p, fd) : p->fdatasync(p, fd);
 	if (!rc)
-		cio_synced(c, fd);
+		cio_synced(c, fd, upto);
 	return rc;
 }
 

@@ -543,6 +543,7 @@ Test(api_edges, flexspace_null_handles)
 	cr_assert_eq(flexspace_truncate(NULL, 0), -EINVAL);
 	cr_assert_eq(flexspace_size(NULL), 0);
 	cr_assert_eq(flexspace_sync(NULL), -EINVAL);
+	cr_assert_eq(flexspace_maintain(NULL), -EINVAL);
 	cr_assert_eq(flexspace_read_extent(NULL, 0, buf, sizeof(buf), &u, &u), -EINVAL);
 	cr_assert_eq(flexspace_tag_set(NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_tag_get(NULL, 0, &tag, &u), -EINVAL);
@@ -625,6 +626,7 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_stats(fs, &st), 0);
 	cr_assert_eq(st.size, 1000);
 	cr_assert_eq(flexspace_sync(fs), 0);
+	cr_assert_eq(flexspace_maintain(fs), 0); /* nothing due */
 	cr_assert_eq(flexspace_close(fs), 0);
 	tmp_free(&d);
 }
@@ -917,6 +919,7 @@ static const char *const exported_covered[] = {
     "flexspace_write",	     "flexspace_insert",
     "flexspace_collapse",    "flexspace_truncate",
     "flexspace_size",	     "flexspace_sync",
+    "flexspace_maintain",
     "flexspace_read_extent", "flexspace_tag_set",
     "flexspace_tag_get",     "flexspace_extents",
     "flexspace_defrag",	     "flexspace_check",

@@ -2064,4 +2064,180 @@ Test(flexdb, iterator_skips_long_runs_of_deleted_keys)
 	tdb_done(&t);
 }
 
+
+/* ======================================================================
+ * No reader waits for the FlexSpace's fdatasyncs.
+ * ====================================================================== */
+
+/* An I/O table that parks the first fdatasync of one file of the space
+ * (TREE, LOG or DATA) once armed, until the test lets it go. */
+struct sgate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	const char *name; /* "/space/NAME" */
+	int fds[64];
+	int nfd;
+	int armed, parked, released;
+};
+static struct sgate SG = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static int sg_open(const struct flex_io *io, const char *path, int flags, mode_t mode)
+{
+	(void)io;
+	const struct flex_io *p = flex_io_posix();
+	int fd = p->open(p, path, flags, mode);
+	char tail[32];
+	snprintf(tail, sizeof(tail), "/space/%s", SG.name);
+	size_t n = strlen(path), t = strlen(tail);
+	pthread_mutex_lock(&SG.mu);
+	if (fd >= 0 && n >= t && !strcmp(path + n - t, tail) && SG.nfd < 64)
+		SG.fds[SG.nfd++] = fd;
+	pthread_mutex_unlock(&SG.mu);
+	return fd;
+}
+
+static int sg_close(const struct flex_io *io, int fd)
+{
+	(void)io;
+	pthread_mutex_lock(&SG.mu);
+	for (int i = 0; i < SG.nfd; i++)
+		if (SG.fds[i] == fd)
+			SG.fds[i--] = SG.fds[--SG.nfd];
+	pthread_mutex_unlock(&SG.mu);
+	return flex_io_posix()->close(flex_io_posix(), fd);
+}
+
+static int sg_fdatasync(const struct flex_io *io, int fd)
+{
+	(void)io;
+	pthread_mutex_lock(&SG.mu);
+	int hit = 0;
+	for (int i = 0; i < SG.nfd && SG.armed; i++)
+		hit |= SG.fds[i] == fd;
+	if (hit) {
+		SG.armed = 0;
+		SG.parked = 1;
+		pthread_cond_broadcast(&SG.cv);
+		while (!SG.released)
+			pthread_cond_wait(&SG.cv, &SG.mu);
+	}
+	pthread_mutex_unlock(&SG.mu);
+	return flex_io_posix()->fdatasync(flex_io_posix(), fd);
+}
+
+struct sg_writer {
+	struct flexdb *db;
+	atomic_int stop;
+	int rc;
+};
+
+static void *sg_write_main(void *arg)
+{
+	struct sg_writer *w = arg;
+	uint8_t v[200];
+	memset(v, 'w', sizeof(v));
+	for (int i = 0; !atomic_load(&w->stop) && !w->rc; i++) {
+		char k[32];
+		snprintf(k, sizeof(k), "w%07d", i % 50000);
+		w->rc = flexdb_put(w->db, k, strlen(k), v, sizeof(v));
+	}
+	return NULL;
+}
+
+struct sg_reader {
+	struct flexdb *db;
+	atomic_int done;
+	int bad;
+};
+
+static void *sg_read_main(void *arg)
+{
+	struct sg_reader *r = arg;
+	for (int i = 0; i < 2000; i += 37) {
+		char k[32];
+		uint8_t v[64];
+		size_t vn;
+		snprintf(k, sizeof(k), "k%06d", i);
+		r->bad |= flexdb_get(r->db, k, strlen(k), v, sizeof(v), &vn) != 0;
+	}
+	atomic_store(&r->done, 1);
+	return NULL;
+}
+
+/* The committer applies chunks under db->lock; a tree commit, a garbage
+ * collection or a sync of the FlexSpace (each with fdatasyncs) must run
+ * without it.  Each FlexSpace file's first fdatasync after the store is
+ * loaded is held back while gets of keys only the FlexSpace holds run:
+ * they must finish while it is held. */
+Test(flexdb, no_get_waits_for_a_flexspace_fdatasync, .timeout = 120)
+{
+	static const char *const names[] = {"TREE", "LOG", "DATA"};
+	for (size_t f = 0; f < sizeof(names) / sizeof(names[0]); f++) {
+		struct flex_io io = *flex_io_posix();
+		io.open = sg_open;
+		io.close = sg_close;
+		io.fdatasync = sg_fdatasync;
+		pthread_mutex_lock(&SG.mu);
+		SG.name = names[f];
+		SG.nfd = 0;
+		SG.armed = SG.parked = SG.released = 0;
+		pthread_mutex_unlock(&SG.mu);
+		struct flexdb_options o = fdb_tiny_opts();
+		o.space.io = &io;
+		struct tdb t;
+		tdb_open(&t, "syncgate", &o);
+		uint8_t v[200];
+		memset(v, 'v', sizeof(v));
+		for (int i = 0; i < 2000; i++) {
+			char k[32];
+			snprintf(k, sizeof(k), "k%06d", i);
+			cr_assert_eq(flexdb_put(t.db, k, strlen(k), v, sizeof(v)), 0);
+		}
+		tdb_reopen(&t, &o); /* every pair in the FlexSpace, memtables empty */
+
+		pthread_mutex_lock(&SG.mu);
+		SG.armed = 1;
+		pthread_mutex_unlock(&SG.mu);
+		struct sg_writer w = {.db = t.db};
+		atomic_init(&w.stop, 0);
+		pthread_t wt;
+		cr_assert_eq(pthread_create(&wt, NULL, sg_write_main, &w), 0);
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 60;
+		pthread_mutex_lock(&SG.mu);
+		while (!SG.parked && pthread_cond_timedwait(&SG.cv, &SG.mu, &dl) == 0)
+			;
+		int parked = SG.parked;
+		pthread_mutex_unlock(&SG.mu);
+
+		int read_done = 0;
+		struct sg_reader r = {.db = t.db};
+		atomic_init(&r.done, 0);
+		pthread_t rt;
+		if (parked) {
+			cr_assert_eq(pthread_create(&rt, NULL, sg_read_main, &r), 0);
+			for (int ms = 0; ms < 10000 && !atomic_load(&r.done); ms++)
+				usleep(1000);
+			read_done = atomic_load(&r.done);
+		}
+		pthread_mutex_lock(&SG.mu);
+		SG.released = 1;
+		pthread_cond_broadcast(&SG.cv);
+		pthread_mutex_unlock(&SG.mu);
+		if (parked)
+			pthread_join(rt, NULL);
+		atomic_store(&w.stop, 1);
+		pthread_join(wt, NULL);
+		cr_expect(parked, "%s: no fdatasync of the space's %s within 60 s", names[f],
+			  names[f]);
+		cr_expect(read_done, "%s: gets waited for an fdatasync of the space's %s",
+			  names[f], names[f]);
+		cr_expect(!r.bad, "%s: a get failed", names[f]);
+		cr_expect_eq(w.rc, 0, "%s: put: %s", names[f], flex_strerror(w.rc));
+		cr_assert_eq(flexdb_check(t.db), 0);
+		tdb_done(&t);
+	}
+}
+
 #endif /* FLEXDB_TSAN_MAIN */
