@@ -12,8 +12,8 @@
  * Durability (docs/DURABILITY.md): flexdb_sync(seq) returns once the WAL
  * records up to the caller's sequence number are fdatasync'ed: one thread
  * syncs for everyone waiting (group commit), and a sync never returns on
- * the strength of a flush that started before the caller's write (the
- * lesson of an earlier implementation).
+ * the strength of a flush that started before the caller's write: that
+ * flush may have missed the write.
  *
  * The committer: syncs the immutable memtable's WAL (so the FlexSpace
  * never holds a change the WAL could lose), applies its pairs in key order
