@@ -63,6 +63,7 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 	fs->max_data = o.max_data_size ? o.max_data_size : FLEXSPACE_MAX_SIZE;
 	if (fs->max_data > FLEXSPACE_MAX_SIZE)
 		return FLEX_EOPTION;
+	fs->tree_cache = o.tree_cache_size;
 	*create = o.create;
 	fs->no_mmap = o.no_mmap || fs->io != flex_io_posix();
 	return 0;
@@ -128,8 +129,12 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 		return -errno;
 	if (fresh == 1 && create && (rc = fs_tree_torn(fs, path)) != 0)
 		return rc;
-	struct flextree_options topt = {
-		.io = fs->io, .max_extent = fs->max_extent, .merge_boundary = fs->seg_size};
+	/* Lazy: fs_rebuild_valid reads every leaf at open anyway. */
+	struct flextree_options topt = {.io = fs->io,
+					.max_extent = fs->max_extent,
+					.merge_boundary = fs->seg_size,
+					.cache_size = fs->tree_cache,
+					.lazy_open = 1};
 	if ((rc = flextree_open(path, &topt, &fs->tree)) != 0)
 		return rc;
 	if ((rc = fs_log_attach(fs, fresh, create)) != 0)
@@ -241,8 +246,17 @@ static int fs_begin_write(struct flexspace *fs)
 	return 0;
 }
 
+/* Dirty tree leaves cannot be evicted from the tree's cache before a
+ * commit, so once they exceed it the tree is committed early: the same
+ * commit log_limit triggers, at the same point, and as safe. */
+static int fs_relieve_tree(struct flexspace *fs)
+{
+	return flextree_pressure(fs->tree) ? fs_commit(fs) : 0;
+}
+
 /* Ends a change: commits the tree when the log (buffered and written)
- * has reached log_limit, collects garbage if due, then unlocks.  Records
+ * has reached log_limit or the tree's dirty leaves its cache, collects
+ * garbage if due, then unlocks.  Records
  * stay in memory until a sync or a commit: writing them unsynced would
  * need DATA synced first (a record must never reach the disk before the
  * bytes it maps), which is a synchronous stall nobody asked for; the
@@ -251,6 +265,8 @@ static int fs_end_write(struct flexspace *fs, int rc)
 {
 	if (!rc && fs->log_size + (uint64_t)fs->nlog * FS_REC_BYTES > fs->log_limit)
 		rc = fs_commit(fs);
+	if (!rc)
+		rc = fs_relieve_tree(fs);
 	if (!rc) {
 		int grc = fs_maybe_gc(fs);
 		if (grc)

@@ -75,6 +75,13 @@ struct flexspace_options {
 	 * mapping; a table in `io` other than flex_io_posix() implies
 	 * nonzero. */
 	int no_mmap;
+	/* Bytes of TREE leaves kept in memory (flextree_options.cache_size):
+	 * 0 means FLEXTREE_DEFAULT_CACHE (16 MiB).  Leaves changed since the
+	 * tree's last commit cannot leave memory, so a change that leaves
+	 * more of them than this commits the tree early (as log_limit does),
+	 * which bounds the tree's memory by about this plus the internal
+	 * nodes (about 25 bytes per leaf of up to 128 extents). */
+	uint64_t tree_cache_size;
 };
 
 struct flexspace_stats {
