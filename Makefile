@@ -144,8 +144,9 @@ test-run: $(TESTS) $(TOOLS) $(LIBS_SO)
 		rc=$$(cat $$log.rc); [ "$$rc" = 0 ] || exit $$rc; \
 		if grep -q 'ERROR: LeakSanitizer' $$log; then echo "$$t: leaked memory"; exit 1; fi; done
 
-# The concurrency test as a plain program under ThreadSanitizer (the
-# Criterion runner itself does not start under TSan on this platform).
+# The concurrency tests as plain programs under ThreadSanitizer (the
+# Criterion runner itself does not start under TSan on this platform):
+# FlexDB's, and readers on a FlexTree with a two-leaf cache.
 tsan:
 	@$(MAKE) --no-print-directory SANITIZE=thread libs
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Iinclude -DFLEXDB_TSAN_MAIN \
@@ -153,6 +154,10 @@ tsan:
 		build/debug-thread/lib/libflexdb.a build/debug-thread/lib/libflexspace.a \
 		build/debug-thread/lib/libflextree.a -luring -lxxhash -pthread -lm
 	TSAN_OPTIONS=halt_on_error=1 build/debug-thread/flexdb_tsan
+	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Iinclude test/flextree_tsan.c \
+		-o build/debug-thread/flextree_tsan build/debug-thread/lib/libflextree.a \
+		-luring -lxxhash -pthread
+	TSAN_OPTIONS=halt_on_error=1 build/debug-thread/flextree_tsan
 
 # The same program under Helgrind, valgrind's happens-before race and
 # lock-order checker.  The libraries are built with -DFLEX_HELGRIND, which
