@@ -548,8 +548,11 @@ static void ft_grow(struct flextree *t)
 static int ft_find_mut(struct flextree *t, uint64_t x, struct ft_path *p)
 {
 	int rc;
-	if ((rc = ft_need(t, p, -1, 0)) != 0)
-		return rc;
+	if (t->root->leaf) {
+		struct ft_span sp = {.base = 0, .lo = 0, .hi = t->size};
+		if ((rc = ft_leaf_get(t, (struct ft_leaf *)t->root, &sp, NULL, 0, 0, 0)) != 0)
+			return rc;
+	}
 	if (ft_full(t->root))
 		ft_grow(t);
 	struct ft_node *n = t->root;
