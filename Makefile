@@ -221,6 +221,7 @@ $(BUILD)/bin/%: $(BUILD)/cli/%.o $(LIBS_A)
 CGROUP_2M := --num 2000000 --cgroup-mb 128 --cache-mb 32 --memtable-mb 16 --cgroup-optional
 bench: $(BENCHES)
 	$(BUILD)/bench/flextree_bench
+	$(BUILD)/bench/treemem_bench
 	$(BUILD)/bench/flexspace_bench
 	$(BUILD)/bench/flexdb_bench --threads 1,2
 	$(BUILD)/bench/flexdb_bench --threads 1,2 --memtable-mb 1024 --cache-mb 1024
@@ -230,6 +231,7 @@ bench: $(BENCHES)
 # other workloads, two client threads and one memory-cgroup run.
 bench-quick: $(BENCHES)
 	$(BUILD)/bench/flextree_bench --quick
+	$(BUILD)/bench/treemem_bench --quick
 	$(BUILD)/bench/flexspace_bench --quick
 	$(BUILD)/bench/flexdb_bench --quick
 	$(BUILD)/bench/flexdb_bench --quick --num 20000 --threads 2 --benchmarks all \
