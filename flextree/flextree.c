@@ -66,6 +66,7 @@ struct ft_node *ft_node_new(const struct flextree *t, int leaf)
 		} else {
 			l->b = (struct ft_leaf_body *)(l + 1);
 		}
+		l->inline_body = !apart;
 		l->prev = l->next = NULL;
 		l->pins = 0;
 		l->ref = 0;
@@ -94,7 +95,7 @@ struct ft_leaf *ft_leaf_stub_new(void)
 
 static void ft_leaf_free(struct ft_leaf *l)
 {
-	if (l->b != (struct ft_leaf_body *)(l + 1))
+	if (!l->inline_body)
 		free(l->b);
 	free(l);
 }

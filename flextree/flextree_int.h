@@ -99,6 +99,7 @@ struct ft_leaf {
 	struct ft_leaf *prev, *next; /* CLOCK ring of resident leaves */
 	uint32_t pins;		     /* readers using the body */
 	uint8_t ref;		     /* CLOCK reference bit */
+	uint8_t inline_body;	     /* b points just past the stub */
 };
 
 struct ft_internal {
