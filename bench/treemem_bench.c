@@ -20,7 +20,7 @@
  * Every budget's child reads the same file, whose pages the kernel keeps
  * after the first: a miss here is a pread from the page cache plus a
  * checksum, not a disk read.  RSS includes the program and the tree's
- * internal nodes and leaf stubs (about 25 bytes per leaf); the allocator
+ * internal nodes and leaf stubs (about 75 bytes per leaf); the allocator
  * may keep freed leaf bodies mapped for a while, which shows as RSS above
  * the budget.  One line per budget:
  *

@@ -80,7 +80,9 @@ struct flexspace_options {
 	 * tree's last commit cannot leave memory, so a change that leaves
 	 * more of them than this commits the tree early (as log_limit does),
 	 * which bounds the tree's memory by about this plus the internal
-	 * nodes (about 25 bytes per leaf of up to 128 extents). */
+	 * nodes and leaf stubs (about 75 bytes per leaf of up to 128
+	 * extents: under a byte per extent).  Log replay at open and one
+	 * garbage-collection run may exceed it until the next commit. */
 	uint64_t tree_cache_size;
 };
 

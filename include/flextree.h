@@ -46,7 +46,10 @@ extern "C" {
  * Valid physical addresses are below it: extents live in a 48-bit space. */
 #define FLEXTREE_HOLE ((uint64_t)0xFFFFFFFFFFFFULL)
 /* The leaf cache of a persistent tree when flextree_options.cache_size is
- * 0: 16 MiB, about 6,500 leaves of up to 128 extents each. */
+ * 0: 16 MiB, about 6,500 leaves, which hold every leaf of a tree of about
+ * 600,000 extents (leaves are about 70 % full after random inserts) and
+ * keep a larger tree's leaves to a fraction of FlexDB's default memory.
+ * Not stored on disk. */
 #define FLEXTREE_DEFAULT_CACHE ((uint64_t)16 << 20)
 /* Largest logical size a tree may reach (2^60 bytes). */
 #define FLEXTREE_MAX_SIZE ((uint64_t)1 << 60)
@@ -72,7 +75,7 @@ struct flextree_options {
 	 * clean (flextree_stats' leaf_bytes each: 2,560 bytes for a leaf of
 	 * up to 128 extents).  0 means FLEXTREE_DEFAULT_CACHE; any smaller
 	 * value keeps at least one leaf.  Internal nodes (about 3 KiB per 128
-	 * leaves) and a 56-byte stub per leaf are not counted; nor are dirty
+	 * leaves) and a 48-byte stub per leaf are not counted; nor are dirty
 	 * leaves and the leaves a reader is using at the moment, which stay
 	 * until released or committed.  Ignored for volatile trees. */
 	uint64_t cache_size;
