@@ -81,7 +81,7 @@ TESTS   := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(TINY_TESTS)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TOOLS   := $(patsubst cli/%.c,$(BUILD)/bin/%,$(CLI_SRC))
 
-.PHONY: all libs test test-run tsan helgrind fuzz fuzz-quick bench bench-quick bench-cgroup bench-mem stress install uninstall clean help format
+.PHONY: all libs test test-run test-tinycache tsan helgrind fuzz fuzz-quick bench bench-quick bench-cgroup bench-mem stress install uninstall clean help format
 all: libs $(TOOLS) $(BENCHES)
 libs: $(LIBS_A) $(LIBS_SO)
 
@@ -190,6 +190,13 @@ fuzz:
 	test/fuzz/run.sh --all $(FUZZ_SECONDS)
 fuzz-quick:
 	test/fuzz/run.sh --quick 20
+
+# Every suite with a one-leaf default FlexTree leaf cache, so that FlexSpace
+# and FlexDB run with their tree's leaves read back from the file (not part
+# of `make test`; about as long).
+test-tinycache:
+	@$(MAKE) --no-print-directory MODE=debug BUILD=build/debug-tinycache \
+		CFLAGS="$(CFLAGS) -DFT_DEFAULT_CACHE=1" test-run
 
 # Long randomized runs (not part of `make test`).
 stress:
@@ -300,6 +307,7 @@ help:
 	@echo "make              build libraries, tools and benchmarks (build/release)"
 	@echo "make test         build with assertions and run every Criterion suite"
 	@echo "make stress       long randomized runs (FLEX_TEST_SCALE=50)"
+	@echo "make test-tinycache  every suite with a one-leaf FlexTree leaf cache"
 	@echo "make tsan         the FlexDB concurrency test under ThreadSanitizer"
 	@echo "make helgrind     the same test under valgrind's Helgrind (needs valgrind)"
 	@echo "make fuzz         every libFuzzer target for FUZZ_SECONDS (600) each"

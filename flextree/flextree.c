@@ -1318,7 +1318,7 @@ int flextree_open(const char *path, const struct flextree_options *opt, struct f
 	t->io = opt && opt->io ? opt->io : flex_io_posix();
 	int rc;
 	if (path) {
-		uint64_t bytes = opt && opt->cache_size ? opt->cache_size : FLEXTREE_DEFAULT_CACHE;
+		uint64_t bytes = opt && opt->cache_size ? opt->cache_size : FT_DEFAULT_CACHE;
 		t->cache_leaves = bytes / sizeof(struct ft_leaf_body);
 		if (t->cache_leaves == 0)
 			t->cache_leaves = 1;

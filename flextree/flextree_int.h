@@ -59,6 +59,13 @@
 #error "FlexTree node capacities too small"
 #endif
 
+/* The default leaf cache.  `make test-tinycache` builds everything with
+ * -DFT_DEFAULT_CACHE=1 (a one-leaf cache) so that every suite of every
+ * layer runs with its tree's leaves read back from the file. */
+#ifndef FT_DEFAULT_CACHE
+#define FT_DEFAULT_CACHE FLEXTREE_DEFAULT_CACHE
+#endif
+
 /* A leaf is underfull at a third of its capacity; it is merged with a
  * sibling when both fit in one node with two entries to spare (so the
  * merged node is not split again by the next insert). */
