@@ -85,7 +85,7 @@ TESTS   := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRC)) $(TINY_TESTS)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 TOOLS   := $(patsubst cli/%.c,$(BUILD)/bin/%,$(CLI_SRC))
 
-.PHONY: all libs test test-run tsan helgrind fuzz fuzz-quick bench bench-quick bench-cgroup bench-mem stress install uninstall clean help format
+.PHONY: all libs test test-run test-tinycache tsan helgrind fuzz fuzz-quick bench bench-quick bench-cgroup bench-mem stress install uninstall clean help format
 all: libs $(TOOLS) $(BENCHES)
 libs: $(LIBS_A) $(LIBS_SO)
 
@@ -148,9 +148,9 @@ test-run: $(TESTS) $(TOOLS) $(LIBS_SO)
 		rc=$$(cat $$log.rc); [ "$$rc" = 0 ] || exit $$rc; \
 		if grep -q 'ERROR: LeakSanitizer' $$log; then echo "$$t: leaked memory"; exit 1; fi; done
 
-# The concurrency tests of FlexDB and FlexSpace as plain programs under
-# ThreadSanitizer (the Criterion runner itself does not start under TSan
-# on this platform).
+# The concurrency tests as plain programs under ThreadSanitizer (the
+# Criterion runner itself does not start under TSan on this platform):
+# FlexDB's, FlexSpace's, and readers on a FlexTree with a two-leaf cache.
 tsan:
 	@$(MAKE) --no-print-directory SANITIZE=thread libs
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Iinclude -DFLEXDB_TSAN_MAIN \
@@ -163,6 +163,10 @@ tsan:
 		-luring -lxxhash -pthread -lm
 	TSAN_OPTIONS=halt_on_error=1 build/debug-thread/flexdb_tsan
 	TSAN_OPTIONS=halt_on_error=1 build/debug-thread/flexspace_tsan
+	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Iinclude test/flextree_tsan.c \
+		-o build/debug-thread/flextree_tsan build/debug-thread/lib/libflextree.a \
+		-luring -lxxhash -pthread
+	TSAN_OPTIONS=halt_on_error=1 build/debug-thread/flextree_tsan
 
 # The same program under Helgrind, valgrind's happens-before race and
 # lock-order checker.  The libraries are built with -DFLEX_HELGRIND, which
@@ -196,6 +200,13 @@ fuzz:
 fuzz-quick:
 	test/fuzz/run.sh --quick 20
 
+# Every suite with a one-leaf default FlexTree leaf cache, so that FlexSpace
+# and FlexDB run with their tree's leaves read back from the file (not part
+# of `make test`; about as long).
+test-tinycache:
+	@$(MAKE) --no-print-directory MODE=debug BUILD=build/debug-tinycache \
+		CFLAGS="$(CFLAGS) -DFT_DEFAULT_CACHE=1" test-run
+
 # Long randomized runs (not part of `make test`).
 stress:
 	@$(MAKE) --no-print-directory MODE=debug test-run TESTFLAGS="$(TESTFLAGS)" \
@@ -226,6 +237,7 @@ $(BUILD)/bin/%: $(BUILD)/cli/%.o $(LIBS_A)
 CGROUP_2M := --num 2000000 --cgroup-mb 128 --cache-mb 32 --memtable-mb 16 --cgroup-optional
 bench: $(BENCHES)
 	$(BUILD)/bench/flextree_bench
+	$(BUILD)/bench/treemem_bench
 	$(BUILD)/bench/flexspace_bench
 	$(BUILD)/bench/flexdb_bench --threads 1,2
 	$(BUILD)/bench/flexdb_bench --threads 1,2 --memtable-mb 1024 --cache-mb 1024
@@ -236,6 +248,7 @@ bench: $(BENCHES)
 # other workloads, two client threads and one memory-cgroup run.
 bench-quick: $(BENCHES)
 	$(BUILD)/bench/flextree_bench --quick
+	$(BUILD)/bench/treemem_bench --quick
 	$(BUILD)/bench/flexspace_bench --quick
 	$(BUILD)/bench/flexdb_bench --quick
 	$(BUILD)/bench/flexdb_bench --quick --num 20000 --threads 2 --benchmarks all \
@@ -311,7 +324,8 @@ help:
 	@echo "make              build libraries, tools and benchmarks (build/release)"
 	@echo "make test         build with assertions and run every Criterion suite"
 	@echo "make stress       long randomized runs (FLEX_TEST_SCALE=50)"
-	@echo "make tsan         the FlexDB and FlexSpace concurrency tests under ThreadSanitizer"
+	@echo "make test-tinycache  every suite with a one-leaf FlexTree leaf cache"
+	@echo "make tsan         the FlexDB, FlexSpace and FlexTree concurrency tests under ThreadSanitizer"
 	@echo "make helgrind     the same test under valgrind's Helgrind (needs valgrind)"
 	@echo "make fuzz         every libFuzzer target for FUZZ_SECONDS (600) each"
 	@echo "make fuzz-quick   replay the saved fuzz corpora, then 20 s per target (CI)"

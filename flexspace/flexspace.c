@@ -70,6 +70,7 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 	fs->max_data = o.max_data_size ? o.max_data_size : FLEXSPACE_MAX_SIZE;
 	if (fs->max_data > FLEXSPACE_MAX_SIZE)
 		return FLEX_EOPTION;
+	fs->tree_cache = o.tree_cache_size;
 	*create = o.create;
 	fs->no_mmap = o.no_mmap || fs->io != flex_io_posix();
 	fs->defer_maintenance = o.defer_maintenance != 0;
@@ -154,8 +155,12 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 		return -errno;
 	if (fresh == 1 && create && (rc = fs_tree_torn(fs, path)) != 0)
 		return rc;
-	struct flextree_options topt = {
-		.io = fs->io, .max_extent = fs->max_extent, .merge_boundary = fs->seg_size};
+	/* Lazy: fs_rebuild_valid reads every leaf at open anyway. */
+	struct flextree_options topt = {.io = fs->io,
+					.max_extent = fs->max_extent,
+					.merge_boundary = fs->seg_size,
+					.cache_size = fs->tree_cache,
+					.lazy_open = 1};
 	if ((rc = flextree_open(path, &topt, &fs->tree)) != 0)
 		return rc;
 	if ((rc = fs_log_attach(fs, fresh, create)) != 0)
@@ -297,14 +302,17 @@ static int fs_begin_write(struct flexspace *fs)
 	return 0;
 }
 
-/* Tree commit once the log (buffered and written) has passed log_limit.
- * Records stay in memory until a sync or a commit: writing them unsynced
- * would need DATA synced first (a record must never reach the disk before
- * the bytes it maps), which is a synchronous stall nobody asked for; the
- * buffer is bounded by log_limit instead. */
+/* Tree commit once the log (buffered and written) has passed log_limit,
+ * or once the tree's dirty leaves exceed its leaf cache (they cannot be
+ * evicted before a commit).  Records stay in memory until a sync or a
+ * commit: writing them unsynced would need DATA synced first (a record
+ * must never reach the disk before the bytes it maps), which is a
+ * synchronous stall nobody asked for; the buffer is bounded by log_limit
+ * instead. */
 static int fs_commit_due(const struct flexspace *fs)
 {
-	return fs->log_size + (uint64_t)fs->nlog * FS_REC_BYTES > fs->log_limit;
+	return fs->log_size + (uint64_t)fs->nlog * FS_REC_BYTES > fs->log_limit ||
+	       flextree_pressure(fs->tree);
 }
 
 /* The maintenance that is due: tree commit, then garbage collection.  The

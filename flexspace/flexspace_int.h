@@ -95,6 +95,7 @@ struct flexspace {
 	uint64_t log_limit;
 	double gc_ratio;
 	uint64_t max_data;
+	uint64_t tree_cache; /* flexspace_options.tree_cache_size */
 
 	/* Segments: live bytes and state of each. */
 	uint32_t nsegs; /* segments in DATA (the array may be longer) */

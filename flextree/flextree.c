@@ -17,6 +17,10 @@
  * Persistence (the copy-on-write file, commit and load) lives in
  * flextree_file.c; here a node only records that it is dirty, and a freed
  * node hands its committed slot back to be reused after the next commit.
+ * A persistent tree's leaves are paged through a CLOCK cache bounded by
+ * cache_size (the leaf cache section below): every path that reaches a
+ * leaf first makes it resident, readers pin it while they use it, and
+ * only clean unpinned leaves are dropped, between operations.
  * See flextree_int.h for the invariants and docs/FORMAT.md for the file.
  */
 #include <assert.h>
@@ -28,8 +32,8 @@
 #include "flextree_int.h"
 
 /* The path of a descent: node[d] is the internal node at depth d, idx[d]
- * the child taken and base[d] the node's own base offset (filled in by
- * ft_find for cursors only; modifications do not need it). */
+ * the child taken and base[d] the node's own base offset (the leaf cache
+ * derives a leaf's expected span from them, and cursors move with them). */
 struct ft_path {
 	int depth;
 	struct ft_internal *node[FT_MAX_HEIGHT];
@@ -41,12 +45,37 @@ struct ft_path {
 
 /* ---- nodes ------------------------------------------------------------ */
 
-struct ft_node *ft_node_new(int leaf)
+/* A new empty node.  A leaf of a volatile tree carries its body in the
+ * same allocation (one cache-friendly block, as before paging existed); a
+ * persistent tree's leaf body is a separate allocation the cache can drop. */
+struct ft_node *ft_node_new(const struct flextree *t, int leaf)
 {
-	struct ft_node *n = leaf ? malloc(sizeof(struct ft_leaf))
-				 : malloc(sizeof(struct ft_internal));
-	if (!n)
-		return NULL;
+	struct ft_node *n;
+	if (leaf) {
+		int apart = t && t->paged;
+		size_t sz = sizeof(struct ft_leaf) + (apart ? 0 : sizeof(struct ft_leaf_body));
+		struct ft_leaf *l = malloc(sz);
+		if (!l)
+			return NULL;
+		if (apart) {
+			l->b = malloc(sizeof(struct ft_leaf_body));
+			if (!l->b) {
+				free(l);
+				return NULL;
+			}
+		} else {
+			l->b = (struct ft_leaf_body *)(l + 1);
+		}
+		l->inline_body = !apart;
+		l->prev = l->next = NULL;
+		l->pins = 0;
+		l->ref = 0;
+		n = &l->h;
+	} else {
+		n = malloc(sizeof(struct ft_internal));
+		if (!n)
+			return NULL;
+	}
 	n->leaf = (uint8_t)(leaf != 0);
 	n->dirty = 1;
 	n->count = 0;
@@ -55,16 +84,210 @@ struct ft_node *ft_node_new(int leaf)
 	return n;
 }
 
+/* A persistent tree's leaf as open finds it: committed, not yet read. */
+struct ft_leaf *ft_leaf_stub_new(void)
+{
+	struct ft_leaf *l = calloc(1, sizeof(*l));
+	if (l)
+		l->h.leaf = 1;
+	return l;
+}
+
+static void ft_leaf_free(struct ft_leaf *l)
+{
+	if (!l->inline_body)
+		free(l->b);
+	free(l);
+}
+
 void ft_node_free_tree(struct ft_node *n)
 {
 	if (!n)
 		return;
-	if (!n->leaf) {
-		struct ft_internal *in = (struct ft_internal *)n;
-		for (int i = 0; i <= in->h.count; i++)
-			ft_node_free_tree(in->child[i]);
+	if (n->leaf) {
+		ft_leaf_free((struct ft_leaf *)n);
+		return;
 	}
+	struct ft_internal *in = (struct ft_internal *)n;
+	for (int i = 0; i <= in->h.count; i++)
+		ft_node_free_tree(in->child[i]);
 	free(n);
+}
+
+/* ---- leaf cache ---------------------------------------------------------- */
+
+/* The ring holds every resident leaf of a paged tree; new ones go just
+ * behind the hand, so they are the last the hand reaches.  Callers hold
+ * cache_lock. */
+static void ft_ring_add(struct flextree *t, struct ft_leaf *l)
+{
+	if (!t->hand) {
+		l->prev = l->next = l;
+		t->hand = l;
+	} else {
+		l->next = t->hand;
+		l->prev = t->hand->prev;
+		l->prev->next = l;
+		t->hand->prev = l;
+	}
+	t->resident++;
+}
+
+static void ft_ring_del(struct flextree *t, struct ft_leaf *l)
+{
+	if (l->next == l) {
+		t->hand = NULL;
+	} else {
+		if (t->hand == l)
+			t->hand = l->next;
+		l->prev->next = l->next;
+		l->next->prev = l->prev;
+	}
+	l->prev = l->next = NULL;
+	t->resident--;
+}
+
+/* CLOCK: drops clean, unpinned bodies until the resident leaves fit the
+ * budget, giving referenced ones a second chance.  Two turns of the hand
+ * at most, so a cache full of dirty or pinned leaves cannot make it spin.
+ * Nothing is evicted from a failed handle: a commit that failed half-way
+ * may have marked leaves clean whose images never reached the file. */
+static void ft_trim_locked(struct flextree *t)
+{
+	if (t->resident <= t->cache_leaves || t->failed)
+		return;
+	uint64_t steps = 2 * t->resident;
+	while (t->resident > t->cache_leaves && steps--) {
+		struct ft_leaf *l = t->hand;
+		t->hand = l->next;
+		if (l->h.dirty || l->pins)
+			continue;
+		if (l->ref) {
+			l->ref = 0;
+			continue;
+		}
+		ft_ring_del(t, l);
+		free(l->b);
+		l->b = NULL;
+		t->evictions++;
+	}
+}
+
+void ft_cache_trim(struct flextree *t)
+{
+	if (!t->paged)
+		return;
+	pthread_mutex_lock(&t->cache_lock);
+	ft_trim_locked(t);
+	pthread_mutex_unlock(&t->cache_lock);
+}
+
+/* Enters a leaf made resident outside the normal paths (a new file's root). */
+void ft_cache_add(struct flextree *t, struct ft_leaf *l)
+{
+	pthread_mutex_lock(&t->cache_lock);
+	ft_ring_add(t, l);
+	pthread_mutex_unlock(&t->cache_lock);
+}
+
+/* The span of child i of path node lv (lv < 0: the root), from the pivots
+ * of the nearest ancestors that bound it on each side. */
+static void ft_span_of(const struct flextree *t, const struct ft_path *p, int lv, int i,
+		       struct ft_span *sp)
+{
+	sp->lo = 0;
+	sp->hi = t->size;
+	if (lv < 0) {
+		sp->base = 0;
+		return;
+	}
+	sp->base = p->base[lv] + p->node[lv]->shift[i];
+	int d = lv, k = i;
+	while (d >= 0 && k == 0)
+		if (--d >= 0)
+			k = p->idx[d];
+	if (d >= 0)
+		sp->lo = (uint64_t)(p->base[d] + p->node[d]->pivot[k - 1]);
+	d = lv;
+	k = i;
+	while (d >= 0 && k == p->node[d]->h.count)
+		if (--d >= 0)
+			k = p->idx[d];
+	if (d >= 0)
+		sp->hi = (uint64_t)(p->base[d] + p->node[d]->pivot[k]);
+}
+
+/* Makes leaf l resident, reading and verifying its committed image when it
+ * was evicted, marks it referenced and, for a reader, pins it.  The span
+ * it must cover is sp, or else that of child i of path node lv (computed
+ * only on a miss).  Returns 0, FLEX_ECORRUPT, -ENOMEM or -errno (the leaf
+ * stays evicted). */
+static int ft_leaf_get(const struct flextree *ct, struct ft_leaf *l, const struct ft_span *sp,
+		       const struct ft_path *p, int lv, int i, int pin)
+{
+	struct flextree *t = (struct flextree *)ct; /* the cache is not the tree */
+	if (!t->paged)
+		return 0;
+	pthread_mutex_lock(&t->cache_lock);
+	if (l->b) {
+		l->ref = 1;
+		l->pins += (uint32_t)pin;
+		pthread_mutex_unlock(&t->cache_lock);
+		return 0;
+	}
+	struct ft_leaf_src src = {
+	    .slot = l->h.slot, .nslots = t->nslots, .csum = l->h.csum, .version = t->version};
+	pthread_mutex_unlock(&t->cache_lock);
+	struct ft_span own;
+	if (!sp) {
+		ft_span_of(t, p, lv, i, &own);
+		sp = &own;
+	}
+	struct ft_leaf_body *b = malloc(sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	uint16_t count;
+	int rc = ft_file_read_leaf(t, &src, sp, b, &count);
+	if (rc) {
+		free(b);
+		return rc;
+	}
+	pthread_mutex_lock(&t->cache_lock);
+	if (l->b) {
+		free(b); /* another reader loaded it meanwhile */
+	} else {
+		l->b = b;
+		l->h.count = count;
+		ft_ring_add(t, l);
+		t->leaf_reads++;
+	}
+	l->ref = 1;
+	l->pins += (uint32_t)pin;
+	pthread_mutex_unlock(&t->cache_lock);
+	return 0;
+}
+
+/* Ends a reader's use of a leaf pinned by ft_leaf_get. */
+static void ft_leaf_put(const struct flextree *ct, struct ft_leaf *l)
+{
+	struct flextree *t = (struct flextree *)ct;
+	if (!t->paged)
+		return;
+	pthread_mutex_lock(&t->cache_lock);
+	assert(l->pins > 0);
+	l->pins--;
+	ft_trim_locked(t);
+	pthread_mutex_unlock(&t->cache_lock);
+}
+
+/* Writers: makes child i of path node lv (lv < 0: the root) resident when
+ * it is a leaf. */
+static int ft_need(struct flextree *t, const struct ft_path *p, int lv, int i)
+{
+	struct ft_node *n = lv < 0 ? t->root : p->node[lv]->child[i];
+	if (!t->paged || !n->leaf || ((struct ft_leaf *)n)->b)
+		return 0;
+	return ft_leaf_get(t, (struct ft_leaf *)n, NULL, p, lv, i, 0);
 }
 
 /* Marks a node changed since the last commit. */
@@ -103,18 +326,26 @@ static void ft_free_node(struct flextree *t, struct ft_node *n)
 	ft_release_slot(t, n);
 	if (n->dirty && t->dirty_nodes)
 		t->dirty_nodes--;
-	if (n->leaf)
+	if (n->leaf) {
+		struct ft_leaf *l = (struct ft_leaf *)n;
 		t->nleaves--;
-	else
+		if (t->paged && l->b) {
+			pthread_mutex_lock(&t->cache_lock);
+			ft_ring_del(t, l);
+			pthread_mutex_unlock(&t->cache_lock);
+		}
+		ft_leaf_free(l);
+	} else {
 		t->ninternals--;
-	free(n);
+		free(n);
+	}
 }
 
 /* Refills the spare pools (see ft_reserve). */
 static __attribute__((noinline)) int ft_reserve_slow(struct flextree *t)
 {
 	while (t->nspare_leaf < 2) {
-		struct ft_node *n = ft_node_new(1);
+		struct ft_node *n = ft_node_new(t, 1);
 		if (!n)
 			return -ENOMEM;
 		t->spare_leaf[t->nspare_leaf++] = n;
@@ -123,7 +354,7 @@ static __attribute__((noinline)) int ft_reserve_slow(struct flextree *t)
 	if (want > FT_MAX_HEIGHT + 2)
 		want = FT_MAX_HEIGHT + 2;
 	while (t->nspare_internal < want) {
-		struct ft_node *n = ft_node_new(0);
+		struct ft_node *n = ft_node_new(t, 0);
 		if (!n)
 			return -ENOMEM;
 		t->spare_internal[t->nspare_internal++] = n;
@@ -149,6 +380,11 @@ static struct ft_node *ft_take(struct flextree *t, int leaf)
 		assert(t->nspare_leaf > 0);
 		n = t->spare_leaf[--t->nspare_leaf];
 		t->nleaves++;
+		if (t->paged) {
+			pthread_mutex_lock(&t->cache_lock);
+			ft_ring_add(t, (struct ft_leaf *)n);
+			pthread_mutex_unlock(&t->cache_lock);
+		}
 	} else {
 		assert(t->nspare_internal > 0);
 		n = t->spare_internal[--t->nspare_internal];
@@ -187,15 +423,15 @@ static inline int ft_route(const struct ft_internal *in, int64_t y)
 static inline int ft_leaf_upper(const struct ft_leaf *l, uint64_t y)
 {
 	int n = l->h.count;
-	if (n == 0 || l->loff[n - 1] <= y)
+	if (n == 0 || l->b->loff[n - 1] <= y)
 		return n;
-	const uint64_t *b = l->loff;
+	const uint64_t *b = l->b->loff;
 	while (n > 1) {
 		int half = n >> 1;
 		b = b[half] <= y ? b + half : b;
 		n -= half;
 	}
-	return (int)(b - l->loff) + (*b <= y);
+	return (int)(b - l->b->loff) + (*b <= y);
 }
 
 /* Starts loading the header and partial offsets of a leaf about to be
@@ -204,9 +440,11 @@ static inline int ft_leaf_upper(const struct ft_leaf *l, uint64_t y)
  * cheaper (random inserts; a lookup gains nothing from it). */
 static inline void ft_prefetch_leaf(const struct ft_node *n)
 {
-	const char *p = (const char *)n;
+	const struct ft_leaf *l = (const struct ft_leaf *)n;
+	__builtin_prefetch(l);
+	const char *p = (const char *)l->b;
 #pragma GCC unroll 32
-	for (size_t off = 0; off < offsetof(struct ft_leaf, pt); off += 64)
+	for (size_t off = 0; off < offsetof(struct ft_leaf_body, pt); off += 64)
 		__builtin_prefetch(p + off);
 }
 
@@ -215,8 +453,10 @@ static inline int ft_full(const struct ft_node *n)
 	return n->leaf ? n->count >= FT_LEAF_CAP - 1 : n->count >= FT_INTERNAL_CAP;
 }
 
-/* Read-only descent to the leaf whose range contains x. */
-static void ft_find(const struct flextree *t, uint64_t x, struct ft_path *p)
+/* Read-only descent to the leaf whose range contains x, which is left
+ * pinned (release it with ft_leaf_put).  Returns 0 or a status of
+ * ft_leaf_get. */
+static int ft_find(const struct flextree *t, uint64_t x, struct ft_path *p)
 {
 	const struct ft_node *n = t->root;
 	int64_t base = 0;
@@ -233,17 +473,19 @@ static void ft_find(const struct flextree *t, uint64_t x, struct ft_path *p)
 	}
 	p->leaf = (struct ft_leaf *)n;
 	p->leaf_base = base;
+	int lv = p->depth - 1;
+	return ft_leaf_get(t, p->leaf, NULL, p, lv, lv < 0 ? 0 : p->idx[lv], 1);
 }
 
 /* ---- structural changes ------------------------------------------------- */
 
 static void ft_leaf_rebase(struct ft_leaf *l, struct ft_internal *parent, int i)
 {
-	uint64_t m = l->loff[0];
+	uint64_t m = l->b->loff[0];
 	if (!m)
 		return;
 	for (int j = 0; j < l->h.count; j++)
-		l->loff[j] -= m;
+		l->b->loff[j] -= m;
 	parent->shift[i] += (int64_t)m;
 }
 
@@ -260,14 +502,14 @@ static void ft_split_child(struct flextree *t, struct ft_internal *p, int i)
 	if (c->leaf) {
 		struct ft_leaf *l = (struct ft_leaf *)c, *rl = (struct ft_leaf *)r;
 		int m = l->h.count / 2, n = l->h.count - m;
-		memcpy(rl->loff, l->loff + m, n * sizeof(l->loff[0]));
-		memcpy(rl->pt, l->pt + m, n * sizeof(l->pt[0]));
-		memcpy(rl->len, l->len + m, n * sizeof(l->len[0]));
+		memcpy(rl->b->loff, l->b->loff + m, n * sizeof(l->b->loff[0]));
+		memcpy(rl->b->pt, l->b->pt + m, n * sizeof(l->b->pt[0]));
+		memcpy(rl->b->len, l->b->len + m, n * sizeof(l->b->len[0]));
 		rl->h.count = (uint16_t)n;
 		l->h.count = (uint16_t)m;
-		uint64_t first = rl->loff[0];
+		uint64_t first = rl->b->loff[0];
 		for (int j = 0; j < n; j++)
-			rl->loff[j] -= first;
+			rl->b->loff[j] -= first;
 		pivot = p->shift[i] + (int64_t)first;
 		rshift = pivot;
 	} else {
@@ -303,9 +545,17 @@ static void ft_grow(struct flextree *t)
 }
 
 /* Descends to the leaf for x, splitting full nodes on the way and marking
- * the path dirty.  Requires ft_reserve() first. */
-static void ft_find_mut(struct flextree *t, uint64_t x, struct ft_path *p)
+ * the path dirty; every leaf it looks at is made resident first.  Requires
+ * ft_reserve() first.  Returns 0 or a status of ft_leaf_get (the tree is
+ * sound then: at most some nodes were split). */
+static int ft_find_mut(struct flextree *t, uint64_t x, struct ft_path *p)
 {
+	int rc;
+	if (t->root->leaf) {
+		struct ft_span sp = {.base = 0, .lo = 0, .hi = t->size};
+		if ((rc = ft_leaf_get(t, (struct ft_leaf *)t->root, &sp, NULL, 0, 0, 0)) != 0)
+			return rc;
+	}
 	if (ft_full(t->root))
 		ft_grow(t);
 	struct ft_node *n = t->root;
@@ -316,17 +566,22 @@ static void ft_find_mut(struct flextree *t, uint64_t x, struct ft_path *p)
 		ft_touch(t, n);
 		int64_t y = (int64_t)x - base;
 		int i = ft_route(in, y);
+		int d = p->depth;
+		p->node[d] = in;
+		p->idx[d] = i;
+		p->base[d] = base;
+		if ((rc = ft_need(t, p, d, i)) != 0)
+			return rc;
 		/* Not for the last child: that is where appends go, and its
 		 * leaf is in cache. */
-		if (p->depth + 2 == (int)t->height && i < in->h.count)
+		if (d + 2 == (int)t->height && i < in->h.count)
 			ft_prefetch_leaf(in->child[i]);
 		if (ft_full(in->child[i])) {
 			ft_split_child(t, in, i);
 			if (y >= in->pivot[i])
 				i++;
+			p->idx[d] = i;
 		}
-		p->node[p->depth] = in;
-		p->idx[p->depth] = i;
 		p->depth++;
 		base += in->shift[i];
 		n = in->child[i];
@@ -334,6 +589,7 @@ static void ft_find_mut(struct flextree *t, uint64_t x, struct ft_path *p)
 	ft_touch(t, n);
 	p->leaf = (struct ft_leaf *)n;
 	p->leaf_base = base;
+	return 0;
 }
 
 /* Two 64-bit lanes: SSE2 on x86-64 and NEON on arm64 are baseline, so these
@@ -400,11 +656,11 @@ static inline void ft_leaf_open(struct ft_leaf *l, int k, int gap, uint64_t add)
 	l->h.count = (uint16_t)(cnt + gap);
 	if (n == 0)
 		return;
-	memmove(l->pt + k + gap, l->pt + k, n * sizeof(l->pt[0]));
-	memmove(l->len + k + gap, l->len + k, n * sizeof(l->len[0]));
+	memmove(l->b->pt + k + gap, l->b->pt + k, n * sizeof(l->b->pt[0]));
+	memmove(l->b->len + k + gap, l->b->len + k, n * sizeof(l->b->len[0]));
 	/* From the top down, each pair loaded before the stores that overlap
 	 * it (a store lands at most two words above its load). */
-	unsigned char *p = (unsigned char *)l->loff;
+	unsigned char *p = (unsigned char *)l->b->loff;
 	ft_v2 dv = {add, add};
 	int j = cnt;
 	for (; j - 4 >= k; j -= 4) {
@@ -417,58 +673,60 @@ static inline void ft_leaf_open(struct ft_leaf *l, int k, int gap, uint64_t add)
 		memcpy(p + 8 * (j - 4 + gap), &y, 16);
 	}
 	for (j--; j >= k; j--)
-		l->loff[j + gap] = l->loff[j] + add;
+		l->b->loff[j + gap] = l->b->loff[j] + add;
 }
 
 static void ft_leaf_insert_at(struct ft_leaf *l, int k, uint64_t loff, uint64_t pt,
 			      uint32_t len)
 {
 	ft_leaf_open(l, k, 1, 0);
-	l->loff[k] = loff;
-	l->pt[k] = pt;
-	l->len[k] = len;
+	l->b->loff[k] = loff;
+	l->b->pt[k] = pt;
+	l->b->len[k] = len;
 }
 
 /* Splits extent k of a leaf at partial offset y (strictly inside it); the
  * tail, k + 1, is untagged. */
 static void ft_leaf_split_extent(struct ft_leaf *l, int k, uint64_t y)
 {
-	uint64_t off = y - l->loff[k];
-	uint64_t poff = ft_pt_poff(l->pt[k]);
+	uint64_t off = y - l->b->loff[k];
+	uint64_t poff = ft_pt_poff(l->b->pt[k]);
 	uint64_t tail = poff == FLEXTREE_HOLE ? FLEXTREE_HOLE : poff + off;
-	assert(off > 0 && off < l->len[k]);
-	ft_leaf_insert_at(l, k + 1, y, ft_pt_make(tail, 0), (uint32_t)(l->len[k] - off));
-	l->len[k] = (uint32_t)off;
+	assert(off > 0 && off < l->b->len[k]);
+	ft_leaf_insert_at(l, k + 1, y, ft_pt_make(tail, 0), (uint32_t)(l->b->len[k] - off));
+	l->b->len[k] = (uint32_t)off;
 }
 
 /* Inserts one extent of at most UINT32_MAX bytes at x <= size.  The leaf
  * changes in one pass: the entries after the new extent (and after the
  * tail of an extent it splits) move up and shift by len together. */
-static void ft_insert_one(struct flextree *t, uint64_t x, uint64_t pt, uint32_t len)
+static int ft_insert_one(struct flextree *t, uint64_t x, uint64_t pt, uint32_t len)
 {
 	struct ft_path p;
-	ft_find_mut(t, x, &p);
+	int rc = ft_find_mut(t, x, &p);
+	if (rc)
+		return rc;
 	struct ft_leaf *l = p.leaf;
 	uint64_t y = x - (uint64_t)p.leaf_base;
 	int k = ft_leaf_upper(l, y); /* first entry starting after y */
 	uint64_t head = 0;	     /* length of extent k-1 once split at y */
 	int split = 0;
 
-	if (k > 0 && l->loff[k - 1] == y) {
+	if (k > 0 && l->b->loff[k - 1] == y) {
 		/* x is the start of extent k-1: insert before it. */
 		k--;
 	} else if (k > 0) {
-		head = y - l->loff[k - 1];
-		split = head < l->len[k - 1];
+		head = y - l->b->loff[k - 1];
+		split = head < l->b->len[k - 1];
 	}
 	if (k > 0 && !split)
-		head = l->len[k - 1];
+		head = l->b->len[k - 1];
 	/* The extent goes at index k, starting at partial offset y; a split
 	 * extent's tail follows it. */
 	uint64_t poff = ft_pt_poff(pt);
 	int merged = 0;
 	if (k > 0 && ft_pt_tag(pt) == 0) {
-		uint64_t prev = ft_pt_poff(l->pt[k - 1]);
+		uint64_t prev = ft_pt_poff(l->b->pt[k - 1]);
 		uint64_t sum = head + len;
 		if (prev == FLEXTREE_HOLE && poff == FLEXTREE_HOLE)
 			merged = sum <= UINT32_MAX;
@@ -480,32 +738,33 @@ static void ft_insert_one(struct flextree *t, uint64_t x, uint64_t pt, uint32_t 
 	uint32_t tail = 0;
 	uint64_t tail_pt = 0;
 	if (split) {
-		uint64_t prev = ft_pt_poff(l->pt[k - 1]);
-		tail = (uint32_t)(l->len[k - 1] - head);
+		uint64_t prev = ft_pt_poff(l->b->pt[k - 1]);
+		tail = (uint32_t)(l->b->len[k - 1] - head);
 		tail_pt = ft_pt_make(prev == FLEXTREE_HOLE ? FLEXTREE_HOLE : prev + head, 0);
-		l->len[k - 1] = (uint32_t)head;
+		l->b->len[k - 1] = (uint32_t)head;
 	}
 	ft_leaf_open(l, k, gap, len);
 	if (merged) {
-		l->len[k - 1] += len;
+		l->b->len[k - 1] += len;
 	} else {
-		l->loff[k] = y;
-		l->pt[k] = pt;
-		l->len[k] = len;
+		l->b->loff[k] = y;
+		l->b->pt[k] = pt;
+		l->b->len[k] = len;
 	}
 	if (split) {
 		int j = k + gap - 1;
-		l->loff[j] = y + len;
-		l->pt[j] = tail_pt;
-		l->len[j] = tail;
+		l->b->loff[j] = y + len;
+		l->b->pt[j] = tail_pt;
+		l->b->len[j] = tail;
 	}
 	t->nextents += (uint64_t)gap;
 	ft_shift_path(&p, len);
 	/* Partial offsets start near 0 after every split, so only a leaf that
 	 * never split can outgrow 48 bits; rebase it then. */
-	if (l->loff[l->h.count - 1] > FT_PARTIAL_MAX && p.depth > 0)
+	if (l->b->loff[l->h.count - 1] > FT_PARTIAL_MAX && p.depth > 0)
 		ft_leaf_rebase(l, p.node[p.depth - 1], p.idx[p.depth - 1]);
 	t->size += len;
+	return 0;
 }
 
 /* Removes the empty child idx[lv] of node[lv]; a parent left without
@@ -546,12 +805,12 @@ static void ft_merge_children(struct flextree *t, struct ft_internal *p, int lef
 		struct ft_leaf *l = (struct ft_leaf *)ln, *r = (struct ft_leaf *)rn;
 		int base = l->h.count;
 		for (int j = 0; j < r->h.count; j++) {
-			l->loff[base + j] = (uint64_t)((int64_t)r->loff[j] + delta);
-			l->pt[base + j] = r->pt[j];
-			l->len[base + j] = r->len[j];
+			l->b->loff[base + j] = (uint64_t)((int64_t)r->b->loff[j] + delta);
+			l->b->pt[base + j] = r->b->pt[j];
+			l->b->len[base + j] = r->b->len[j];
 		}
 		l->h.count = (uint16_t)(base + r->h.count);
-		if (l->h.count && l->loff[l->h.count - 1] > FT_PARTIAL_MAX)
+		if (l->h.count && l->b->loff[l->h.count - 1] > FT_PARTIAL_MAX)
 			ft_leaf_rebase(l, p, left);
 	} else {
 		struct ft_internal *l = (struct ft_internal *)ln, *r = (struct ft_internal *)rn;
@@ -598,10 +857,14 @@ static void ft_shrink(struct flextree *t)
 		int64_t s = r->shift[0];
 		if (c->leaf) {
 			struct ft_leaf *l = (struct ft_leaf *)c;
-			if (l->h.count && (int64_t)l->loff[l->h.count - 1] + s > (int64_t)FT_PARTIAL_MAX)
+			struct ft_span sp = {.base = s, .lo = 0, .hi = t->size};
+			/* Unreadable: a root with one child is sound too. */
+			if (ft_leaf_get(t, l, &sp, NULL, 0, 0, 0) != 0)
+				return;
+			if (l->h.count && (int64_t)l->b->loff[l->h.count - 1] + s > (int64_t)FT_PARTIAL_MAX)
 				return;
 			for (int j = 0; j < l->h.count; j++)
-				l->loff[j] = (uint64_t)((int64_t)l->loff[j] + s);
+				l->b->loff[j] = (uint64_t)((int64_t)l->b->loff[j] + s);
 		} else {
 			struct ft_internal *in = (struct ft_internal *)c;
 			for (int j = 0; j < in->h.count; j++)
@@ -635,6 +898,9 @@ static void ft_rebalance(struct flextree *t, struct ft_path *p)
 		if (!ft_underfull(in->child[i]) || in->h.count == 0)
 			break;
 		int left = i > 0 ? i - 1 : 0;
+		/* An unreadable sibling only leaves a node underfull. */
+		if (ft_need(t, p, lv, left) != 0 || ft_need(t, p, lv, left + 1) != 0)
+			break;
 		if (!ft_mergeable(in->child[left], in->child[left + 1]))
 			break;
 		ft_merge_children(t, in, left);
@@ -642,18 +908,21 @@ static void ft_rebalance(struct flextree *t, struct ft_path *p)
 	ft_shrink(t);
 }
 
-/* Removes up to d bytes starting at x (x < size) from the leaf holding x.
- * Returns the number of bytes removed (> 0). */
-static uint64_t ft_collapse_leaf(struct flextree *t, uint64_t x, uint64_t d)
+/* Removes up to d bytes starting at x (x < size) from the leaf holding x
+ * and sets *removed to the number of bytes removed (> 0).  Returns 0 or a
+ * status of ft_find_mut. */
+static int ft_collapse_leaf(struct flextree *t, uint64_t x, uint64_t d, uint64_t *removed)
 {
 	struct ft_path p;
-	ft_find_mut(t, x, &p);
+	int rc = ft_find_mut(t, x, &p);
+	if (rc)
+		return rc;
 	struct ft_leaf *l = p.leaf;
 	uint64_t y = x - (uint64_t)p.leaf_base;
 	int j = ft_leaf_upper(l, y) - 1;
 
-	assert(j >= 0 && y < l->loff[j] + l->len[j]);
-	if (l->loff[j] < y) {
+	assert(j >= 0 && y < l->b->loff[j] + l->b->len[j]);
+	if (l->b->loff[j] < y) {
 		ft_leaf_split_extent(l, j, y);
 		t->nextents++;
 		j++;
@@ -661,29 +930,30 @@ static uint64_t ft_collapse_leaf(struct flextree *t, uint64_t x, uint64_t d)
 	uint64_t r = 0;
 	int e = j;
 	while (e < l->h.count && r < d) {
-		if (r + l->len[e] <= d) {
-			r += l->len[e++];
+		if (r + l->b->len[e] <= d) {
+			r += l->b->len[e++];
 		} else {
 			uint32_t cut = (uint32_t)(d - r);
-			uint64_t poff = ft_pt_poff(l->pt[e]);
-			l->loff[e] += cut;
-			l->len[e] -= cut;
-			l->pt[e] = ft_pt_make(poff == FLEXTREE_HOLE ? poff : poff + cut, 0);
+			uint64_t poff = ft_pt_poff(l->b->pt[e]);
+			l->b->loff[e] += cut;
+			l->b->len[e] -= cut;
+			l->b->pt[e] = ft_pt_make(poff == FLEXTREE_HOLE ? poff : poff + cut, 0);
 			r = d;
 		}
 	}
 	int n = l->h.count - e;
-	memmove(l->loff + j, l->loff + e, n * sizeof(l->loff[0]));
-	memmove(l->pt + j, l->pt + e, n * sizeof(l->pt[0]));
-	memmove(l->len + j, l->len + e, n * sizeof(l->len[0]));
+	memmove(l->b->loff + j, l->b->loff + e, n * sizeof(l->b->loff[0]));
+	memmove(l->b->pt + j, l->b->pt + e, n * sizeof(l->b->pt[0]));
+	memmove(l->b->len + j, l->b->len + e, n * sizeof(l->b->len[0]));
 	l->h.count = (uint16_t)(j + n);
 	t->nextents -= (uint64_t)(e - j);
 	for (int q = j; q < l->h.count; q++)
-		l->loff[q] -= r;
+		l->b->loff[q] -= r;
 	ft_shift_path(&p, -(int64_t)r);
 	t->size -= r;
 	ft_rebalance(t, &p);
-	return r;
+	*removed = r;
+	return 0;
 }
 
 /* ---- public API --------------------------------------------------------- */
@@ -697,6 +967,15 @@ static int ft_writable(const struct flextree *t)
 	if (t->failed)
 		return FLEX_EFAILED;
 	return 0;
+}
+
+/* Ends a modifying operation: the leaves it read but did not change can go
+ * again now that it holds no path. */
+static int ft_done(struct flextree *t, int rc)
+{
+	if (t->paged && t->resident > t->cache_leaves)
+		ft_cache_trim(t);
+	return rc;
 }
 
 static int ft_insert_tagged(struct flextree *t, uint64_t loff, uint64_t poff, uint32_t len,
@@ -715,14 +994,13 @@ static int ft_insert_tagged(struct flextree *t, uint64_t loff, uint64_t poff, ui
 	while (t->size < loff) {
 		uint64_t gap = loff - t->size;
 		uint32_t h = gap > UINT32_MAX ? UINT32_MAX : (uint32_t)gap;
-		if ((rc = ft_reserve(t)) != 0)
-			return rc;
-		ft_insert_one(t, t->size, ft_pt_make(FLEXTREE_HOLE, 0), h);
+		if ((rc = ft_reserve(t)) != 0 ||
+		    (rc = ft_insert_one(t, t->size, ft_pt_make(FLEXTREE_HOLE, 0), h)) != 0)
+			return ft_done(t, rc);
 	}
-	if ((rc = ft_reserve(t)) != 0)
-		return rc;
-	ft_insert_one(t, loff, ft_pt_make(poff, tag), len);
-	return 0;
+	if ((rc = ft_reserve(t)) == 0)
+		rc = ft_insert_one(t, loff, ft_pt_make(poff, tag), len);
+	return ft_done(t, rc);
 }
 
 int flextree_insert(struct flextree *t, uint64_t loff, uint64_t poff, uint32_t len)
@@ -745,11 +1023,12 @@ int flextree_collapse(struct flextree *t, uint64_t loff, uint64_t len)
 	if ((rc = ft_check_range(t, loff, len)) != 0)
 		return rc;
 	while (len > 0) {
-		if ((rc = ft_reserve(t)) != 0)
-			return rc;
-		len -= ft_collapse_leaf(t, loff, len);
+		uint64_t r = 0;
+		if ((rc = ft_reserve(t)) != 0 || (rc = ft_collapse_leaf(t, loff, len, &r)) != 0)
+			return ft_done(t, rc);
+		len -= r;
 	}
-	return 0;
+	return ft_done(t, 0);
 }
 
 int flextree_remap(struct flextree *t, uint64_t loff, uint64_t len, uint64_t poff)
@@ -782,34 +1061,50 @@ int flextree_lookup(const struct flextree *t, uint64_t loff, uint64_t *poff, uin
 	if (loff >= t->size)
 		return -ERANGE;
 	struct ft_path p;
-	ft_find(t, loff, &p);
+	int rc = ft_find(t, loff, &p);
+	if (rc)
+		return rc;
 	const struct ft_leaf *l = p.leaf;
 	uint64_t y = loff - (uint64_t)p.leaf_base;
 	int j = ft_leaf_upper(l, y) - 1;
-	assert(j >= 0 && y - l->loff[j] < l->len[j]);
-	uint64_t off = y - l->loff[j];
-	uint64_t ph = ft_pt_poff(l->pt[j]);
+	assert(j >= 0 && y - l->b->loff[j] < l->b->len[j]);
+	uint64_t off = y - l->b->loff[j];
+	uint64_t ph = ft_pt_poff(l->b->pt[j]);
 	if (poff)
 		*poff = ph == FLEXTREE_HOLE ? FLEXTREE_HOLE : ph + off;
 	if (run)
-		*run = l->len[j] - off;
+		*run = l->b->len[j] - off;
+	ft_leaf_put(t, p.leaf);
 	return 0;
 }
 
-/* Leaf-level cursor for scans: a path plus an entry index. */
+/* Leaf-level cursor for scans: a path plus an entry index.  The current
+ * leaf is pinned from a successful seek until ft_cursor_end (or a failed
+ * step, which releases it). */
 struct ft_cursor {
+	const struct flextree *t;
 	struct ft_path p;
 	int k;
 };
 
-static void ft_cursor_seek(const struct flextree *t, uint64_t x, struct ft_cursor *c)
+static int ft_cursor_seek(const struct flextree *t, uint64_t x, struct ft_cursor *c)
 {
-	ft_find(t, x, &c->p);
+	c->t = t;
+	int rc = ft_find(t, x, &c->p);
+	if (rc)
+		return rc;
 	int k = ft_leaf_upper(c->p.leaf, x - (uint64_t)c->p.leaf_base) - 1;
 	c->k = k < 0 ? 0 : k;
+	return 0;
 }
 
-/* Moves to the next extent; returns 0 at the end of the tree. */
+static void ft_cursor_end(struct ft_cursor *c)
+{
+	ft_leaf_put(c->t, c->p.leaf);
+}
+
+/* Moves to the next extent; returns 1, 0 at the end of the tree (the leaf
+ * stays pinned) or a negative status (nothing is pinned). */
 static int ft_cursor_next(struct ft_cursor *c)
 {
 	if (++c->k < c->p.leaf->h.count)
@@ -830,19 +1125,24 @@ static int ft_cursor_next(struct ft_cursor *c)
 		base += in->shift[0];
 		n = in->child[0];
 	}
+	ft_leaf_put(c->t, c->p.leaf);
 	c->p.leaf = (struct ft_leaf *)n;
 	c->p.leaf_base = base;
 	c->k = 0;
+	int lv = c->p.depth - 1;
+	int rc = ft_leaf_get(c->t, c->p.leaf, NULL, &c->p, lv, c->p.idx[lv], 1);
+	if (rc)
+		return rc;
 	return c->p.leaf->h.count > 0 ? 1 : ft_cursor_next(c);
 }
 
 static inline void ft_cursor_get(const struct ft_cursor *c, struct flextree_extent *e)
 {
 	const struct ft_leaf *l = c->p.leaf;
-	e->loff = (uint64_t)c->p.leaf_base + l->loff[c->k];
-	e->poff = ft_pt_poff(l->pt[c->k]);
-	e->len = l->len[c->k];
-	e->tag = ft_pt_tag(l->pt[c->k]);
+	e->loff = (uint64_t)c->p.leaf_base + l->b->loff[c->k];
+	e->poff = ft_pt_poff(l->b->pt[c->k]);
+	e->len = l->b->len[c->k];
+	e->tag = ft_pt_tag(l->b->pt[c->k]);
 }
 
 ssize_t flextree_query(const struct flextree *t, uint64_t loff, uint64_t len,
@@ -857,29 +1157,36 @@ ssize_t flextree_query(const struct flextree *t, uint64_t loff, uint64_t len,
 		return 0;
 	struct ft_cursor c;
 	size_t n = 0;
-	ft_cursor_seek(t, loff, &c);
+	int rc = ft_cursor_seek(t, loff, &c);
+	if (rc)
+		return rc;
 	/* A leaf's entries are read in place; the cursor only moves between
 	 * leaves. */
 	do {
 		const struct ft_leaf *l = c.p.leaf;
 		uint64_t base = (uint64_t)c.p.leaf_base;
 		for (int k = c.k; k < l->h.count; k++) {
-			uint64_t start = base + l->loff[k];
+			uint64_t start = base + l->b->loff[k];
 			uint64_t s = start > loff ? start : loff;
-			uint64_t f = start + l->len[k] < end ? start + l->len[k] : end;
+			uint64_t f = start + l->b->len[k] < end ? start + l->b->len[k] : end;
 			if (n < cap) {
-				uint64_t poff = ft_pt_poff(l->pt[k]);
+				uint64_t poff = ft_pt_poff(l->b->pt[k]);
 				out[n].loff = s;
 				out[n].len = f - s;
 				out[n].poff =
 				    poff == FLEXTREE_HOLE ? FLEXTREE_HOLE : poff + (s - start);
 			}
 			n++;
-			if (f >= end)
+			if (f >= end) {
+				ft_cursor_end(&c);
 				return (ssize_t)n;
+			}
 		}
 		c.k = l->h.count - 1; /* next: the first extent of the next leaf */
-	} while (ft_cursor_next(&c));
+	} while ((rc = ft_cursor_next(&c)) > 0);
+	if (rc < 0)
+		return rc;
+	ft_cursor_end(&c);
 	return (ssize_t)n;
 }
 
@@ -895,15 +1202,21 @@ int flextree_scan(const struct flextree *t, uint64_t loff, uint64_t len,
 		return 0;
 	struct ft_cursor c;
 	struct flextree_extent e;
-	ft_cursor_seek(t, loff, &c);
+	int rc = ft_cursor_seek(t, loff, &c);
+	if (rc)
+		return rc;
 	do {
 		ft_cursor_get(&c, &e);
-		int rc = fn(arg, &e);
-		if (rc)
+		if ((rc = fn(arg, &e)) != 0) {
+			ft_cursor_end(&c);
 			return rc;
+		}
 		if (e.loff + e.len >= end)
 			break;
-	} while (ft_cursor_next(&c));
+	} while ((rc = ft_cursor_next(&c)) > 0);
+	if (rc < 0)
+		return rc;
+	ft_cursor_end(&c);
 	return 0;
 }
 
@@ -917,17 +1230,18 @@ int flextree_tag_set(struct flextree *t, uint64_t loff, uint16_t tag)
 	if ((rc = ft_reserve(t)) != 0)
 		return rc;
 	struct ft_path p;
-	ft_find_mut(t, loff, &p);
+	if ((rc = ft_find_mut(t, loff, &p)) != 0)
+		return ft_done(t, rc);
 	struct ft_leaf *l = p.leaf;
 	uint64_t y = loff - (uint64_t)p.leaf_base;
 	int j = ft_leaf_upper(l, y) - 1;
-	if (l->loff[j] < y) {
+	if (l->b->loff[j] < y) {
 		ft_leaf_split_extent(l, j, y);
 		t->nextents++;
 		j++;
 	}
-	l->pt[j] = ft_pt_make(ft_pt_poff(l->pt[j]), tag);
-	return 0;
+	l->b->pt[j] = ft_pt_make(ft_pt_poff(l->b->pt[j]), tag);
+	return ft_done(t, 0);
 }
 
 int flextree_tag_get(const struct flextree *t, uint64_t loff, uint16_t *tag,
@@ -938,13 +1252,16 @@ int flextree_tag_get(const struct flextree *t, uint64_t loff, uint16_t *tag,
 	if (loff >= t->size)
 		return -ERANGE;
 	struct ft_path p;
-	ft_find(t, loff, &p);
+	int rc = ft_find(t, loff, &p);
+	if (rc)
+		return rc;
 	const struct ft_leaf *l = p.leaf;
 	int j = ft_leaf_upper(l, loff - (uint64_t)p.leaf_base) - 1;
 	if (tag)
-		*tag = ft_pt_tag(l->pt[j]);
+		*tag = ft_pt_tag(l->b->pt[j]);
 	if (extent_loff)
-		*extent_loff = (uint64_t)p.leaf_base + l->loff[j];
+		*extent_loff = (uint64_t)p.leaf_base + l->b->loff[j];
+	ft_leaf_put(t, p.leaf);
 	return 0;
 }
 
@@ -968,7 +1285,24 @@ int flextree_stats(const struct flextree *t, struct flextree_stats *st)
 	st->dirty_nodes = t->dirty_nodes;
 	st->commits = t->commits;
 	st->bytes_written = t->bytes_written;
+	if (t->paged) {
+		struct flextree *mt = (struct flextree *)t;
+		pthread_mutex_lock(&mt->cache_lock);
+		st->cached_leaves = t->resident;
+		st->leaf_reads = t->leaf_reads;
+		st->leaf_evictions = t->evictions;
+		pthread_mutex_unlock(&mt->cache_lock);
+		st->cache_leaves = t->cache_leaves;
+	} else {
+		st->cached_leaves = t->nleaves;
+	}
+	st->leaf_bytes = sizeof(struct ft_leaf_body);
 	return 0;
+}
+
+int flextree_pressure(const struct flextree *t)
+{
+	return t && t->paged && !t->read_only && t->dirty_nodes > t->cache_leaves;
 }
 
 int flextree_open(const char *path, const struct flextree_options *opt, struct flextree **out)
@@ -986,9 +1320,18 @@ int flextree_open(const char *path, const struct flextree_options *opt, struct f
 	t->io = opt && opt->io ? opt->io : flex_io_posix();
 	int rc;
 	if (path) {
+		uint64_t bytes = opt && opt->cache_size ? opt->cache_size : FT_DEFAULT_CACHE;
+		t->cache_leaves = bytes / sizeof(struct ft_leaf_body);
+		if (t->cache_leaves == 0)
+			t->cache_leaves = 1;
+		if (pthread_mutex_init(&t->cache_lock, NULL) != 0) {
+			free(t);
+			return -ENOMEM;
+		}
+		t->paged = 1;
 		rc = ft_file_open(t, path, opt);
 	} else {
-		t->root = ft_node_new(1);
+		t->root = ft_node_new(t, 1);
 		t->nleaves = 1;
 		rc = t->root ? 0 : -ENOMEM;
 	}
@@ -1026,11 +1369,13 @@ int flextree_close(struct flextree *t)
 		ft_file_close(t);
 	ft_node_free_tree(t->root);
 	for (int i = 0; i < t->nspare_leaf; i++)
-		free(t->spare_leaf[i]);
+		ft_leaf_free((struct ft_leaf *)t->spare_leaf[i]);
 	for (int i = 0; i < t->nspare_internal; i++)
 		free(t->spare_internal[i]);
 	free(t->free_slots);
 	free(t->pending);
+	if (t->paged)
+		pthread_mutex_destroy(&t->cache_lock);
 	free(t);
 	return rc;
 }
@@ -1043,30 +1388,52 @@ struct ft_check {
 	int leaf_depth;
 };
 
+/* Whether a leaf's body is resident (under the lock: readers may be
+ * loading other leaves). */
+static int ft_resident(const struct flextree *t, const struct ft_leaf *l)
+{
+	if (!t->paged)
+		return 1;
+	struct flextree *mt = (struct flextree *)t;
+	pthread_mutex_lock(&mt->cache_lock);
+	int r = l->b != NULL;
+	pthread_mutex_unlock(&mt->cache_lock);
+	return r;
+}
+
+/* Checks the subtree n whose range ends at hi (its start is ck->pos). */
 static int ft_check_node(const struct flextree *t, const struct ft_node *n, int64_t base,
-			 int depth, struct ft_check *ck)
+			 uint64_t hi, int depth, struct ft_check *ck)
 {
 	if (n->leaf) {
-		const struct ft_leaf *l = (const struct ft_leaf *)n;
+		struct ft_leaf *l = (struct ft_leaf *)n;
 		if (ck->leaf_depth < 0)
 			ck->leaf_depth = depth;
-		if (ck->leaf_depth != depth || l->h.count > FT_LEAF_CAP)
+		if (ck->leaf_depth != depth)
 			return FLEX_ECORRUPT;
-		if (l->h.count == 0 && n != t->root)
-			return FLEX_ECORRUPT;
-		for (int j = 0; j < l->h.count; j++) {
-			uint64_t poff = ft_pt_poff(l->pt[j]);
-			if (l->len[j] == 0 || l->loff[j] > FT_PARTIAL_MAX)
-				return FLEX_ECORRUPT;
-			if ((uint64_t)(base + (int64_t)l->loff[j]) != ck->pos)
-				return FLEX_ECORRUPT;
-			if (poff != FLEXTREE_HOLE && poff + l->len[j] > FLEXTREE_HOLE)
-				return FLEX_ECORRUPT;
-			ck->pos += l->len[j];
+		if (n->dirty && !ft_resident(t, l))
+			return FLEX_ECORRUPT; /* a dirty leaf has no other copy */
+		struct ft_span sp = {.base = base, .lo = ck->pos, .hi = hi};
+		int rc = ft_leaf_get(t, l, &sp, NULL, 0, 0, 1);
+		if (rc)
+			return rc;
+		if (l->h.count > FT_LEAF_CAP || (l->h.count == 0 && n != t->root))
+			rc = FLEX_ECORRUPT;
+		for (int j = 0; j < l->h.count && !rc; j++) {
+			uint64_t poff = ft_pt_poff(l->b->pt[j]);
+			if (l->b->len[j] == 0 || l->b->loff[j] > FT_PARTIAL_MAX)
+				rc = FLEX_ECORRUPT;
+			else if ((uint64_t)(base + (int64_t)l->b->loff[j]) != ck->pos)
+				rc = FLEX_ECORRUPT;
+			else if (poff != FLEXTREE_HOLE && poff + l->b->len[j] > FLEXTREE_HOLE)
+				rc = FLEX_ECORRUPT;
+			else
+				ck->pos += l->b->len[j];
 		}
 		ck->extents += l->h.count;
 		ck->leaves++;
-		return 0;
+		ft_leaf_put(t, l);
+		return rc;
 	}
 	const struct ft_internal *in = (const struct ft_internal *)n;
 	if (in->h.count > FT_INTERNAL_CAP || depth >= FT_MAX_HEIGHT)
@@ -1078,7 +1445,8 @@ static int ft_check_node(const struct flextree *t, const struct ft_node *n, int6
 		if (i > 0 && (uint64_t)(base + in->pivot[i - 1]) != ck->pos)
 			return FLEX_ECORRUPT;
 		uint64_t before = ck->pos;
-		int rc = ft_check_node(t, in->child[i], base + in->shift[i], depth + 1, ck);
+		uint64_t chi = i < in->h.count ? (uint64_t)(base + in->pivot[i]) : hi;
+		int rc = ft_check_node(t, in->child[i], base + in->shift[i], chi, depth + 1, ck);
 		if (rc)
 			return rc;
 		if (ck->pos == before)
@@ -1097,7 +1465,7 @@ int flextree_check(const struct flextree *t)
 	if (!t || !t->root)
 		return -EINVAL;
 	struct ft_check ck = {.leaf_depth = -1};
-	int rc = ft_check_node(t, t->root, 0, 0, &ck);
+	int rc = ft_check_node(t, t->root, 0, t->size, 0, &ck);
 	if (rc)
 		return rc;
 	if (ck.pos != t->size || ck.extents != t->nextents || ck.leaves != t->nleaves ||

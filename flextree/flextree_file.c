@@ -13,12 +13,17 @@
  * Each child pointer carries the checksum of the child's image and the
  * header carries the root's, so a stale copy of a node (an old version of
  * the same slot) is detected just like a flipped bit.  Open picks the valid
- * header with the highest version, reads the tree it names completely into
- * memory, verifies every checksum and then the in-memory invariants.  The
- * paper maps the file instead; reading it whole keeps the tree's nodes in
- * one representation, needs no SIGBUS handling on a full disk, and costs a
- * few milliseconds per million extents at open.  docs/FORMAT.md documents
- * the layout byte by byte.
+ * header with the highest version and reads the internal nodes it names,
+ * verifying each checksum.  Leaves are read by the leaf cache (flextree.c)
+ * when first needed, from the slot their parent names, and verified the
+ * same way plus against the range their parent gives them; by default
+ * open reads each once through the cache to check the whole tree.  A clean
+ * leaf's slot holds its current image: the slot is released only when the
+ * leaf is rewritten or freed, and reused only after the next commit is
+ * durable, so evicting and reading back never sees a newer or torn image.
+ * The paper maps the file instead; reading slots keeps the nodes in one
+ * representation and needs no SIGBUS handling on a full disk.
+ * docs/FORMAT.md documents the layout byte by byte.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -188,9 +193,9 @@ static uint64_t ft_node_encode(const struct ft_node *n, unsigned level, uint32_t
 	if (n->leaf) {
 		const struct ft_leaf *l = (const struct ft_leaf *)n;
 		for (int j = 0; j < l->h.count; j++, p += FT_LEAF_ENTRY) {
-			put_u64(p, l->loff[j]);
-			put_u64(p + 8, l->pt[j]);
-			put_u32(p + 16, l->len[j]);
+			put_u64(p, l->b->loff[j]);
+			put_u64(p + 8, l->b->pt[j]);
+			put_u32(p + 16, l->b->len[j]);
 		}
 	} else {
 		const struct ft_internal *in = (const struct ft_internal *)n;
@@ -235,13 +240,24 @@ static uint32_t ft_alloc_slot(struct flextree *t)
 {
 	if (t->nfree)
 		return t->free_slots[--t->nfree];
-	return t->nslots++;
+	/* Readers loading a leaf check its slot against nslots (cache_lock). */
+	if (t->paged)
+		pthread_mutex_lock(&t->cache_lock);
+	uint32_t slot = t->nslots++;
+	if (t->paged)
+		pthread_mutex_unlock(&t->cache_lock);
+	return slot;
 }
 
 /* ---- commit ------------------------------------------------------------- */
 
 struct ft_writer {
 	struct flextree *t;
+	/* Nodes given their new slots, still marked dirty: a clean leaf may
+	 * be evicted and read back from its slot, so none is marked clean
+	 * before its image is written (ft_mark_clean). */
+	struct ft_node **done;
+	uint32_t ndone, capdone;
 	uint8_t *buf; /* FT_BATCH slots */
 	struct flex_iovec iov[FT_BATCH];
 	int n;
@@ -257,6 +273,20 @@ static int ft_writer_flush(struct ft_writer *w)
 		return rc;
 	w->t->bytes_written += (uint64_t)w->n * FT_SLOT;
 	w->n = 0;
+	return 0;
+}
+
+static int ft_push_node(struct ft_node ***v, uint32_t *n, uint32_t *cap, struct ft_node *x)
+{
+	if (*n == *cap) {
+		uint32_t c = *cap ? 2 * *cap : 256;
+		struct ft_node **nv = realloc(*v, (size_t)c * sizeof(**v));
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = c;
+	}
+	(*v)[(*n)++] = x;
 	return 0;
 }
 
@@ -284,13 +314,32 @@ static int ft_commit_node(struct ft_writer *w, struct ft_node *n, unsigned level
 	uint8_t *buf = w->buf + (size_t)w->n * FT_SLOT;
 	uint64_t csum = ft_node_encode(n, level, slot, w->version, buf);
 	w->iov[w->n++] = (struct flex_iovec){.buf = buf, .len = FT_SLOT, .off = (uint64_t)slot * FT_SLOT};
+	/* A dirty leaf stays resident, so no reader loads it from its slot:
+	 * the slot and checksum may change under readers; `dirty` may not. */
+	if (ft_push_node(&w->done, &w->ndone, &w->capdone, n))
+		return -ENOMEM;
 	ft_release_slot(t, n);
 	n->slot = slot;
 	n->csum = csum;
-	n->dirty = 0;
-	if (t->dirty_nodes)
-		t->dirty_nodes--;
 	return 0;
+}
+
+/* Once the commit is durable: the new version, and the committed nodes
+ * become clean, so evictable, under the cache's lock, which eviction and
+ * the loading of an evicted leaf (whose image must carry a version no
+ * newer than the tree's) hold. */
+static void ft_mark_clean(struct flextree *t, struct ft_node **v, uint32_t n)
+{
+	if (t->paged)
+		pthread_mutex_lock(&t->cache_lock);
+	t->version++;
+	for (uint32_t i = 0; i < n; i++) {
+		v[i]->dirty = 0;
+		if (t->dirty_nodes)
+			t->dirty_nodes--;
+	}
+	if (t->paged)
+		pthread_mutex_unlock(&t->cache_lock);
 }
 
 static int ft_write_header(struct flextree *t, uint64_t version)
@@ -331,7 +380,11 @@ static void ft_recycle(struct flextree *t)
 	while (top < t->nfree && t->free_slots[top] == t->nslots - 1 - top)
 		top++;
 	if (top && t->io->ftruncate(t->io, t->fd, (uint64_t)(t->nslots - top) * FT_SLOT) == 0) {
+		if (t->paged)
+			pthread_mutex_lock(&t->cache_lock);
 		t->nslots -= top;
+		if (t->paged)
+			pthread_mutex_unlock(&t->cache_lock);
 		memmove(t->free_slots, t->free_slots + top, (t->nfree - top) * sizeof(uint32_t));
 		t->nfree -= top;
 	}
@@ -366,13 +419,21 @@ int ft_file_commit(struct flextree *t)
 		FLEX_KILLPOINT("ft.header.sync.after");
 	if (rc) {
 		/* Nodes may now claim slots whose images never reached the
-		 * disk: this handle can no longer commit correctly. */
+		 * disk: this handle can no longer commit correctly (and
+		 * evicts nothing). */
+		if (t->paged)
+			pthread_mutex_lock(&t->cache_lock);
 		t->failed = rc;
+		if (t->paged)
+			pthread_mutex_unlock(&t->cache_lock);
+		free(w.done);
 		return rc;
 	}
-	t->version++;
+	ft_mark_clean(t, w.done, w.ndone);
+	free(w.done);
 	t->commits++;
 	ft_recycle(t);
+	ft_cache_trim(t);
 	return 0;
 }
 
@@ -385,6 +446,66 @@ struct ft_loader {
 	uint64_t version;
 };
 
+/* Decodes and verifies the image in buf of a node read from `slot` whose
+ * parent records checksum csum: checksum, magic, level, slot, version and
+ * count.  Returns the count or FLEX_ECORRUPT. */
+static int ft_node_verify(uint8_t *buf, uint32_t slot, uint64_t csum, unsigned level,
+			  uint64_t version)
+{
+	if (get_u64(buf + N_CSUM) != csum || ft_slot_csum(buf, N_CSUM) != csum)
+		return FLEX_ECORRUPT;
+	uint32_t magic = get_u32(buf + N_MAGIC);
+	unsigned count = get_u16(buf + N_COUNT);
+	if (buf[N_LEVEL] != level || get_u32(buf + N_SLOT) != slot ||
+	    get_u64(buf + N_VERSION) > version)
+		return FLEX_ECORRUPT;
+	if (level == 0 ? magic != FT_LEAF_MAGIC || count > FT_LEAF_CAP
+		       : magic != FT_INTERNAL_MAGIC || count > FT_INTERNAL_CAP)
+		return FLEX_ECORRUPT;
+	return (int)count;
+}
+
+/* Reads leaf l's committed image into b.  Besides the checksum the leaf
+ * must be well formed on its own and cover exactly the span its parent
+ * gives it, so that a lookup routed to it always finds its extent: the
+ * file is hostile input even when its checksums match. */
+int ft_file_read_leaf(const struct flextree *t, const struct ft_leaf_src *src,
+		      const struct ft_span *sp, struct ft_leaf_body *b, uint16_t *count)
+{
+	uint8_t buf[FT_SLOT];
+	uint32_t slot = src->slot;
+	if (slot < 2 || slot >= src->nslots)
+		return FLEX_ECORRUPT;
+	int rc = flex_io_read_full(t->io, t->fd, buf, FT_SLOT, (uint64_t)slot * FT_SLOT);
+	if (rc)
+		return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+	int n = ft_node_verify(buf, slot, src->csum, 0, src->version);
+	if (n < 0)
+		return n;
+	if (n == 0 && sp->lo != sp->hi)
+		return FLEX_ECORRUPT;
+	const uint8_t *p = buf + FT_NODE_HDR;
+	uint64_t pos = sp->lo;
+	for (int j = 0; j < n; j++, p += FT_LEAF_ENTRY) {
+		b->loff[j] = get_u64(p);
+		b->pt[j] = get_u64(p + 8);
+		b->len[j] = get_u32(p + 16);
+		uint64_t poff = ft_pt_poff(b->pt[j]);
+		if (b->len[j] == 0 || b->loff[j] > FT_PARTIAL_MAX ||
+		    (uint64_t)sp->base + b->loff[j] != pos || pos >= sp->hi ||
+		    b->len[j] > sp->hi - pos ||
+		    (poff != FLEXTREE_HOLE && poff + b->len[j] > FLEXTREE_HOLE))
+			return FLEX_ECORRUPT;
+		pos += b->len[j];
+	}
+	if (pos != sp->hi)
+		return FLEX_ECORRUPT;
+	*count = (uint16_t)n;
+	return 0;
+}
+
+/* Loads the internal nodes below and including the node in `slot`; a leaf
+ * becomes a stub that the cache reads when it is first needed. */
 static int ft_load_node(struct ft_loader *ld, uint32_t slot, uint64_t csum, unsigned level,
 			struct ft_node **out)
 {
@@ -393,37 +514,22 @@ static int ft_load_node(struct ft_loader *ld, uint32_t slot, uint64_t csum, unsi
 	if (slot < 2 || slot >= t->nslots || (ld->used[slot / 8] & (1u << (slot % 8))))
 		return FLEX_ECORRUPT;
 	ld->used[slot / 8] |= (uint8_t)(1u << (slot % 8));
-	uint8_t *buf = ld->buf + (size_t)level * FT_SLOT;
-	int rc = flex_io_read_full(t->io, t->fd, buf, FT_SLOT, (uint64_t)slot * FT_SLOT);
-	if (rc)
-		return rc == -ENODATA ? FLEX_ECORRUPT : rc;
-	if (get_u64(buf + N_CSUM) != csum || ft_slot_csum(buf, N_CSUM) != csum)
-		return FLEX_ECORRUPT;
-	uint32_t magic = get_u32(buf + N_MAGIC);
-	unsigned count = get_u16(buf + N_COUNT);
-	if (buf[N_LEVEL] != level || get_u32(buf + N_SLOT) != slot ||
-	    get_u64(buf + N_VERSION) > ld->version)
-		return FLEX_ECORRUPT;
-	const uint8_t *p = buf + FT_NODE_HDR;
 	if (level == 0) {
-		if (magic != FT_LEAF_MAGIC || count > FT_LEAF_CAP)
-			return FLEX_ECORRUPT;
-		struct ft_leaf *l = (struct ft_leaf *)ft_node_new(1);
+		struct ft_leaf *l = ft_leaf_stub_new();
 		if (!l)
 			return -ENOMEM;
 		t->nleaves++;
 		*out = &l->h;
-		l->h.count = (uint16_t)count;
-		for (unsigned j = 0; j < count; j++, p += FT_LEAF_ENTRY) {
-			l->loff[j] = get_u64(p);
-			l->pt[j] = get_u64(p + 8);
-			l->len[j] = get_u32(p + 16);
-		}
-		t->nextents += count;
 	} else {
-		if (magic != FT_INTERNAL_MAGIC || count > FT_INTERNAL_CAP)
-			return FLEX_ECORRUPT;
-		struct ft_internal *in = (struct ft_internal *)ft_node_new(0);
+		uint8_t *buf = ld->buf + (size_t)level * FT_SLOT;
+		int rc = flex_io_read_full(t->io, t->fd, buf, FT_SLOT, (uint64_t)slot * FT_SLOT);
+		if (rc)
+			return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+		int count = ft_node_verify(buf, slot, csum, level, ld->version);
+		if (count < 0)
+			return count;
+		const uint8_t *p = buf + FT_NODE_HDR;
+		struct ft_internal *in = (struct ft_internal *)ft_node_new(t, 0);
 		if (!in)
 			return -ENOMEM;
 		t->ninternals++;
@@ -431,13 +537,13 @@ static int ft_load_node(struct ft_loader *ld, uint32_t slot, uint64_t csum, unsi
 		/* Children are filled in as they load; the NULL ones left by
 		 * a failure are skipped when the partial tree is freed. */
 		in->h.count = (uint16_t)count;
-		for (unsigned j = 0; j < count; j++, p += FT_PIVOT)
+		for (int j = 0; j < count; j++, p += FT_PIVOT)
 			in->pivot[j] = (int64_t)get_u64(p);
-		for (unsigned j = 0; j <= count; j++)
+		for (int j = 0; j <= count; j++)
 			in->child[j] = NULL;
 		/* This level's buffer is reused only by deeper levels, so the
 		 * child table stays readable while the children load. */
-		for (unsigned j = 0; j <= count; j++, p += FT_CHILD_ENTRY) {
+		for (int j = 0; j <= count; j++, p += FT_CHILD_ENTRY) {
 			in->shift[j] = (int64_t)get_u64(p);
 			rc = ft_load_node(ld, get_u32(p + 8), get_u64(p + 12), level - 1,
 					  &in->child[j]);
@@ -472,9 +578,10 @@ static int ft_sync_parent(const struct flex_io *io, const char *path)
 
 static int ft_file_create(struct flextree *t, const char *path)
 {
-	t->root = ft_node_new(1);
+	t->root = ft_node_new(t, 1);
 	if (!t->root)
 		return -ENOMEM;
+	ft_cache_add(t, (struct ft_leaf *)t->root);
 	t->nleaves = 1;
 	t->nslots = 2;
 	t->dirty_nodes = 1;
@@ -554,8 +661,16 @@ int ft_file_open(struct flextree *t, const char *path, const struct flextree_opt
 	rc = ft_load_node(&ld, h[pick].root_slot, h[pick].root_csum, h[pick].height - 1, &t->root);
 	if (!rc) {
 		t->size = h[pick].size;
-		if (t->nextents != h[pick].extents || t->nleaves != h[pick].leaves ||
-		    t->ninternals != h[pick].internals || flextree_check(t) != 0)
+		t->nextents = h[pick].extents;
+		if (t->nleaves != h[pick].leaves || t->ninternals != h[pick].internals)
+			rc = FLEX_ECORRUPT;
+	}
+	/* The full check reads every leaf through the cache, which keeps
+	 * within its budget; damage is FLEX_ECORRUPT whatever the check
+	 * says about it, an I/O error stays one. */
+	if (!rc && !(opt && opt->lazy_open)) {
+		rc = flextree_check(t);
+		if (rc == -EINVAL)
 			rc = FLEX_ECORRUPT;
 	}
 	for (uint32_t s = t->nslots; rc == 0 && s-- > 2;)

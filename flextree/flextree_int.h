@@ -19,10 +19,26 @@
  *    once they hold FT_LEAF_CAP - 1 (an insert can add two entries: the
  *    tail of a split extent and the new one); internal nodes are split
  *    when full, so a split below always finds room in its parent.
+ *  - Persistent trees page their leaves: every leaf has a permanent stub
+ *    (struct ft_leaf: header, slot and checksum) that its parent points
+ *    to, and a body (the entries) that is resident or not.  A dirty leaf
+ *    is always resident; a clean leaf's body may be dropped at any time
+ *    nothing uses it, because its committed image in its slot is current.
+ *    Internal nodes are always resident.
+ *
+ * Locking of the leaf cache (persistent trees): readers may run
+ * concurrently (the const functions), so the resident bodies, the CLOCK
+ * ring, pin counts, reference bits and cache counters are changed only
+ * under cache_lock.  A reader pins the leaf it works on; eviction skips
+ * pinned and dirty leaves.  Leaf I/O runs outside the lock: two readers
+ * that miss on one leaf both read it and the second copy is dropped.
+ * Writers have exclusive access to the tree and read bodies without the
+ * lock; they evict only between operations, never while they hold a path.
  */
 #ifndef FLEXTREE_INT_H
 #define FLEXTREE_INT_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "flextree.h"
@@ -41,6 +57,13 @@
 #endif
 #if FT_LEAF_CAP < 4 || FT_INTERNAL_CAP < 3
 #error "FlexTree node capacities too small"
+#endif
+
+/* The default leaf cache.  `make test-tinycache` builds everything with
+ * -DFT_DEFAULT_CACHE=1 (a one-leaf cache) so that every suite of every
+ * layer runs with its tree's leaves read back from the file. */
+#ifndef FT_DEFAULT_CACHE
+#define FT_DEFAULT_CACHE FLEXTREE_DEFAULT_CACHE
 #endif
 
 /* A leaf is underfull at a third of its capacity; it is merged with a
@@ -67,11 +90,23 @@ struct ft_node {
 /* Entries are kept as parallel arrays so that the binary search touches only
  * the partial offsets.  pt[j] packs the 48-bit physical address with the
  * extent's 16-bit tag in the top bits. */
-struct ft_leaf {
-	struct ft_node h;
+struct ft_leaf_body {
 	uint64_t loff[FT_LEAF_CAP];
 	uint64_t pt[FT_LEAF_CAP];
 	uint32_t len[FT_LEAF_CAP];
+};
+
+/* A leaf's stub.  In a volatile tree the body follows the stub in the same
+ * allocation; in a persistent tree it is allocated apart so that it can be
+ * evicted (b == NULL).  h.count is valid while the body is resident and
+ * keeps its value after an eviction. */
+struct ft_leaf {
+	struct ft_node h;
+	struct ft_leaf_body *b;
+	struct ft_leaf *prev, *next; /* CLOCK ring of resident leaves */
+	uint32_t pins;		     /* readers using the body */
+	uint8_t ref;		     /* CLOCK reference bit */
+	uint8_t inline_body;	     /* b points just past the stub */
 };
 
 struct ft_internal {
@@ -114,6 +149,23 @@ struct flextree {
 	uint64_t dirty_nodes;
 	uint64_t commits;
 	uint64_t bytes_written;
+
+	/* Leaf cache (persistent trees; see the locking rules above). */
+	int paged;
+	uint64_t cache_leaves;	/* budget: clean resident leaves kept */
+	pthread_mutex_t cache_lock;
+	struct ft_leaf *hand;	/* CLOCK hand; NULL when nothing is resident */
+	uint64_t resident;	/* leaves with a body */
+	uint64_t leaf_reads;	/* leaves read from the file on demand */
+	uint64_t evictions;
+};
+
+/* Where a leaf must lie, from its parent: its base (the sum of shifts on
+ * its path) and the effective range [lo, hi) its extents must cover
+ * exactly.  A leaf read from the file is checked against it. */
+struct ft_span {
+	int64_t base;
+	uint64_t lo, hi;
 };
 
 static inline uint64_t ft_pt_poff(uint64_t pt) { return pt & FT_POFF_MASK; }
@@ -124,14 +176,26 @@ static inline uint64_t ft_pt_make(uint64_t poff, uint16_t tag)
 }
 
 /* flextree.c */
-struct ft_node *ft_node_new(int leaf);
+struct ft_node *ft_node_new(const struct flextree *t, int leaf);
+struct ft_leaf *ft_leaf_stub_new(void);
 void ft_node_free_tree(struct ft_node *n);
 void ft_release_slot(struct flextree *t, struct ft_node *n);
+void ft_cache_trim(struct flextree *t);
+void ft_cache_add(struct flextree *t, struct ft_leaf *l);
 
 /* flextree_file.c */
 int ft_file_open(struct flextree *t, const char *path, const struct flextree_options *opt);
 int ft_file_commit(struct flextree *t);
 void ft_file_close(struct flextree *t);
 int ft_file_check(const struct flextree *t);
+/* Where an evicted leaf's committed image is, read under cache_lock: a
+ * commit running beside the reader changes the tree's version and slot
+ * count (and only dirty, resident leaves' slots). */
+struct ft_leaf_src {
+	uint32_t slot, nslots;
+	uint64_t csum, version;
+};
+int ft_file_read_leaf(const struct flextree *t, const struct ft_leaf_src *src,
+		      const struct ft_span *sp, struct ft_leaf_body *b, uint16_t *count);
 
 #endif /* FLEXTREE_INT_H */

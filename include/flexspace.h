@@ -92,6 +92,15 @@ struct flexspace_options {
 	 * it needs room.  The log buffer is bounded only as often as
 	 * flexspace_maintain() or flexspace_sync() is called. */
 	int defer_maintenance;
+	/* Bytes of TREE leaves kept in memory (flextree_options.cache_size):
+	 * 0 means FLEXTREE_DEFAULT_CACHE (16 MiB).  Leaves changed since the
+	 * tree's last commit cannot leave memory, so a change that leaves
+	 * more of them than this commits the tree early (as log_limit does),
+	 * which bounds the tree's memory by about this plus the internal
+	 * nodes and leaf stubs (about 75 bytes per leaf of up to 128
+	 * extents: under a byte per extent).  Log replay at open and one
+	 * garbage-collection run may exceed it until the next commit. */
+	uint64_t tree_cache_size;
 };
 
 struct flexspace_stats {

@@ -15,10 +15,18 @@
  * after the last commit live in memory only; a process that dies reopens
  * the file at the last committed version.  The format is in docs/FORMAT.md.
  *
- * Thread-safety: a tree is not internally locked.  Any number of threads may
- * call the const functions (lookup, query, scan, size, check, stats)
- * concurrently; a call that modifies the tree needs exclusive access.
- * Statuses follow flex_common.h.
+ * A persistent tree keeps its internal nodes in memory (one per about 128
+ * leaves) but its leaves only within a byte budget (cache_size): a leaf
+ * whose committed image is current may be evicted and is read back, and
+ * its checksum verified, when next needed.  A leaf changed since the last
+ * commit stays in memory until a commit; flextree_pressure() says when
+ * such leaves exceed the budget.  A volatile tree is all in memory.
+ *
+ * Thread-safety: a tree is not locked against changes.  Any number of
+ * threads may call the const functions (lookup, query, scan, tag_get,
+ * size, check, stats, pressure) concurrently; the leaf cache they share is
+ * locked internally.  A call that modifies the tree, and commit, need
+ * exclusive access.  Statuses follow flex_common.h.
  */
 #ifndef FLEXTREE_H
 #define FLEXTREE_H
@@ -37,6 +45,12 @@ extern "C" {
 /* Physical address reported for (and used to insert) an unmapped range.
  * Valid physical addresses are below it: extents live in a 48-bit space. */
 #define FLEXTREE_HOLE ((uint64_t)0xFFFFFFFFFFFFULL)
+/* The leaf cache of a persistent tree when flextree_options.cache_size is
+ * 0: 16 MiB, about 6,500 leaves, which hold every leaf of a tree of about
+ * 600,000 extents (leaves are about 70 % full after random inserts) and
+ * keep a larger tree's leaves to a fraction of FlexDB's default memory.
+ * Not stored on disk. */
+#define FLEXTREE_DEFAULT_CACHE ((uint64_t)16 << 20)
 /* Largest logical size a tree may reach (2^60 bytes). */
 #define FLEXTREE_MAX_SIZE ((uint64_t)1 << 60)
 
@@ -57,6 +71,20 @@ struct flextree_options {
 	/* Persistent trees: nonzero opens read-only (no commit, no writes; no
 	 * exclusive lock).  Ignored for volatile trees. */
 	int read_only;
+	/* Persistent trees: bytes of leaves kept in memory once they are
+	 * clean (flextree_stats' leaf_bytes each: 2,560 bytes for a leaf of
+	 * up to 128 extents).  0 means FLEXTREE_DEFAULT_CACHE; any smaller
+	 * value keeps at least one leaf.  Internal nodes (about 3 KiB per 128
+	 * leaves) and a 48-byte stub per leaf are not counted; nor are dirty
+	 * leaves and the leaves a reader is using at the moment, which stay
+	 * until released or committed.  Ignored for volatile trees. */
+	uint64_t cache_size;
+	/* Persistent trees: zero (default) verifies the whole tree at open,
+	 * reading every leaf once (through the cache: memory stays within
+	 * cache_size); nonzero reads only the header and the internal nodes,
+	 * and each leaf is verified when it is first read.  Damage in a leaf
+	 * is then reported by the call that reads it (or flextree_check). */
+	int lazy_open;
 };
 
 /* One piece of a logical range, as returned by flextree_query. */
@@ -85,13 +113,20 @@ struct flextree_stats {
 	uint64_t dirty_nodes;	/* nodes changed since the last commit */
 	uint64_t commits;	/* commits that wrote something, this handle */
 	uint64_t bytes_written; /* bytes written to the tree file, this handle */
+	uint64_t cached_leaves; /* leaves in memory now (all of a volatile tree) */
+	uint64_t cache_leaves;	/* persistent: clean leaves the cache keeps */
+	uint64_t leaf_bytes;	/* memory one leaf's entries take */
+	uint64_t leaf_reads;	/* persistent: leaves read back after open */
+	uint64_t leaf_evictions;
 };
 
 /* Opens a tree.  path == NULL: a new empty volatile tree.  Otherwise the
  * persistent tree in file `path`, created (empty, committed as version 1)
- * when absent or empty; the whole tree is read into memory and every
- * node's checksum verified.  A non-empty file that is not a tree is
- * refused (FLEX_ECORRUPT / FLEX_EVERSION) without a byte written.  The file is locked exclusively (flock) unless
+ * when absent or empty; its internal nodes are read into memory and their
+ * checksums verified, and unless opt->lazy_open, every leaf is read
+ * through the leaf cache and verified and the whole tree checked.  A
+ * non-empty file that is not a tree is refused (FLEX_ECORRUPT /
+ * FLEX_EVERSION) without a byte written.  The file is locked exclusively (flock) unless
  * read-only: a second opener gets FLEX_EBUSY.
  * Returns 0 and sets *out, or: -EINVAL (out NULL), FLEX_EOPTION,
  * FLEX_ECORRUPT / FLEX_EVERSION (damaged or foreign file), FLEX_EBUSY,
@@ -143,7 +178,13 @@ FLEX_EXPORT int flextree_remap(struct flextree *t, uint64_t loff, uint64_t len,
 
 /* Physical address of byte loff and the number of bytes contiguous from it
  * in its extent.  A hole gives *poff = FLEXTREE_HOLE.  Either pointer may
- * be NULL.  Returns 0, or -ERANGE when loff >= size.  O(log N). */
+ * be NULL.  Returns 0, or -ERANGE when loff >= size; for a persistent tree
+ * whose leaf must be read back also FLEX_ECORRUPT, -ENOMEM or -errno.
+ * O(log N), plus one 4 KiB read on a leaf cache miss.
+ *
+ * Every function that reads or changes leaves of a persistent tree may
+ * fail like this when a leaf it needs is not in memory; a change that
+ * fails so leaves the tree sound, as after -ENOMEM. */
 FLEX_EXPORT int flextree_lookup(const struct flextree *t, uint64_t loff, uint64_t *poff,
 				uint64_t *run);
 
@@ -187,11 +228,18 @@ FLEX_EXPORT uint64_t flextree_size(const struct flextree *t);
  * tree refuses further changes (FLEX_EFAILED) and must be closed. */
 FLEX_EXPORT int flextree_commit(struct flextree *t);
 
+/* Whether a persistent tree's dirty nodes exceed its leaf cache: they can
+ * leave memory only through a commit, so a caller that keeps changing the
+ * tree should commit when this returns 1.  0 otherwise, always for a
+ * volatile or read-only tree.  O(1). */
+FLEX_EXPORT int flextree_pressure(const struct flextree *t);
+
 /* Deep check: node fill bounds, partial offsets within the 48-bit range,
  * extents non-empty and contiguous, holes only with FLEXTREE_HOLE, pivots
  * equal to their children's effective starts, counts and size consistent,
- * and for a persistent tree the slot accounting.  Returns 0 when sound,
- * FLEX_ECORRUPT otherwise.  O(N). */
+ * and for a persistent tree the slot accounting, every leaf read back
+ * through the cache.  Returns 0 when sound, FLEX_ECORRUPT otherwise, or
+ * -ENOMEM / -errno when a leaf could not be read.  O(N). */
 FLEX_EXPORT int flextree_check(const struct flextree *t);
 
 /* Fills *st.  Returns 0 or -EINVAL. */

@@ -384,6 +384,7 @@ Test(api_edges, flextree_null_handles)
 	cr_assert_eq(flextree_commit(NULL), -EINVAL);
 	cr_assert_neq(flextree_check(NULL), 0);
 	cr_assert_eq(flextree_stats(NULL, &st), -EINVAL);
+	cr_assert_eq(flextree_pressure(NULL), 0);
 }
 
 Test(api_edges, flextree_bad_ranges)
@@ -445,12 +446,46 @@ Test(api_edges, flextree_bad_ranges)
 	cr_assert_eq(flextree_stats(t, &st), 0);
 	cr_assert_eq(st.size, 100);
 	cr_assert_eq(flextree_commit(t), 0, "volatile: nothing to commit");
+	cr_assert_eq(flextree_pressure(t), 0, "volatile: no cache");
 	cr_assert_eq(flextree_check(t), 0);
 	/* Growing beyond FLEXTREE_MAX_SIZE fails and changes nothing. */
 	cr_assert_eq(flextree_insert(t, FLEXTREE_MAX_SIZE - 50, FLEXTREE_HOLE, 100), FLEX_ETOOBIG);
 	cr_assert_eq(flextree_size(t), 100);
 	cr_assert_eq(flextree_check(t), 0);
 	cr_assert_eq(flextree_close(t), 0);
+}
+
+/* The leaf cache's extremes: the smallest budget keeps one leaf, and a
+ * read-only tree never asks for a commit. */
+Test(api_edges, flextree_cache_size_extremes)
+{
+	struct tmpdir d;
+	tmp_make(&d, "treecache");
+	char p[PATH_MAX];
+	join(p, sizeof(p), d.path, "t");
+	struct flextree_options o = {.cache_size = 1, .lazy_open = 1};
+	struct flextree *t = NULL;
+	struct flextree_stats st;
+	cr_assert_eq(flextree_open(p, &o, &t), 0);
+	cr_assert_eq(flextree_pressure(t), 0, "a new tree is committed");
+	for (uint64_t i = 0; i < 2000; i++)
+		cr_assert_eq(flextree_insert(t, 0, 2 * i * 100, 100), 0);
+	cr_assert_eq(flextree_pressure(t), 1, "thousands of dirty leaves, a one-leaf cache");
+	cr_assert_eq(flextree_commit(t), 0);
+	cr_assert_eq(flextree_pressure(t), 0);
+	cr_assert_eq(flextree_stats(t, &st), 0);
+	cr_assert_eq(st.cache_leaves, 1);
+	cr_assert_leq(st.cached_leaves, 1);
+	cr_assert_gt(st.leaf_bytes, 0);
+	cr_assert_eq(flextree_check(t), 0);
+	cr_assert_eq(flextree_close(t), 0);
+	o = (struct flextree_options){.cache_size = UINT64_MAX, .read_only = 1};
+	cr_assert_eq(flextree_open(p, &o, &t), 0);
+	cr_assert_eq(flextree_stats(t, &st), 0);
+	cr_assert_eq(st.cached_leaves, st.leaves, "a verifying open reads every leaf");
+	cr_assert_eq(flextree_pressure(t), 0, "read-only");
+	cr_assert_eq(flextree_close(t), 0);
+	tmp_free(&d);
 }
 
 Test(api_edges, flextree_paths)
@@ -914,7 +949,8 @@ static const char *const exported_covered[] = {
     "flextree_scan",	     "flextree_tag_set",
     "flextree_tag_get",	     "flextree_size",
     "flextree_commit",	     "flextree_check",
-    "flextree_stats",	     "flexspace_open",
+    "flextree_stats",	     "flextree_pressure",
+    "flexspace_open",
     "flexspace_close",	     "flexspace_read",
     "flexspace_write",	     "flexspace_insert",
     "flexspace_collapse",    "flexspace_truncate",

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -76,6 +77,8 @@ static void copy_file(const char *from, const char *to)
 struct fault_ctx {
 	long calls;
 	long fail_at;
+	int nosync; /* syncs succeed without syncing: for tests of memory, not
+		     * durability, that commit thousands of times */
 };
 
 static const struct flex_io *px(void)
@@ -119,14 +122,14 @@ static int f_fsync(const struct flex_io *io, int fd)
 {
 	if (fault_hit(io))
 		return -EIO;
-	return px()->fsync(px(), fd);
+	return ((struct fault_ctx *)io->ctx)->nosync ? 0 : px()->fsync(px(), fd);
 }
 
 static int f_fdatasync(const struct flex_io *io, int fd)
 {
 	if (fault_hit(io))
 		return -EIO;
-	return px()->fdatasync(px(), fd);
+	return ((struct fault_ctx *)io->ctx)->nosync ? 0 : px()->fdatasync(px(), fd);
 }
 
 static int f_ftruncate(const struct flex_io *io, int fd, uint64_t size)
@@ -166,6 +169,7 @@ static void fault_io_init(struct flex_io *io, struct fault_ctx *c)
 {
 	c->calls = 0;
 	c->fail_at = -1;
+	c->nosync = 0;
 	*io = (struct flex_io){
 	    .open = f_open,
 	    .close = f_close,
@@ -361,9 +365,13 @@ static int crash_batch(struct rng *r, struct model *m, struct flextree *t, const
 	return op_insert(r, m, t, cfg, false, NULL);
 }
 
-Test(flextree, killed_writer_reopens_at_a_committed_version, .timeout = 300)
+/* Rounds of: a child makes random batches and commits each, and is killed
+ * at a random point; the reopened tree must be at the last acknowledged
+ * version or the one after, equal to the model of that version.  o (may be
+ * NULL) is used by the child and the reopen. */
+static void killed_writer_rounds(const char *name, const struct flextree_options *o)
 {
-	uint64_t seed = test_seed("killed_writer_reopens_at_a_committed_version");
+	uint64_t seed = test_seed(name);
 	struct rng pr = {seed ^ 77};
 	struct opcfg cfg = {0, 0, TINY ? 300 : 1500};
 	int rounds = (int)(3 * test_scale());
@@ -381,7 +389,7 @@ Test(flextree, killed_writer_reopens_at_a_committed_version, .timeout = 300)
 			struct rng r = {rseed};
 			struct model m = {0};
 			struct flextree *t = NULL;
-			if (flextree_open(d.path, NULL, &t))
+			if (flextree_open(d.path, o, &t))
 				_exit(10);
 			for (uint64_t b = 1; b < 100000; b++) {
 				if (crash_batch(&r, &m, t, &cfg))
@@ -417,7 +425,7 @@ Test(flextree, killed_writer_reopens_at_a_committed_version, .timeout = 300)
 		 * it a bounded time, and say so when it happens. */
 		struct flextree *t = NULL;
 		int orc, waited_ms = 0;
-		while ((orc = flextree_open(d.path, NULL, &t)) == FLEX_EBUSY && waited_ms < 5000) {
+		while ((orc = flextree_open(d.path, o, &t)) == FLEX_EBUSY && waited_ms < 5000) {
 			usleep(1000);
 			waited_ms++;
 		}
@@ -442,6 +450,11 @@ Test(flextree, killed_writer_reopens_at_a_committed_version, .timeout = 300)
 		model_free(&m);
 		tmpd_remove(&d);
 	}
+}
+
+Test(flextree, killed_writer_reopens_at_a_committed_version, .timeout = 300)
+{
+	killed_writer_rounds("killed_writer_reopens_at_a_committed_version", NULL);
 }
 
 /*
@@ -1076,4 +1089,413 @@ Test(flextree, failed_commit_leaves_old_or_new_version, .timeout = 300)
 	}
 	fprintf(stderr, "failed commit: a commit made %ld failable I/O calls\n", k);
 	cr_expect_lt(k, 400, "commit never succeeded");
+}
+
+/* ======================================================================== */
+/* Leaf cache: a persistent tree keeps only cache_size bytes of leaves       */
+/* ======================================================================== */
+
+/* A budget of `leaves` clean leaves. */
+static struct flextree_options tiny_cache(uint64_t leaves, int lazy)
+{
+	struct flextree *v = open_vol();
+	uint64_t lb = stats_of(v).leaf_bytes;
+	flextree_close(v);
+	return (struct flextree_options){.cache_size = leaves * lb, .lazy_open = lazy};
+}
+
+/* Between operations only dirty leaves may exceed the budget; right after
+ * a commit none do. */
+static void assert_within_budget(const struct flextree *t, const char *what)
+{
+	struct flextree_stats st = stats_of(t);
+	cr_assert_leq(st.cached_leaves, st.cache_leaves + st.dirty_nodes,
+		      "%s: %llu leaves cached, budget %llu, %llu dirty nodes", what,
+		      U(st.cached_leaves), U(st.cache_leaves), U(st.dirty_nodes));
+	if (st.dirty_nodes == 0)
+		cr_assert_leq(st.cached_leaves, st.cache_leaves, "%s: %llu clean leaves cached",
+			      what, U(st.cached_leaves));
+}
+
+/*
+ * The random stream of commit_reopen_cycles_with_random_ops_match_model
+ * with a cache of two leaves: nearly every leaf an operation reaches is
+ * read back from the file, merges and splits read siblings, and commits
+ * come both at random and whenever flextree_pressure() asks.  Every other
+ * cycle opens lazily; cycles end by close, crash, or commit-then-crash.
+ */
+Test(flextree, tiny_cache_commit_reopen_cycles_match_model, .timeout = 600)
+{
+	uint64_t seed = test_seed("tiny_cache_commit_reopen_cycles_match_model");
+	struct rng r = {seed}, cr = {seed ^ 1};
+	struct model m = {0}, committed = {0};
+	struct opcfg cfg = {0, 0, TINY ? 400 : 2500};
+	struct fault_ctx fc;
+	struct flex_io fio;
+	struct tmpd d;
+	uint64_t cycles = 30 * test_scale(), commits = 0, pressured = 0, reads = 0;
+
+	tmpd_make(&d);
+	fault_io_init(&fio, &fc);
+	fc.nosync = 1; /* crashes here are the process's, not the machine's */
+	for (uint64_t cyc = 0; cyc < cycles; cyc++) {
+		struct flextree_options o = tiny_cache(2, (int)(cyc & 1));
+		o.io = &fio;
+		fault_arm(&fc, -1);
+		struct flextree *t = open_ok(d.path, &o);
+		assert_within_budget(t, "after open");
+		assert_model(t, &committed, &cr, "reopened", seed);
+		model_copy(&m, &committed);
+		unsigned nops = (unsigned)rng_range(&r, 1, 600);
+		for (unsigned i = 0; i < nops; i++) {
+			int e = random_op(&r, &m, t, &cfg, NULL);
+			cr_assert_eq(e, 0, "cycle %llu op %u (line %d, seed=%llu)", U(cyc), i, e,
+				     U(seed));
+			assert_within_budget(t, "after an operation");
+			int press = flextree_pressure(t);
+			if (press || rng_pct(&r, 2)) {
+				cr_assert_eq(flextree_commit(t), 0);
+				model_copy(&committed, &m);
+				commits++;
+				pressured += (uint64_t)press;
+				assert_within_budget(t, "after a commit");
+				if (rng_pct(&r, 20))
+					assert_check(t);
+			}
+		}
+		assert_check(t);
+		assert_model(t, &m, &cr, "end of cycle", seed);
+		reads += stats_of(t).leaf_reads;
+		unsigned end = (unsigned)rng_below(&r, 3);
+		if (end == 2) {
+			cr_assert_eq(flextree_commit(t), 0);
+			model_copy(&committed, &m);
+		}
+		if (end == 0) {
+			cr_assert_eq(flextree_close(t), 0);
+			model_copy(&committed, &m);
+		} else {
+			fault_arm(&fc, 0); /* crash: nothing more reaches the file */
+			flextree_close(t);
+		}
+	}
+	struct flextree_options o = tiny_cache(2, 0);
+	struct flextree *t = open_ok(d.path, &o);
+	assert_model(t, &committed, &cr, "final reopen", seed);
+	cr_expect_gt(reads, 0, "the cache never read a leaf back");
+	fprintf(stderr,
+		"tiny cache cycles: %llu cycles, %llu commits (%llu asked by pressure), %llu leaf "
+		"reads, %llu leaves at the end\n",
+		U(cycles), U(commits), U(pressured), U(reads), U(stats_of(t).leaves));
+	flextree_close(t);
+	model_free(&m);
+	model_free(&committed);
+	tmpd_remove(&d);
+}
+
+/* The collapse patterns that found the recycling bug, on a cache of one
+ * leaf: every merge reads its sibling back from the committed file. */
+Test(flextree, tiny_cache_collapses_with_commits_reopen_exactly, .timeout = 600)
+{
+	uint64_t seed = test_seed("tiny_cache_collapses_with_commits_reopen_exactly");
+	struct rng r = {seed}, cr = {seed ^ 1};
+	struct model m = {0};
+	struct tmpd d;
+	tmpd_make(&d);
+	struct flextree_options o = tiny_cache(1, 1);
+	struct flextree *t = open_ok(d.path, &o);
+	build_extents(t, &m, &r, TINY ? 300 : 3000, 100);
+	cr_assert_eq(flextree_commit(t), 0);
+	for (int round = 0; round < 60 && m.size > 0; round++) {
+		uint64_t at = rng_below(&r, m.size);
+		uint64_t len = rng_range(&r, 1, min_u64(m.size - at, round % 3 ? 400 : 20000));
+		col(t, &m, at, len);
+		if (round % 4 == 0) {
+			cr_assert_eq(flextree_commit(t), 0);
+			assert_within_budget(t, "after a commit");
+		}
+		if (round % 10 == 9) {
+			assert_check(t);
+			cr_assert_eq(flextree_close(t), 0);
+			t = open_ok(d.path, &o);
+			assert_model(t, &m, &cr, "reopened", seed);
+		}
+	}
+	assert_check(t);
+	cr_assert_eq(flextree_close(t), 0);
+	t = open_ok(d.path, NULL);
+	assert_model(t, &m, &cr, "final reopen", seed);
+	flextree_close(t);
+	model_free(&m);
+	tmpd_remove(&d);
+}
+
+/* The tree grows to hundreds of times its cache; committing whenever
+ * flextree_pressure() asks keeps the leaves in memory near the budget, and
+ * a lazily reopened tree reads every leaf back for a full pass of lookups
+ * without ever holding more than the budget. */
+Test(flextree, cached_leaves_stay_within_budget_while_tree_grows, .timeout = 300)
+{
+	uint64_t seed = test_seed("cached_leaves_stay_within_budget_while_tree_grows");
+	struct rng r = {seed}, cr = {seed ^ 1};
+	struct model m = {0};
+	struct tmpd d;
+	tmpd_make(&d);
+	const uint64_t budget = 4;
+	struct fault_ctx fc;
+	struct flex_io fio;
+	fault_io_init(&fio, &fc);
+	fc.nosync = 1; /* thousands of commits: memory is the point here */
+	struct flextree_options o = tiny_cache(budget, 1);
+	o.io = &fio;
+	struct flextree *t = open_ok(d.path, &o);
+	uint64_t n = TINY ? 3000 : 40000, commits = 0, peak = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		/* Mostly appends (cheap commits), some inserts anywhere. */
+		uint64_t at = rng_pct(&r, 70) ? m.size : rng_below(&r, m.size + 1);
+		uint64_t poff = ((rng_below(&r, 1 << 20) * 2) << 20);
+		ins(t, &m, at, poff, rng_range(&r, 1, 1000));
+		struct flextree_stats st = stats_of(t);
+		if (st.cached_leaves > peak)
+			peak = st.cached_leaves;
+		cr_assert_leq(st.cached_leaves, budget + st.dirty_nodes, "insert %llu", U(i));
+		if (flextree_pressure(t)) {
+			cr_assert_eq(flextree_commit(t), 0);
+			commits++;
+			cr_assert_leq(stats_of(t).cached_leaves, budget);
+		}
+	}
+	cr_assert_eq(flextree_commit(t), 0);
+	struct flextree_stats st = stats_of(t);
+	cr_assert_geq(st.leaves, 100 * budget, "only %llu leaves", U(st.leaves));
+	cr_assert_leq(st.cached_leaves, budget);
+	/* Pressure means more dirty nodes than the budget, and a commit
+	 * follows at once: never more than budget + 1 dirty leaves plus the
+	 * internal nodes of their paths. */
+	cr_assert_leq(peak, 2 * budget + 2 * st.height + 2, "peak %llu leaves", U(peak));
+	assert_check(t);
+	cr_assert_eq(flextree_close(t), 0);
+
+	t = open_ok(d.path, &o);
+	cr_assert_eq(stats_of(t).cached_leaves, 0, "a lazy open read leaves");
+	for (uint64_t x = 0; x < m.size; x += rng_range(&r, 1, 500)) {
+		uint64_t p, run;
+		cr_assert_eq(flextree_lookup(t, x, &p, &run), 0);
+		cr_assert_eq(piece_matches_model(&m, x, p, run), 0, "lookup(%llu)", U(x));
+		cr_assert_leq(stats_of(t).cached_leaves, budget);
+	}
+	assert_model(t, &m, &cr, "after the lookups", seed);
+	st = stats_of(t);
+	cr_assert_leq(st.cached_leaves, budget);
+	cr_assert_geq(st.leaf_reads, st.leaves, "%llu leaf reads for %llu leaves",
+		      U(st.leaf_reads), U(st.leaves));
+	fprintf(stderr,
+		"budget: %llu leaves of %llu bytes; %llu leaves, %llu extents, %llu pressure "
+		"commits, peak %llu cached; lookups read %llu leaves, evicted %llu\n",
+		U(budget), U(st.leaf_bytes), U(st.leaves), U(st.extents), U(commits), U(peak),
+		U(st.leaf_reads), U(st.leaf_evictions));
+	flextree_close(t);
+	model_free(&m);
+	tmpd_remove(&d);
+}
+
+/* With a lazy open, damage in a leaf is not seen by open but by the first
+ * call that reads the leaf and by the deep check: FLEX_ECORRUPT, never a
+ * wrong mapping.  Every node slot is damaged in turn. */
+Test(flextree, lazy_open_reports_a_damaged_leaf_when_it_is_read, .timeout = 300)
+{
+	uint64_t seed = test_seed("lazy_open_reports_a_damaged_leaf_when_it_is_read");
+	struct rng r = {seed};
+	struct model m = {0};
+	struct tmpd d;
+	tmpd_make(&d);
+	struct flextree *t = open_ok(d.path, NULL);
+	build_extents(t, &m, &r, TINY ? 60 : 1500, 100);
+	struct flextree_stats st0 = stats_of(t);
+	cr_assert_eq(flextree_close(t), 0);
+	cr_assert_gt(st0.leaves, 2);
+	uint64_t slots = file_size(d.path) / SLOT, at_open = 0, at_read = 0, harmless = 0;
+	for (uint64_t s = 2; s < slots; s++) {
+		uint64_t off = s * SLOT + rng_below(&r, 64);
+		xor_bytes(d.path, off, 1, 0x10);
+		struct flextree_options o = tiny_cache(1, 1);
+		o.read_only = 1;
+		int rc = flextree_open(d.path, &o, &t);
+		if (rc) {
+			cr_expect_eq(rc, FLEX_ECORRUPT, "slot %llu: open = %d", U(s), rc);
+			at_open++;
+		} else {
+			cr_expect_eq(stats_of(t).cached_leaves, 0, "a lazy open read leaves");
+			int bad = 0;
+			for (size_t i = 0; i < m.n; i++) {
+				uint64_t x = model_start(&m, i), p, run;
+				int lrc = flextree_lookup(t, x, &p, &run);
+				if (lrc) {
+					cr_expect_eq(lrc, FLEX_ECORRUPT, "slot %llu: lookup = %d",
+						     U(s), lrc);
+					bad = 1;
+				} else {
+					cr_expect_eq(piece_matches_model(&m, x, p, run), 0,
+						     "slot %llu: wrong mapping at %llu", U(s), U(x));
+				}
+			}
+			int crc = flextree_check(t);
+			cr_expect_eq(crc, bad ? FLEX_ECORRUPT : 0, "slot %llu: check = %d", U(s),
+				     crc);
+			at_read += (uint64_t)bad;
+			harmless += (uint64_t)!bad;
+			flextree_close(t);
+		}
+		xor_bytes(d.path, off, 1, 0x10);
+	}
+	/* Slots the committed tree does not use are harmless. */
+	cr_expect_geq(at_open + at_read, st0.leaves + st0.internals,
+		     "%llu slots damaged, %llu caught at open, %llu by reads, %llu harmless",
+		     U(slots - 2), U(at_open), U(at_read), U(harmless));
+	fprintf(stderr, "lazy open damage: %llu node slots, caught at open %llu, by reads %llu\n",
+		U(slots - 2), U(at_open), U(at_read));
+	t = open_ok(d.path, NULL);
+	assert_check(t);
+	flextree_close(t);
+	model_free(&m);
+	tmpd_remove(&d);
+}
+
+/* A leaf that cannot be read back is an error status of the call that
+ * needed it, for readers and writers alike; the tree stays sound and works
+ * again once reads do. */
+static int read_fail; /* nonzero: every read fails with -EIO */
+
+static ssize_t rf_pread(const struct flex_io *io, int fd, void *buf, size_t len, uint64_t off)
+{
+	(void)io;
+	return read_fail ? -EIO : px()->pread(px(), fd, buf, len, off);
+}
+
+static int rf_read_batch(const struct flex_io *io, int fd, const struct flex_iovec *v, int n)
+{
+	(void)io;
+	return read_fail ? -EIO : px()->read_batch(px(), fd, v, n);
+}
+
+Test(flextree, leaf_read_errors_are_returned_and_leave_the_tree_sound, .timeout = 300)
+{
+	uint64_t seed = test_seed("leaf_read_errors_are_returned_and_leave_the_tree_sound");
+	struct rng r = {seed}, cr = {seed ^ 1};
+	struct model m = {0};
+	struct opcfg cfg = {0, 0, TINY ? 300 : 2000};
+	struct fault_ctx fc;
+	struct flex_io fio;
+	struct tmpd d;
+	tmpd_make(&d);
+	fault_io_init(&fio, &fc);
+	fio.pread = rf_pread;
+	fio.read_batch = rf_read_batch;
+	struct flextree_options o = tiny_cache(1, 1);
+	o.io = &fio;
+	struct flextree *t = open_ok(d.path, &o);
+	build_extents(t, &m, &r, TINY ? 100 : 2000, 100);
+	cr_assert_eq(flextree_commit(t), 0);
+	uint64_t failed = 0;
+	for (int round = 0; round < 200; round++) {
+		read_fail = 1;
+		uint64_t x = rng_below(&r, m.size), p, run;
+		int rc = flextree_lookup(t, x, &p, &run);
+		cr_assert(rc == 0 || rc == -EIO, "lookup with failing reads = %d", rc);
+		if (rc == 0)
+			cr_assert_eq(piece_matches_model(&m, x, p, run), 0);
+		struct flextree_mapping mp[4];
+		ssize_t q = flextree_query(t, x, m.size - x, mp, 4);
+		cr_assert(q > 0 || q == -EIO, "query with failing reads = %zd", q);
+		/* A change that needs an evicted leaf fails and changes nothing
+		 * the model can see. */
+		rc = flextree_insert(t, x, HOLE, 1);
+		cr_assert(rc == 0 || rc == -EIO, "insert with failing reads = %d", rc);
+		if (rc == 0)
+			model_insert(&m, x, HOLE, 1);
+		failed += rc != 0;
+		read_fail = 0;
+		assert_check(t);
+		for (int i = 0; i < 5; i++)
+			cr_assert_eq(random_op(&r, &m, t, &cfg, NULL), 0);
+		if (round % 7 == 0)
+			cr_assert_eq(flextree_commit(t), 0);
+	}
+	read_fail = 0;
+	cr_assert_gt(failed, 0, "no change ever needed an evicted leaf");
+	assert_model(t, &m, &cr, "after failed reads", seed);
+	cr_assert_eq(flextree_close(t), 0);
+	t = open_ok(d.path, NULL);
+	assert_model(t, &m, &cr, "reopened", seed);
+	flextree_close(t);
+	model_free(&m);
+	tmpd_remove(&d);
+}
+
+Test(flextree, killed_writer_with_a_tiny_cache_reopens_at_a_committed_version, .timeout = 300)
+{
+	struct flextree_options o = tiny_cache(2, 1);
+	killed_writer_rounds("killed_writer_with_a_tiny_cache_reopens_at_a_committed_version", &o);
+}
+
+/* Readers on one tree at once, through a cache of two leaves, so that
+ * they load, pin and evict leaves under each other all the time; between
+ * rounds the tree changes and commits with no reader running. */
+struct reader_arg {
+	const struct flextree *t;
+	const struct model *m;
+	uint64_t seed;
+	int ops;
+	int bad;
+};
+
+static void *reader_main(void *p)
+{
+	struct reader_arg *a = p;
+	struct rng r = {a->seed};
+	for (int i = 0; i < a->ops && !a->bad; i++)
+		a->bad = op_read(&r, a->m, a->t, (unsigned)rng_below(&r, 4));
+	return NULL;
+}
+
+Test(flextree, concurrent_readers_with_a_tiny_cache_match_model, .timeout = 300)
+{
+	uint64_t seed = test_seed("concurrent_readers_with_a_tiny_cache_match_model");
+	struct rng r = {seed}, cr = {seed ^ 1};
+	struct model m = {0};
+	struct opcfg cfg = {0, 0, TINY ? 400 : 3000};
+	struct tmpd d;
+	tmpd_make(&d);
+	struct flextree_options o = tiny_cache(2, 1);
+	struct flextree *t = open_ok(d.path, &o);
+	build_extents(t, &m, &r, TINY ? 200 : 3000, 1000);
+	enum { NR = 4 };
+	uint64_t rounds = 12 * test_scale();
+	for (uint64_t round = 0; round < rounds; round++) {
+		for (int i = 0; i < 200; i++)
+			cr_assert_eq(random_op(&r, &m, t, &cfg, NULL), 0);
+		if (round % 2 == 0)
+			cr_assert_eq(flextree_commit(t), 0);
+		pthread_t th[NR];
+		struct reader_arg a[NR];
+		for (int k = 0; k < NR; k++) {
+			a[k] = (struct reader_arg){t, &m, rng_next(&r), TINY ? 3000 : 5000, 0};
+			cr_assert_eq(pthread_create(&th[k], NULL, reader_main, &a[k]), 0);
+		}
+		for (int k = 0; k < NR; k++) {
+			pthread_join(th[k], NULL);
+			cr_assert_eq(a[k].bad, 0, "round %llu reader %d: line %d (seed=%llu)",
+				     U(round), k, a[k].bad, U(seed));
+		}
+		assert_within_budget(t, "after the readers");
+		assert_check(t);
+	}
+	assert_model(t, &m, &cr, "after the rounds", seed);
+	struct flextree_stats st = stats_of(t);
+	fprintf(stderr, "concurrent readers: %llu leaves, %llu leaf reads, %llu evictions\n",
+		U(st.leaves), U(st.leaf_reads), U(st.leaf_evictions));
+	cr_expect_gt(st.leaf_reads, 0);
+	flextree_close(t);
+	model_free(&m);
+	tmpd_remove(&d);
 }
