@@ -256,11 +256,11 @@ static int fs_relieve_tree(struct flexspace *fs)
 
 /* Ends a change: commits the tree when the log (buffered and written)
  * has reached log_limit or the tree's dirty leaves its cache, collects
- * garbage if due, then unlocks.  Records
- * stay in memory until a sync or a commit: writing them unsynced would
- * need DATA synced first (a record must never reach the disk before the
- * bytes it maps), which is a synchronous stall nobody asked for; the
- * buffer is bounded by log_limit instead. */
+ * garbage if due, then unlocks.  Records stay in memory until a sync or a
+ * commit: writing them unsynced would need DATA synced first (a record
+ * must never reach the disk before the bytes it maps), which is a
+ * synchronous stall nobody asked for; the buffer is bounded by log_limit
+ * instead. */
 static int fs_end_write(struct flexspace *fs, int rc)
 {
 	if (!rc && fs->log_size + (uint64_t)fs->nlog * FS_REC_BYTES > fs->log_limit)
