@@ -343,6 +343,7 @@ static int switch_memtable(struct flexdb *db)
 	pthread_mutex_lock(&db->mtmu);
 	/* imm first: a reader that sees the new active sees the old one as
 	 * imm (flexdb_get loads them in the other order). */
+	FDB_HB_BEFORE(&db->active);
 	__atomic_store_n(&db->imm, db->active, __ATOMIC_RELEASE);
 	__atomic_store_n(&db->active, n, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&db->mtcond);
@@ -604,6 +605,7 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 	pthread_rwlock_rdlock(&db->lock);
 	const struct fdb_memref *a = __atomic_load_n(&db->active, __ATOMIC_ACQUIRE);
 	const struct fdb_memref *i = __atomic_load_n(&db->imm, __ATOMIC_ACQUIRE);
+	FDB_HB_AFTER(&db->active);
 	const struct fdb_val *v = fdb_mt_get(a->mt, key, (uint32_t)klen, vis);
 	if (!v && i)
 		v = fdb_mt_get(i->mt, key, (uint32_t)klen, vis);
@@ -1196,6 +1198,9 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	if (!db)
 		return -ENOMEM;
 	db->dir_fd = db->lock_fd = -1;
+	/* Point reads load them without the memtable mutex (flexdb_get). */
+	FDB_ATOMIC_OBJ(&db->active, sizeof(db->active));
+	FDB_ATOMIC_OBJ(&db->imm, sizeof(db->imm));
 	db->io = o.space.io ? o.space.io : flex_io_posix();
 	db->memtable_size = o.memtable_size ? o.memtable_size : FDB_DEFAULT_MEMTABLE;
 	db->sync_writes = o.sync_writes;
