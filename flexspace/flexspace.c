@@ -617,6 +617,10 @@ int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t len)
 		uint64_t span = 0;
 		struct flextree_mapping m[32];
 		ssize_t n = flextree_query(fs->tree, off, end - off, m, 32);
+		if (n < 0) {
+			rc = (int)n; /* a tree leaf that could not be read back */
+			break;
+		}
 		for (ssize_t i = 0; i < n && i < 32 && m[i].poff != FLEXTREE_HOLE; i++)
 			span += m[i].len;
 		if (span > FS_DEFRAG_CHUNK)
