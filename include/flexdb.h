@@ -51,7 +51,10 @@ struct flexdb_options {
 	/* Bytes the interval cache may hold: intervals kept whole (their
 	 * pairs, offsets and fingerprints) and, in at most a quarter of it,
 	 * thin (offsets and fingerprints only: a lookup reads one pair).
-	 * 0 means 64 MiB.  Range: 1 MiB .. 1 TiB. */
+	 * 0 means 64 MiB.  Range: 1 MiB .. 1 TiB.  Besides it and the
+	 * memtables, a store's memory is the FlexSpace's tree leaf cache
+	 * (space.tree_cache_size, 16 MiB by default) and its sparse index
+	 * (one entry per interval of up to 32 pairs, about 80 bytes each). */
 	uint64_t cache_size;
 	/* Bytes a memtable may hold before it is handed to the committer; two
 	 * exist at most, so writers block only when both are full.  0 means
