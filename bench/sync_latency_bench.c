@@ -218,14 +218,21 @@ static void run_workload(const char *name, struct run *r)
 	pthread_mutex_destroy(&r->mu);
 }
 
-static void fs_workload(const char *name, const struct flexspace_options *o)
+/* A fresh run and an empty directory for it under --dir. */
+static struct run *run_new(const char *name, char *dir, size_t cap)
 {
-	char dir[PATH_MAX];
-	xsnprintf(dir, sizeof(dir), "%s/%s", C.dir, name);
+	xsnprintf(dir, cap, "%s/%s", C.dir, name);
 	rmtree(dir);
 	struct run *r = calloc(1, sizeof(*r));
 	if (!r)
 		die("out of memory");
+	return r;
+}
+
+static void fs_workload(const char *name, const struct flexspace_options *o)
+{
+	char dir[PATH_MAX];
+	struct run *r = run_new(name, dir, sizeof(dir));
 	struct flexspace_options so = *o;
 	so.create = 1;
 	int rc = flexspace_open(dir, &so, &r->fs);
@@ -254,11 +261,7 @@ static void fs_workload(const char *name, const struct flexspace_options *o)
 static void db_workload(const char *name, const struct flexspace_options *so)
 {
 	char dir[PATH_MAX];
-	xsnprintf(dir, sizeof(dir), "%s/%s", C.dir, name);
-	rmtree(dir);
-	struct run *r = calloc(1, sizeof(*r));
-	if (!r)
-		die("out of memory");
+	struct run *r = run_new(name, dir, sizeof(dir));
 	struct flexdb_options o = {
 	    .space = *so, .memtable_size = 1u << 20, .cache_size = 16u << 20};
 	int rc = flexdb_open(dir, &o, &r->db);
