@@ -279,18 +279,29 @@ struct fdb_cent {
 struct fdb_store {
 	struct flexspace *fs;
 	struct fdb_index *index;
-	/* CLOCK ring of cached intervals. */
+	/* CLOCK ring of cached intervals.  Readers attach the intervals they
+	 * read under the shared lock and cache_mu; the exclusive lock
+	 * excludes them.  An entry a reader takes out of the cache may still
+	 * be in another reader's hands: it waits in the graveyard until the
+	 * next exclusive holder frees it (fdb_store_reap).  Its bytes stay
+	 * charged there, and the ring keeps a 32nd of the cache for them.
+	 * Readers load cache_bytes and grave_bytes without the mutex. */
+	pthread_mutex_t cache_mu;
 	struct fdb_cent **ring;
 	uint32_t nring, ring_cap, hand;
 	size_t cache_bytes, cache_limit;
 	size_t thin_bytes; /* of thin entries, at most a quarter of the cache */
-	uint64_t keys, bytes;
+	struct fdb_cent **grave;
+	uint32_t ngrave, grave_cap;
+	size_t grave_bytes;
+	uint64_t admit_tick;
+	uint64_t keys, bytes; /* keys: cache_mu or the exclusive lock */
 	uint64_t uncounted; /* intervals whose pair count is not known yet */
 	/* Status of a change that failed part-way: the FlexSpace may hold
 	 * some of it and the index and cache none, so nothing may be read
 	 * through them any more (FLEX_EFAILED); 0 while they agree. */
 	int failed;
-	atomic_ullong hits, thin_hits, misses, admit_tick;
+	atomic_ullong hits, thin_hits, misses;
 	atomic_ullong gen; /* changed by every apply: see fdb_cands */
 	uint8_t *rec; /* scratch for one encoded record */
 };
@@ -302,12 +313,13 @@ void fdb_store_close(struct fdb_store *s);
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
 
 /* Cache entries a reader built under the shared lock from intervals it
- * read anyway; fdb_store_admit attaches them under the exclusive lock if
- * the store has not changed since fdb_cands_init (its generation). */
+ * read anyway; fdb_store_admit attaches them if the store has not changed
+ * since fdb_cands_init (its generation). */
 #define FDB_CANDS_INLINE 32
 struct fdb_cand {
 	struct fdb_ival *iv;
 	struct fdb_cent *c;
+	int whole; /* cached whole; otherwise as the cache's policy says */
 };
 struct fdb_cands {
 	uint64_t gen;
@@ -320,8 +332,15 @@ struct fdb_cands {
 void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands, struct fdb_cand *v, int cap);
 /* Frees the entries. */
 void fdb_cands_free(struct fdb_cands *cands);
-/* Exclusive lock held: attaches (or frees) the entries. */
-void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands);
+/* Attaches (or frees) the entries; `shared`: the caller holds the shared
+ * lock it held at fdb_cands_init, otherwise the exclusive lock. */
+void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared);
+/* Any lock: whether the graveyard is worth a fdb_store_reap. */
+int fdb_store_reap_due(struct fdb_store *s);
+/* Exclusive lock held: frees the entries readers retired. */
+void fdb_store_reap(struct fdb_store *s);
+/* Shared lock held: the pair count and the intervals not counted yet. */
+void fdb_store_counts(struct fdb_store *s, uint64_t *keys, uint64_t *uncounted);
 
 /* Shared lock held.  Returns 0 (found: value copied as flexdb_get does),
  * FLEXDB_NOTFOUND or an error.  A miss offers its interval in cands. */

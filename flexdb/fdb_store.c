@@ -126,6 +126,31 @@ static struct fdb_cent *cent_pack(struct fdb_cent *c, int thin)
 	return t;
 }
 
+/* A thin copy of c, packed; c is left as it was (readers may hold it).
+ * NULL when out of memory. */
+static struct fdb_cent *cent_thin(const struct fdb_cent *c)
+{
+	size_t arrays = (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
+	struct fdb_cent *t = malloc(sizeof(*t) + arrays);
+	if (!t)
+		return NULL;
+	memcpy(t, c, sizeof(*t));
+	t->raw = NULL;
+	t->rawcap = 0;
+	t->off = (uint32_t *)(t + 1);
+	t->fp = (uint16_t *)(t->off + c->n);
+	if (c->n) {
+		memcpy(t->off, c->off, c->n * sizeof(uint32_t));
+		memcpy(t->fp, c->fp, c->n * sizeof(uint16_t));
+	}
+	t->cap = c->n;
+	t->packed = 1;
+	t->slot = UINT32_MAX;
+	t->bytes = cent_bytes(t);
+	FDB_ATOMIC_OBJ(&t->ref, sizeof(t->ref));
+	return t;
+}
+
 static int cent_reserve(struct fdb_cent *c, uint32_t n, uint32_t size)
 {
 	if (n > c->cap && c->packed) {
@@ -242,6 +267,40 @@ static int cent_splice(struct fdb_cent *c, uint32_t pos, uint32_t del, const uin
 
 /* ---- the CLOCK ring ------------------------------------------------------- */
 
+/* An interval's entry, as readers under the shared lock load it: the
+ * entry stays valid until the lock is released (retired entries wait in
+ * the graveyard), and its bytes do not change while the lock is held. */
+static struct fdb_cent *ival_cent(const struct fdb_ival *iv)
+{
+	struct fdb_cent *c = __atomic_load_n(&iv->cache, __ATOMIC_ACQUIRE);
+	FDB_HB_AFTER(&iv->cache);
+	return c;
+}
+
+static void ival_set_cent(struct fdb_ival *iv, struct fdb_cent *c)
+{
+	FDB_HB_BEFORE(&iv->cache);
+	__atomic_store_n(&iv->cache, c, __ATOMIC_RELEASE);
+}
+
+/* The bytes the ring may hold: the cache less the graveyard's share. */
+static size_t ring_limit(const struct fdb_store *s)
+{
+	return s->cache_limit - s->cache_limit / 32;
+}
+
+/* cache_bytes and grave_bytes change under cache_mu or the exclusive
+ * lock and are read without them (fdb_store_scan, fdb_store_reap_due). */
+static void set_bytes(size_t *field, size_t v)
+{
+	__atomic_store_n(field, v, __ATOMIC_RELAXED);
+}
+
+static size_t load_bytes(const size_t *field)
+{
+	return __atomic_load_n(field, __ATOMIC_RELAXED);
+}
+
 static void ring_remove(struct fdb_store *s, struct fdb_cent *c)
 {
 	if (c->slot == UINT32_MAX)
@@ -250,26 +309,71 @@ static void ring_remove(struct fdb_store *s, struct fdb_cent *c)
 	s->ring[i] = s->ring[--s->nring];
 	s->ring[i]->slot = i;
 	c->slot = UINT32_MAX;
-	s->cache_bytes -= c->bytes;
+	set_bytes(&s->cache_bytes, s->cache_bytes - c->bytes);
 	if (!c->raw)
 		s->thin_bytes -= c->bytes;
 	if (s->hand >= s->nring)
 		s->hand = 0;
 }
 
-/* Makes `need` more bytes fit; never touches `pin`.  CLOCK: an entry whose
- * bit is set gets its bit cleared and is passed.  An unreferenced whole
- * entry is made thin while thin entries take at most a quarter of the cache
- * (they are about a tenth the size and still spare a lookup most of its
- * reading); past that, and for unreferenced thin entries beyond their
- * share, the entry goes.  Each entry is passed at most three times, so
- * this ends; a last pass ignores the bits, so the bound holds even when
- * every entry was just used. */
-static void cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin)
+/* Under the shared lock: whether an entry of `bytes` fits in the
+ * graveyard (0), making room in its array. */
+static int grave_reserve(struct fdb_store *s, size_t bytes)
 {
-	size_t thin_cap = s->cache_limit / 4;
+	if (s->grave_bytes + bytes > s->cache_limit / 32)
+		return -ENOSPC;
+	if (s->ngrave == s->grave_cap) {
+		uint32_t cap = s->grave_cap ? s->grave_cap * 2 : 64;
+		struct fdb_cent **g = realloc(s->grave, cap * sizeof(*g));
+		if (!g)
+			return -ENOMEM;
+		s->grave = g;
+		s->grave_cap = cap;
+	}
+	return 0;
+}
+
+/* Takes c, out of the ring, out of use: freed at once under the exclusive
+ * lock; under the shared lock (after grave_reserve) other readers may be
+ * reading it, so it waits in the graveyard. */
+static void cent_retire(struct fdb_store *s, struct fdb_cent *c, int shared)
+{
+	if (!shared) {
+		cent_free(c);
+		return;
+	}
+	s->grave[s->ngrave++] = c;
+	set_bytes(&s->grave_bytes, s->grave_bytes + c->bytes);
+}
+
+int fdb_store_reap_due(struct fdb_store *s)
+{
+	return load_bytes(&s->grave_bytes) >= s->cache_limit / 64;
+}
+
+void fdb_store_reap(struct fdb_store *s)
+{
+	for (uint32_t i = 0; i < s->ngrave; i++)
+		cent_free(s->grave[i]);
+	s->ngrave = 0;
+	set_bytes(&s->grave_bytes, 0);
+}
+
+/* Makes `need` more bytes fit in the ring; never touches `pin`.  CLOCK:
+ * an entry whose bit is set gets its bit cleared and is passed.  An
+ * unreferenced whole entry is made thin while thin entries take at most a
+ * quarter of the cache (they are about a tenth the size and still spare a
+ * lookup most of its reading); past that, and for unreferenced thin
+ * entries beyond their share, the entry goes.  Each entry is passed at
+ * most three times, so this ends; a last pass ignores the bits, so the
+ * bound holds even when every entry was just used.  Under the shared lock
+ * (`shared`) it stops when the graveyard is full: returns nonzero if the
+ * bytes do not fit then. */
+static int cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin, int shared)
+{
+	size_t thin_cap = s->cache_limit / 4, limit = ring_limit(s);
 	uint32_t steps = 3 * s->nring + 3;
-	while (s->cache_bytes + need > s->cache_limit && s->nring > 0) {
+	while (s->cache_bytes + need > limit && s->nring > 0) {
 		int force = steps == 0;
 		if (!force)
 			steps--;
@@ -286,15 +390,20 @@ static void cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent 
 			s->hand++;
 			continue;
 		}
+		if (shared && grave_reserve(s, c->bytes))
+			return -ENOSPC;
 		if (c->raw && !force) {
 			size_t thin = sizeof(*c) + (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
-			if (s->thin_bytes + thin <= thin_cap) {
-				size_t before = c->bytes;
-				c = cent_pack(c, 1);
-				s->ring[s->hand] = c;
-				c->iv->cache = c;
-				s->cache_bytes = s->cache_bytes - before + c->bytes;
-				s->thin_bytes += c->bytes;
+			struct fdb_cent *t = s->thin_bytes + thin <= thin_cap ? cent_thin(c) : NULL;
+			if (t) {
+				/* A thin copy takes the whole entry's place. */
+				t->slot = c->slot;
+				s->ring[t->slot] = t;
+				c->slot = UINT32_MAX;
+				set_bytes(&s->cache_bytes, s->cache_bytes - c->bytes + t->bytes);
+				s->thin_bytes += t->bytes;
+				ival_set_cent(t->iv, t);
+				cent_retire(s, c, shared);
 				s->hand++;
 				continue;
 			}
@@ -303,14 +412,18 @@ static void cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent 
 			continue;
 		}
 		ring_remove(s, c);
-		c->iv->cache = NULL;
-		cent_free(c);
+		ival_set_cent(c->iv, NULL);
+		cent_retire(s, c, shared);
 	}
+	return s->cache_bytes + need > limit && shared ? -ENOSPC : 0;
 }
 
-static int cache_attach(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c)
+/* Puts c, of iv, in the ring, making room for it (not beyond the
+ * graveyard's room when `shared`).  Nonzero: c was not attached. */
+static int cache_attach(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, int shared)
 {
-	cache_evict(s, c->bytes, c);
+	if (cache_evict(s, c->bytes, c, shared))
+		return -ENOSPC;
 	if (s->nring == s->ring_cap) {
 		uint32_t cap = s->ring_cap ? s->ring_cap * 2 : 256;
 		struct fdb_cent **r = realloc(s->ring, cap * sizeof(*r));
@@ -322,14 +435,15 @@ static int cache_attach(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cen
 	c->iv = iv;
 	c->slot = s->nring;
 	s->ring[s->nring++] = c;
-	s->cache_bytes += c->bytes;
+	set_bytes(&s->cache_bytes, s->cache_bytes + c->bytes);
 	if (!c->raw)
 		s->thin_bytes += c->bytes;
 	atomic_store(&c->ref, 1);
-	iv->cache = c;
+	ival_set_cent(iv, c);
 	return 0;
 }
 
+/* Exclusive lock: drops iv's entry. */
 static void cache_drop(struct fdb_store *s, struct fdb_ival *iv)
 {
 	if (!iv->cache)
@@ -344,7 +458,7 @@ static void cache_recharge(struct fdb_store *s, struct fdb_cent *c)
 {
 	size_t now = cent_bytes(c);
 	if (c->slot != UINT32_MAX) {
-		s->cache_bytes = s->cache_bytes - c->bytes + now;
+		set_bytes(&s->cache_bytes, s->cache_bytes - c->bytes + now);
 		if (!c->raw)
 			s->thin_bytes = s->thin_bytes - c->bytes + now;
 	}
@@ -395,7 +509,8 @@ static int cent_index(const struct fdb_ival *iv, struct fdb_cent *c)
 		first = 0;
 		p += size;
 	}
-	if (!rc && iv->count != FDB_COUNT_UNKNOWN && iv->count != c->n)
+	uint32_t count = __atomic_load_n(&iv->count, __ATOMIC_RELAXED);
+	if (!rc && count != FDB_COUNT_UNKNOWN && count != c->n)
 		rc = FLEX_ECORRUPT;
 	c->bytes = cent_bytes(c);
 	return rc;
@@ -461,14 +576,17 @@ static int ival_decode(struct fdb_store *s, const struct fdb_ival *iv, uint64_t 
 	return rc;
 }
 
-/* Notes the pair count of an interval read for the first time since open. */
+/* Notes the pair count of an interval now cached, whose pairs were all
+ * verified (cache_mu or the exclusive lock: scans read iv->count and
+ * lookups iv->unverified under the shared lock). */
 static void ival_counted(struct fdb_store *s, struct fdb_ival *iv, uint32_t n)
 {
 	if (iv->count == FDB_COUNT_UNKNOWN) {
 		s->keys += n;
 		s->uncounted--;
 	}
-	iv->count = n;
+	__atomic_store_n(&iv->count, n, __ATOMIC_RELAXED);
+	__atomic_store_n(&iv->unverified, 0, __ATOMIC_RELAXED);
 }
 
 /* Exclusive lock: makes sure iv is cached whole (unless too big to keep,
@@ -484,14 +602,13 @@ static int ival_load(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *
 	int rc = ival_decode(s, iv, fdb_index_offset(p), &c, fragmented);
 	if (rc)
 		return rc;
-	iv->unverified = 0; /* the decode verified its first pair */
 	ival_counted(s, iv, c->n);
 	atomic_fetch_add(&s->misses, 1);
 	if (c->bytes > s->cache_limit / 4) {
 		*tmp = c;
 		return 0;
 	}
-	rc = cache_attach(s, iv, c);
+	rc = cache_attach(s, iv, c, 0);
 	if (rc)
 		cent_free(c);
 	return rc;
@@ -564,6 +681,10 @@ static struct fdb_ival *ival_new(const void *key, uint32_t klen)
 	struct fdb_ival *iv = calloc(1, sizeof(*iv));
 	if (!iv)
 		return NULL;
+	/* Loaded under the shared lock while readers cache intervals. */
+	FDB_ATOMIC_OBJ(&iv->cache, sizeof(iv->cache));
+	FDB_ATOMIC_OBJ(&iv->count, sizeof(iv->count));
+	FDB_ATOMIC_OBJ(&iv->unverified, sizeof(iv->unverified));
 	iv->key = malloc(klen ? klen : 1);
 	if (!iv->key) {
 		free(iv);
@@ -579,6 +700,11 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 	memset(s, 0, sizeof(*s));
 	s->fs = fs;
 	s->cache_limit = cache_limit;
+	FDB_ATOMIC_OBJ(&s->cache_bytes, sizeof(s->cache_bytes));
+	FDB_ATOMIC_OBJ(&s->grave_bytes, sizeof(s->grave_bytes));
+	int mrc = pthread_mutex_init(&s->cache_mu, NULL);
+	if (mrc)
+		return -mrc;
 	s->index = fdb_index_new();
 	s->rec = malloc(FDB_REC_MAX);
 	if (!s->index || !s->rec)
@@ -655,6 +781,9 @@ void fdb_store_close(struct fdb_store *s)
 		cent_free(s->ring[i]);
 	}
 	free(s->ring);
+	fdb_store_reap(s);
+	free(s->grave);
+	pthread_mutex_destroy(&s->cache_mu);
 	fdb_index_free(s->index);
 	free(s->rec);
 	memset(s, 0, sizeof(*s));
@@ -712,7 +841,7 @@ static int ival_split(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival 
 		return rc;
 	}
 	/* The new half is cached only if the split interval was. */
-	if (c != iv->cache || cache_attach(s, nv, nc) != 0)
+	if (c != iv->cache || cache_attach(s, nv, nc, 0) != 0)
 		cent_free(nc);
 	return 0;
 }
@@ -764,14 +893,16 @@ int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
 	if (s->failed)
 		return FLEX_EFAILED;
 	atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
+	if (s->ngrave)
+		fdb_store_reap(s);
 	int rc = store_apply(s, op);
 	/* A failure part-way (say the old pair collapsed, the new one not
 	 * inserted) leaves the index offsets off from the FlexSpace: reading
 	 * through them would report intact pairs as corrupt, or miss them. */
 	if (rc)
 		s->failed = rc;
-	if (s->cache_bytes > s->cache_limit)
-		cache_evict(s, 0, NULL);
+	if (s->cache_bytes > ring_limit(s))
+		cache_evict(s, 0, NULL, 0);
 	return rc;
 }
 
@@ -993,8 +1124,9 @@ static int thin_get(struct fdb_store *s, const struct fdb_cent *c, uint64_t off,
 	return FLEXDB_NOTFOUND;
 }
 
-/* How an interval read by a reader enters the cache. */
-enum { ADMIT_NONE, ADMIT_THIN, ADMIT_WHOLE };
+/* How an interval read by a reader enters the cache: ADMIT_AUTO leaves
+ * it to fdb_store_admit (admit_whole). */
+enum { ADMIT_NONE, ADMIT_AUTO, ADMIT_WHOLE };
 
 /* An entry of an interval this size may be kept at all. */
 static int ival_keepable(const struct fdb_store *s, uint32_t size)
@@ -1002,27 +1134,22 @@ static int ival_keepable(const struct fdb_store *s, uint32_t size)
 	return (size_t)size + sizeof(struct fdb_cent) <= s->cache_limit / 4;
 }
 
-/* Shared lock: how an uncached interval just read by a lookup should enter
- * the cache: whole while the cache has room and on one miss in
+/* cache_mu or the exclusive lock: whether an interval a lookup missed
+ * enters the cache whole: while the cache has room, and on one miss in
  * FDB_ADMIT_EVERY after that (a hot interval gets in soon, a cold one
- * seldom pushes a warm one out), otherwise thin. */
-static int admit_kind(struct fdb_store *s, uint32_t size)
+ * seldom pushes a warm one out); otherwise thin. */
+static int admit_whole(struct fdb_store *s, uint32_t size)
 {
-	if (!ival_keepable(s, size))
-		return ADMIT_NONE;
-	uint64_t tick = atomic_fetch_add(&s->admit_tick, 1);
-	if (s->cache_bytes + 2 * (size_t)size <= s->cache_limit || tick % FDB_ADMIT_EVERY == 0)
-		return ADMIT_WHOLE;
-	return ADMIT_THIN;
+	uint64_t tick = s->admit_tick++;
+	return s->cache_bytes + 2 * (size_t)size <= ring_limit(s) || tick % FDB_ADMIT_EVERY == 0;
 }
 
 /* Shared lock: offers entry c of iv to the cache (fdb_store_admit). */
 static void cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent *c, int kind)
 {
-	if (kind == ADMIT_THIN)
-		c = cent_pack(c, 1);
 	cands->v[cands->n].iv = iv;
-	cands->v[cands->n++].c = c;
+	cands->v[cands->n].c = c;
+	cands->v[cands->n++].whole = kind == ADMIT_WHOLE;
 }
 
 void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands, struct fdb_cand *v, int cap)
@@ -1040,30 +1167,57 @@ void fdb_cands_free(struct fdb_cands *cands)
 	cands->n = 0;
 }
 
-void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands)
+void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 {
+	if (!cands->n)
+		return;
 	/* Built under the shared lock: valid only if nothing changed since. */
 	if (s->failed || cands->gen != atomic_load_explicit(&s->gen, memory_order_relaxed)) {
 		fdb_cands_free(cands);
 		return;
 	}
+	if (shared)
+		pthread_mutex_lock(&s->cache_mu);
+	else if (s->ngrave)
+		fdb_store_reap(s);
 	for (int i = 0; i < cands->n; i++) {
 		struct fdb_ival *iv = cands->v[i].iv;
 		struct fdb_cent *c = cands->v[i].c;
 		cands->v[i].c = NULL;
-		if (iv->cache && (iv->cache->raw || !c->raw)) {
+		if (!cands->v[i].whole && !admit_whole(s, c->size))
+			c = cent_pack(c, 1);
+		struct fdb_cent *old = iv->cache;
+		if (old && (old->raw || !c->raw)) {
 			cent_free(c); /* another reader was first */
 			continue;
 		}
-		cache_drop(s, iv);
-		iv->unverified = 0; /* cent_index verified every pair */
-		ival_counted(s, iv, c->n);
-		if (cache_attach(s, iv, c))
+		if (old) {
+			/* A thin entry, replaced by the whole one. */
+			if (shared && grave_reserve(s, old->bytes)) {
+				cent_free(c);
+				continue;
+			}
+			ring_remove(s, old);
+			ival_set_cent(iv, NULL);
+			cent_retire(s, old, shared);
+		}
+		if (cache_attach(s, iv, c, shared)) {
 			cent_free(c);
+			continue;
+		}
+		ival_counted(s, iv, c->n);
 	}
 	cands->n = 0;
-	if (s->cache_bytes > s->cache_limit)
-		cache_evict(s, 0, NULL);
+	if (shared)
+		pthread_mutex_unlock(&s->cache_mu);
+}
+
+void fdb_store_counts(struct fdb_store *s, uint64_t *keys, uint64_t *uncounted)
+{
+	pthread_mutex_lock(&s->cache_mu);
+	*keys = s->keys;
+	*uncounted = s->uncounted;
+	pthread_mutex_unlock(&s->cache_mu);
 }
 
 static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb_ival *iv,
@@ -1084,7 +1238,7 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 		/* Absent here, so maybe in the next interval if its key (from
 		 * an anchor not verified at open) is wrong. */
 		struct fdb_ival *nx = fdb_index_next(&p);
-		if (nx && nx->unverified) {
+		if (nx && __atomic_load_n(&nx->unverified, __ATOMIC_RELAXED)) {
 			int vrc = anchor_verify(s, fdb_index_offset(&p));
 			if (vrc)
 				return vrc;
@@ -1098,7 +1252,7 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
 		     struct fdb_cands *cands)
 {
 	uint16_t fp = fdb_fingerprint(key, klen);
-	struct fdb_cent *c = iv->cache;
+	struct fdb_cent *c = ival_cent(iv);
 	if (c) {
 		if (!atomic_load_explicit(&c->ref, memory_order_relaxed))
 			atomic_store_explicit(&c->ref, 1, memory_order_relaxed);
@@ -1109,15 +1263,14 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
 		atomic_fetch_add(&s->thin_hits, 1);
 		return thin_get(s, c, fdb_index_offset(pp), key, klen, fp, buf, cap, vlen);
 	}
-	/* A miss reads the whole interval under the shared lock and offers it
-	 * to the cache (flexdb.c attaches it under the exclusive lock). */
+	/* A miss reads the whole interval and offers it to the cache. */
 	atomic_fetch_add(&s->misses, 1);
 	uint64_t off = fdb_index_offset(pp);
 	uint8_t *raw;
 	int rc = ival_read_raw(s, iv, off, &raw);
 	if (rc)
 		return rc;
-	int kind = cands->n < cands->cap ? admit_kind(s, iv->size) : ADMIT_NONE;
+	int kind = cands->n < cands->cap && ival_keepable(s, iv->size) ? ADMIT_AUTO : ADMIT_NONE;
 	if (kind != ADMIT_NONE) {
 		if ((rc = cent_from_raw(iv, raw, iv->size, &c)) != 0)
 			return rc;
@@ -1150,7 +1303,8 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		if (!iv || iv == prev)
 			continue;
 		prev = iv;
-		if ((iv->cache && iv->cache->raw) || !iv->size || !ival_keepable(s, iv->size))
+		const struct fdb_cent *c = ival_cent(iv);
+		if ((c && c->raw) || !iv->size || !ival_keepable(s, iv->size))
 			continue;
 		/* What fits the cache beside what it holds already. */
 		if ((bytes += iv->size) > s->cache_limit / 4)
@@ -1384,7 +1538,8 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 	const struct fdb_ival *x = iv;
 	for (int k = 1; k < FDB_SCAN_READ_IVALS; k++) {
 		/* After recovery the pair count is unknown: guess from the size. */
-		pairs += x->count != FDB_COUNT_UNKNOWN ? x->count : x->size / 128 + 1;
+		uint32_t count = __atomic_load_n(&x->count, __ATOMIC_RELAXED);
+		pairs += count != FDB_COUNT_UNKNOWN ? count : x->size / 128 + 1;
 		if (pairs > (uint64_t)want)
 			break;
 		x = reverse ? fdb_index_prev(&q) : fdb_index_next(&q);
@@ -1429,7 +1584,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 	struct ref_vec refs = {0};
 	int first = 1, rc = 0;
 	while (iv && *n < max && !rc) {
-		const struct fdb_cent *c = iv->cache;
+		const struct fdb_cent *c = ival_cent(iv);
 		/* Later intervals' entries are somewhere in memory, each a
 		 * chain of pointers (interval, entry, bytes): start fetching
 		 * one link of each of the next three while this one is copied,
@@ -1440,12 +1595,13 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		const struct fdb_ival *n3 = n2 ? fdb_index_peek(&p, 3 * dir) : NULL;
 		if (n3)
 			__builtin_prefetch(n3);
-		if (n2 && n2->cache)
-			__builtin_prefetch(n2->cache);
-		if (n1 && n1->cache && n1->cache->raw) {
-			const uint8_t *r = n1->cache->raw;
-			for (uint32_t o = 0; o < n1->cache->size && o < 1024; o += 64)
-				__builtin_prefetch(r + o);
+		const struct fdb_cent *c2 = n2 ? ival_cent(n2) : NULL;
+		if (c2)
+			__builtin_prefetch(c2);
+		const struct fdb_cent *c1 = n1 ? ival_cent(n1) : NULL;
+		if (c1 && c1->raw) {
+			for (uint32_t o = 0; o < c1->size && o < 1024; o += 64)
+				__builtin_prefetch(c1->raw + o);
 		}
 		if (c && c->raw) {
 			/* Copied from the entry (which may change once the
@@ -1486,7 +1642,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		 * copying intervals a scan passes costs more than the few
 		 * later hits repay (seek+next50: 1.28x RocksDB without,
 		 * 1.10-1.21x with the misses' policy). */
-		if (cands->n < cands->cap && s->cache_bytes + 2 * (size_t)iv->size <= s->cache_limit) {
+		if (cands->n < cands->cap &&
+		    load_bytes(&s->cache_bytes) + 2 * (size_t)iv->size <= ring_limit(s)) {
 			struct fdb_cent *nc;
 			if ((rc = cent_from_refs(iv, raw, iv->size, &refs, &nc)) != 0)
 				break;
@@ -1581,6 +1738,21 @@ int fdb_store_check(struct fdb_store *s)
 	}
 	free(last);
 	if (!rc && pos != flexspace_size(s->fs))
+		rc = FLEX_ECORRUPT;
+	/* The cache's accounts: every ring entry is its interval's, and the
+	 * charges add up within the bound (one entry may pass it alone). */
+	size_t bytes = 0, thin = 0, grave = 0;
+	for (uint32_t i = 0; i < s->nring && !rc; i++) {
+		const struct fdb_cent *c = s->ring[i];
+		if (c->slot != i || c->iv->cache != c || c->bytes != cent_bytes(c))
+			rc = FLEX_ECORRUPT;
+		bytes += c->bytes;
+		thin += c->raw ? 0 : c->bytes;
+	}
+	for (uint32_t i = 0; i < s->ngrave; i++)
+		grave += s->grave[i]->bytes;
+	if (!rc && (bytes != s->cache_bytes || thin != s->thin_bytes || grave != s->grave_bytes ||
+		    (s->nring > 1 && bytes + grave > s->cache_limit)))
 		rc = FLEX_ECORRUPT;
 	if (!rc && known && keys != s->keys)
 		rc = FLEX_ECORRUPT;

@@ -199,7 +199,7 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 		rc = fdb_store_prefetch(&db->store, ops, n, &cands);
 		pthread_rwlock_unlock(&db->lock);
 		pthread_rwlock_wrlock(&db->lock);
-		fdb_store_admit(&db->store, &cands);
+		fdb_store_admit(&db->store, &cands, 0);
 		for (int i = 0; i < n && !rc; i++) {
 			if (i && i % FDB_APPLY_BURST == 0) {
 				/* Let the readers that queued behind this burst in. */
@@ -250,21 +250,16 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 	return rc;
 }
 
-/* Any thread, after a read: caches the intervals it read.  Changing the
- * cache needs the exclusive lock, which a reader only takes when nobody
- * holds the lock: waiting for it would put the reader behind the
- * committer's chunk or other readers for an entry it does not need.
- * An offer not taken is dropped; the next miss of a hot interval offers
- * it again, and failing to cache fails nothing. */
-static void cache_offer(struct flexdb *db, struct fdb_cands *cands)
+/* Any thread, after a read: frees the cache entries readers retired
+ * (fdb_store_reap) once they are worth it and nobody holds the lock:
+ * waiting for it would put the reader behind the committer's chunk or
+ * other readers.  Until then readers cache less (the retired bytes are
+ * charged to the cache); the committer frees them too. */
+static void cache_reap(struct flexdb *db)
 {
-	if (!cands->n)
+	if (!fdb_store_reap_due(&db->store) || pthread_rwlock_trywrlock(&db->lock) != 0)
 		return;
-	if (pthread_rwlock_trywrlock(&db->lock) != 0) {
-		fdb_cands_free(cands);
-		return;
-	}
-	fdb_store_admit(&db->store, cands);
+	fdb_store_reap(&db->store);
 	pthread_rwlock_unlock(&db->lock);
 }
 
@@ -617,8 +612,10 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 	struct fdb_cands cands;
 	fdb_cands_init(&db->store, &cands, NULL, 0);
 	rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, &cands);
+	if (cands.n)
+		fdb_store_admit(&db->store, &cands, 1);
 	pthread_rwlock_unlock(&db->lock);
-	cache_offer(db, &cands);
+	cache_reap(db);
 	return rc;
 }
 
@@ -750,8 +747,9 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 			fdb_cands_init(&db->store, &cands, NULL, 0);
 			rc = fdb_store_scan(&db->store, from, flen, inclusive, reverse, src[2],
 					    FDB_ITER_CHUNK, &cnt[2], &it->ar, &cands);
+			fdb_store_admit(&db->store, &cands, 1);
 			pthread_rwlock_unlock(&db->lock);
-			cache_offer(db, &cands);
+			cache_reap(db);
 		}
 		memref_put(a);
 		memref_put(im);
@@ -1291,11 +1289,11 @@ int flexdb_stats(struct flexdb *db, struct flexdb_stats *st)
 	memref_put(a);
 	memref_put(i);
 	pthread_rwlock_rdlock(&db->lock);
-	st->keys = db->store.keys;
-	st->intervals_uncounted = db->store.uncounted;
+	fdb_store_counts(&db->store, &st->keys, &st->intervals_uncounted);
 	st->bytes = db->store.bytes;
 	st->intervals = fdb_index_count(db->store.index);
-	st->cache_bytes = db->store.cache_bytes;
+	st->cache_bytes = __atomic_load_n(&db->store.cache_bytes, __ATOMIC_RELAXED) +
+			  __atomic_load_n(&db->store.grave_bytes, __ATOMIC_RELAXED);
 	pthread_rwlock_unlock(&db->lock);
 	st->cache_hits = atomic_load(&db->store.hits);
 	st->cache_thin_hits = atomic_load(&db->store.thin_hits);

@@ -89,6 +89,7 @@ struct cstate {
 	atomic_ullong reads, found, iter_pairs, writes;
 	uint64_t cache_size;
 	int nk; /* keys per writer in use, <= CK */
+	double write_end; /* writers stop then, readers go on alone */
 };
 
 static void cfail(struct cstate *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -190,7 +191,7 @@ static void *cwriter(void *arg)
 	char k[32];
 	uint32_t ver[CK] = {0};
 	uint64_t pairver[CP] = {0};
-	while (!atomic_load(&s->stop)) {
+	while (!atomic_load(&s->stop) && now_sec() < s->write_end) {
 		int idx = (int)rnd_below(&r, (uint64_t)s->nk);
 		if (atomic_load(&s->dead[w][idx]))
 			continue;
@@ -539,8 +540,8 @@ static int cverify_final(struct cstate *s, const char *when)
 }
 
 /* Runs the concurrency check; 0 when clean, else 1 with msg. */
-static int conc_run(const struct flexdb_options *opt, int nk, double seconds, uint64_t seed,
-		    char *msg, size_t msgcap, char *summary, size_t sumcap)
+static int conc_run(const struct flexdb_options *opt, int nk, double seconds, double write_frac,
+		    uint64_t seed, char *msg, size_t msgcap, char *summary, size_t sumcap)
 {
 	char dir[256];
 	fdb_tmpdir(dir, sizeof(dir), "conc");
@@ -559,6 +560,7 @@ static int conc_run(const struct flexdb_options *opt, int nk, double seconds, ui
 	pthread_t th[CW + CR + CI];
 	struct cthread ta[CW + CR + CI];
 	int n = 0;
+	s->write_end = now_sec() + seconds * write_frac;
 	for (int i = 0; i < CW; i++, n++) {
 		ta[n] = (struct cthread){s, i};
 		pthread_create(&th[n], NULL, cwriter, &ta[n]);
@@ -648,17 +650,21 @@ static struct flexdb_options conc_opts(void)
 }
 
 /* The runs of the concurrency check: 512 keys per writer (a store of a
- * few hundred intervals, a multi-level sparse index) and 48 hot keys per
- * writer (one index leaf, heavy contention on each key). */
+ * few hundred intervals, a multi-level sparse index), 48 hot keys per
+ * writer (one index leaf, heavy contention on each key), and readers
+ * alone once the writers stop (the cache changes only through them, and
+ * what they retire is freed only when nobody holds the lock). */
 struct crun {
 	const char *name;
 	int nk, sync_writes;
 	double seconds;
+	double write_frac; /* of the run during which writers write */
 };
 static const struct crun conc_runs[] = {
-    {"512 keys/writer", CK, 0, 2.5},
-    {"48 hot keys/writer", 48, 0, 2.0},
-    {"sync_writes, 48 keys/writer", 48, 1, 1.0},
+    {"512 keys/writer", CK, 0, 2.5, 1.0},
+    {"48 hot keys/writer", 48, 0, 2.0, 1.0},
+    {"sync_writes, 48 keys/writer", 48, 1, 1.0, 1.0},
+    {"readers alone after 512 keys/writer", CK, 0, 2.0, 0.3},
 };
 
 static int conc_one(const struct crun *c, uint64_t seed, char *msg, size_t cap)
@@ -669,7 +675,8 @@ static int conc_one(const struct crun *c, uint64_t seed, char *msg, size_t cap)
 		o.sync_writes = 1;
 	}
 	char sum[512] = "";
-	int bad = conc_run(&o, c->nk, c->seconds * test_scale(), seed, msg, cap, sum, sizeof(sum));
+	int bad = conc_run(&o, c->nk, c->seconds * test_scale(), c->write_frac, seed, msg, cap, sum,
+			   sizeof(sum));
 	fprintf(stderr, "  concurrency (%s): %s\n", c->name, sum);
 	return bad;
 }
@@ -716,6 +723,11 @@ Test(flexdb, concurrent_writers_readers_iterators_on_hot_keys, .timeout = 120)
 Test(flexdb, concurrent_sync_writes_group_commit, .timeout = 120)
 {
 	conc_test(2, "concurrent_sync_writes");
+}
+
+Test(flexdb, concurrent_readers_cache_alone_within_the_bound, .timeout = 120)
+{
+	conc_test(3, "concurrent_readers_alone");
 }
 
 /* ======================================================================
