@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "fdb_int.h"
 
@@ -28,11 +29,36 @@ struct mt_node {
 	_Atomic(struct mt_node *) next[]; /* height pointers, then the key */
 };
 
+/* Arena blocks are mapped from the kernel and unmapped when the memtable
+ * is freed, not taken from malloc: a memtable's memory is the largest
+ * that comes and goes, and an allocator that keeps freed memory for
+ * later (jemalloc keeps it for seconds) would hold a third memtable's
+ * worth beyond the two the options allow. */
 struct arena_block {
 	struct arena_block *prev;
 	size_t used, cap;
+	size_t maplen;
 	_Alignas(16) uint8_t data[];
 };
+
+static struct arena_block *block_new(size_t cap)
+{
+	size_t len = (sizeof(struct arena_block) + cap + 4095) & ~(size_t)4095;
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	struct arena_block *b = p;
+	b->maplen = len;
+	b->cap = len - sizeof(*b);
+	b->used = 0;
+	b->prev = NULL;
+	return b;
+}
+
+static void block_free(struct arena_block *b)
+{
+	munmap(b, b->maplen);
+}
 
 struct fdb_mt {
 	struct mt_node *head;
@@ -48,12 +74,10 @@ static void *arena_alloc(struct fdb_mt *m, size_t n)
 	n = (n + 15) & ~(size_t)15;
 	struct arena_block *b = m->blk;
 	if (!b || b->cap - b->used < n) {
-		size_t cap = n > ARENA_BLOCK / 4 ? n : ARENA_BLOCK;
-		struct arena_block *nb = malloc(sizeof(*nb) + cap);
+		size_t cap = n > ARENA_BLOCK / 4 ? n : ARENA_BLOCK - sizeof(*b);
+		struct arena_block *nb = block_new(cap);
 		if (!nb)
 			return NULL;
-		nb->cap = cap;
-		nb->used = 0;
 		if (n > ARENA_BLOCK / 4 && b) {
 			/* A big allocation gets its own block, kept behind
 			 * the current one so the current one stays in use. */
@@ -110,7 +134,7 @@ void fdb_mt_free(struct fdb_mt *m)
 	struct arena_block *b = m->blk;
 	while (b) {
 		struct arena_block *p = b->prev;
-		free(b);
+		block_free(b);
 		b = p;
 	}
 	free(m);
