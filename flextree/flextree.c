@@ -147,6 +147,29 @@ static void ft_ring_del(struct flextree *t, struct ft_leaf *l)
 	t->resident--;
 }
 
+/* cache_lock held: a body for a leaf to load, from the pool or NULL. */
+static struct ft_leaf_body *ft_body_take_locked(struct flextree *t)
+{
+	struct ft_leaf_body *b = t->body_pool;
+	if (b) {
+		memcpy(&t->body_pool, b, sizeof(b));
+		t->npool--;
+	}
+	return b;
+}
+
+/* cache_lock held: keeps the body of an evicted leaf for a later load. */
+static void ft_body_give_locked(struct flextree *t, struct ft_leaf_body *b)
+{
+	if (t->npool >= FT_BODY_POOL) {
+		free(b);
+		return;
+	}
+	memcpy(b, &t->body_pool, sizeof(b));
+	t->body_pool = b;
+	t->npool++;
+}
+
 /* CLOCK: drops clean, unpinned bodies until the resident leaves fit the
  * budget, giving referenced ones a second chance.  Two turns of the hand
  * at most, so a cache full of dirty or pinned leaves cannot make it spin.
@@ -167,7 +190,7 @@ static void ft_trim_locked(struct flextree *t)
 			continue;
 		}
 		ft_ring_del(t, l);
-		free(l->b);
+		ft_body_give_locked(t, l->b);
 		l->b = NULL;
 		t->evictions++;
 	}
@@ -237,24 +260,25 @@ static int ft_leaf_get(const struct flextree *ct, struct ft_leaf *l, const struc
 	}
 	struct ft_leaf_src src = {
 	    .slot = l->h.slot, .nslots = t->nslots, .csum = l->h.csum, .version = t->version};
+	struct ft_leaf_body *b = ft_body_take_locked(t);
 	pthread_mutex_unlock(&t->cache_lock);
 	struct ft_span own;
 	if (!sp) {
 		ft_span_of(t, p, lv, i, &own);
 		sp = &own;
 	}
-	struct ft_leaf_body *b = malloc(sizeof(*b));
-	if (!b)
+	if (!b && !(b = malloc(sizeof(*b))))
 		return -ENOMEM;
 	uint16_t count;
 	int rc = ft_file_read_leaf(t, &src, sp, b, &count);
-	if (rc) {
-		free(b);
-		return rc;
-	}
 	pthread_mutex_lock(&t->cache_lock);
-	if (l->b) {
-		free(b); /* another reader loaded it meanwhile */
+	if (rc || l->b) {
+		/* Failed, or another reader loaded it meanwhile. */
+		ft_body_give_locked(t, b);
+		if (rc) {
+			pthread_mutex_unlock(&t->cache_lock);
+			return rc;
+		}
 	} else {
 		l->b = b;
 		l->h.count = count;
@@ -1374,6 +1398,8 @@ int flextree_close(struct flextree *t)
 		free(t->spare_internal[i]);
 	free(t->free_slots);
 	free(t->pending);
+	while (t->body_pool)
+		free(ft_body_take_locked(t));
 	if (t->paged)
 		pthread_mutex_destroy(&t->cache_lock);
 	free(t);

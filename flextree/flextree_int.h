@@ -70,6 +70,8 @@
  * sibling when both fit in one node with two entries to spare (so the
  * merged node is not split again by the next insert). */
 #define FT_LEAF_LOW (FT_LEAF_CAP / 3)
+/* Bodies of evicted leaves kept for reuse (struct flextree, body_pool). */
+#define FT_BODY_POOL 64
 #define FT_LEAF_MERGE_MAX (FT_LEAF_CAP - 2)
 #define FT_INTERNAL_LOW (FT_INTERNAL_CAP / 3)
 #define FT_INTERNAL_MERGE_MAX (FT_INTERNAL_CAP - 1)
@@ -156,6 +158,11 @@ struct flextree {
 	pthread_mutex_t cache_lock;
 	struct ft_leaf *hand;	/* CLOCK hand; NULL when nothing is resident */
 	uint64_t resident;	/* leaves with a body */
+	/* Bodies of evicted leaves kept for the next loads (linked through
+	 * their first bytes, at most FT_BODY_POOL): a leaf cache that turns
+	 * over takes no memory from the allocator after it filled. */
+	struct ft_leaf_body *body_pool;
+	uint32_t npool;
 	uint64_t leaf_reads;	/* leaves read from the file on demand */
 	uint64_t evictions;
 };
