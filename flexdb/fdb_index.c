@@ -23,6 +23,9 @@
 #include "fdb_int.h"
 
 #define FI_CAP 64
+/* Leaves take as many entries as fit in an internal node's room (their
+ * entries are smaller): every node is one allocation size. */
+#define FI_LEAF_CAP 106
 
 /* Keys are compared first by a *window*: their 8 bytes after the prefix
  * every non-empty key in the index shares (the index's `common`, up to
@@ -93,9 +96,9 @@ struct fi_node {
 	int n;
 	union {
 		struct {
-			struct fdb_ival *iv[FI_CAP];
-			uint64_t off[FI_CAP];
-			uint64_t pfx[FI_CAP]; /* the window of each interval's key */
+			struct fdb_ival *iv[FI_LEAF_CAP];
+			uint64_t off[FI_LEAF_CAP];
+			uint64_t pfx[FI_LEAF_CAP]; /* the window of each interval's key */
 		} l;
 		struct {
 			struct fi_node *child[FI_CAP];
@@ -104,6 +107,10 @@ struct fi_node {
 		} i;
 	};
 };
+
+_Static_assert(FI_LEAF_CAP * (sizeof(void *) + 2 * sizeof(uint64_t)) <=
+		   FI_CAP * (sizeof(void *) + sizeof(int64_t) + sizeof(struct fi_key)),
+	       "a leaf takes no more room than an internal node");
 
 static struct fi_node *fi_new(int leaf)
 {
@@ -437,14 +444,26 @@ static int fi_insert_child(struct fdb_index *x, struct fdb_ipath *p, int d, stru
 	return 0;
 }
 
+static int fi_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_ival *iv,
+			   uint64_t off, int append);
+
 int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_ival *iv,
 			   uint64_t off)
+{
+	return fi_insert_after(x, p, iv, off, 0);
+}
+
+/* `append`: iv goes after the last interval and more will follow (open):
+ * a full leaf then keeps its intervals, so that the index built at open
+ * has full leaves instead of half-full ones. */
+static int fi_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_ival *iv,
+			   uint64_t off, int append)
 {
 	fi_learn_key(x, iv->key, iv->klen);
 	struct fi_node *l = x->count ? p->leaf : x->root;
 	int64_t base = x->count ? p->leaf_base : 0;
 	int at = x->count ? p->j + 1 : 0;
-	if (l->n < FI_CAP) {
+	if (l->n < FI_LEAF_CAP) {
 		memmove(l->l.iv + at + 1, l->l.iv + at, (l->n - at) * sizeof(void *));
 		memmove(l->l.off + at + 1, l->l.off + at, (l->n - at) * sizeof(uint64_t));
 		memmove(l->l.pfx + at + 1, l->l.pfx + at, (l->n - at) * sizeof(uint64_t));
@@ -455,7 +474,7 @@ int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_
 		x->count++;
 		return 0;
 	}
-	int h = FI_CAP / 2;
+	int h = append && at == FI_LEAF_CAP ? FI_LEAF_CAP - 1 : FI_LEAF_CAP / 2;
 	struct fi_key pk;
 	if (fi_copy_key(x, l->l.iv[h], &pk))
 		return -ENOMEM;
@@ -464,7 +483,7 @@ int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_
 		free(pk.k);
 		return -ENOMEM;
 	}
-	r->n = FI_CAP - h;
+	r->n = FI_LEAF_CAP - h;
 	memcpy(r->l.iv, l->l.iv + h, r->n * sizeof(void *));
 	memcpy(r->l.off, l->l.off + h, r->n * sizeof(uint64_t));
 	memcpy(r->l.pfx, l->l.pfx + h, r->n * sizeof(uint64_t));
@@ -493,7 +512,7 @@ int fdb_index_append(struct fdb_index *x, struct fdb_ival *iv, uint64_t off)
 	struct fdb_ipath p;
 	if (x->count)
 		fdb_index_last(x, &p);
-	return fdb_index_insert_after(x, &p, iv, off);
+	return fi_insert_after(x, &p, iv, off, 1);
 }
 
 /* Sets the pivot above each subtree on key's search path to that
@@ -577,7 +596,7 @@ static int fi_check(const struct fdb_index *x, const struct fi_node *n, const ui
 		    uint32_t lolen, int have_lo, const uint8_t *hi, uint32_t hilen, int have_hi,
 		    int depth, int height, const struct fdb_ival **prev)
 {
-	if (!n || (n->n == 0 && depth > 0) || n->n > FI_CAP)
+	if (!n || (n->n == 0 && depth > 0) || n->n > (n->leaf ? FI_LEAF_CAP : FI_CAP))
 		return FLEX_ECORRUPT;
 	if (n->leaf) {
 		if (depth != height - 1)
