@@ -203,10 +203,10 @@ int fdb_payload_next(const uint8_t *payload, size_t len, size_t *pos, struct fdb
 struct fdb_cent;
 struct fdb_ival {
 	uint8_t *key;
+	struct fdb_cent *cache;
 	uint32_t klen;
 	uint32_t size;	/* bytes */
 	uint32_t count; /* pairs; FDB_COUNT_UNKNOWN after recovery */
-	struct fdb_cent *cache;
 	/* The key came from an anchor pair too long to verify at open; its
 	 * checksum is checked when the interval is loaded or a lookup ends
 	 * just before it (fdb_store.c). */
