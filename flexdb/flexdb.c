@@ -1158,10 +1158,13 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	so.defer_maintenance = 1;
 	if (!so.io)
 		so.io = db->io;
+	/* cache_size covers the tree's leaves too (flexdb.h). */
+	uint64_t cache = o->cache_size ? o->cache_size : FDB_DEFAULT_CACHE;
+	if (!so.tree_cache_size)
+		so.tree_cache_size = cache / 4;
 	rc = flexspace_open(path, &so, &db->fs);
 	if (!rc)
-		rc = fdb_store_open(&db->store, db->fs,
-				    o->cache_size ? o->cache_size : FDB_DEFAULT_CACHE);
+		rc = fdb_store_open(&db->store, db->fs, cache - so.tree_cache_size);
 	if (!rc)
 		rc = db_recover(db);
 	if (!rc) {
@@ -1190,7 +1193,8 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 		o = *opt;
 	if ((o.cache_size && (o.cache_size < (1u << 20) || o.cache_size > ((uint64_t)1 << 40))) ||
 	    (o.memtable_size &&
-	     (o.memtable_size < (64u << 10) || o.memtable_size > ((uint64_t)4 << 30))))
+	     (o.memtable_size < (64u << 10) || o.memtable_size > ((uint64_t)4 << 30))) ||
+	    o.space.tree_cache_size > (o.cache_size ? o.cache_size : FDB_DEFAULT_CACHE) / 2)
 		return FLEX_EOPTION;
 	struct flexdb *db = calloc(1, sizeof(*db));
 	if (!db)

@@ -48,13 +48,19 @@ struct flexdb_options {
 	 * With max_data_size set, a change that needs room still syncs or
 	 * collects while readers wait. */
 	struct flexspace_options space;
-	/* Bytes the interval cache may hold: intervals kept whole (their
-	 * pairs, offsets and fingerprints) and, in at most a quarter of it,
-	 * thin (offsets and fingerprints only: a lookup reads one pair).
-	 * 0 means 64 MiB.  Range: 1 MiB .. 1 TiB.  Besides it and the
-	 * memtables, a store's memory is the FlexSpace's tree leaf cache
-	 * (space.tree_cache_size, 16 MiB by default) and its sparse index
-	 * (one entry per interval of up to 32 pairs, about 80 bytes each). */
+	/* Bytes of cached store: the FlexSpace's tree leaves
+	 * (space.tree_cache_size, a quarter of cache_size when 0; at most
+	 * half of it) and the interval cache, which has the rest: intervals
+	 * kept whole (their pairs, offsets and fingerprints) and, in at most
+	 * a quarter of it, thin (offsets and fingerprints only: a lookup
+	 * reads one pair).  0 means 64 MiB.  Range: 1 MiB .. 1 TiB.
+	 * Besides it and the memtables, a store's memory is its sparse index
+	 * (one entry per interval of up to 32 pairs, about 80 bytes each
+	 * with a 16-byte key: under 4 bytes per pair of 116 bytes), the tree's
+	 * internal nodes and leaf stubs (under a byte per extent), and the
+	 * FlexSpace's segment buffer (space.segment_size, 4 MiB).  Memory the
+	 * program's allocator keeps after the library freed it is not
+	 * counted: a cache that turns over frees as much as it allocates. */
 	uint64_t cache_size;
 	/* Bytes a memtable may hold before it is handed to the committer; two
 	 * exist at most, so writers block only when both are full.  0 means

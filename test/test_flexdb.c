@@ -1499,6 +1499,9 @@ Test(flexdb, open_rejects_bad_options_and_missing_stores)
 	bad[nb++].o.space.log_limit = 1000;
 	bad[nb].what = "gc_ratio below 1.1";
 	bad[nb++].o.space.gc_ratio = 1.01;
+	bad[nb].what = "tree cache above half of cache_size";
+	bad[nb].o.cache_size = 8u << 20;
+	bad[nb++].o.space.tree_cache_size = (4u << 20) + 1;
 	for (int i = 0; i < nb; i++) {
 		db = (struct flexdb *)dir;
 		int rc = flexdb_open(sub, &bad[i].o, &db);
