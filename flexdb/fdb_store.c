@@ -1467,7 +1467,8 @@ static int cent_from_refs(const struct fdb_ival *iv, const uint8_t *raw, uint32_
 			  const struct ref_vec *r, struct fdb_cent **out)
 {
 	*out = NULL;
-	if (iv->count != FDB_COUNT_UNKNOWN && iv->count != r->n)
+	uint32_t count = __atomic_load_n(&iv->count, __ATOMIC_RELAXED);
+	if (count != FDB_COUNT_UNKNOWN && count != r->n)
 		return FLEX_ECORRUPT;
 	size_t arrays = (size_t)r->n * (sizeof(uint32_t) + sizeof(uint16_t));
 	struct fdb_cent *c = calloc(1, sizeof(*c) + arrays);
