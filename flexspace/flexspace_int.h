@@ -128,6 +128,11 @@ struct flexspace {
 	int no_mmap; /* the option */
 	uint64_t map_len;
 	uint64_t map_end;
+	/* Whether the last probe of DATA's mapping found a piece not in
+	 * memory, and the count of reads that decides when to probe again
+	 * (fs_seg.c, FS_PROBE_PIECES); relaxed atomics, any reader. */
+	int map_cold;
+	unsigned map_probes;
 	int in_gc;
 
 	/* Logical log. */

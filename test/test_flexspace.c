@@ -33,7 +33,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
+#include <fcntl.h>
 
 #include "../flextree/flex_ident.h"
 #include "crashio.h"
@@ -870,6 +873,94 @@ Test(flexspace, reads_of_interleaved_commits_are_coalesced)
 	model_free(&m);
 	cr_assert_eq(flexspace_close(fs), 0);
 	tmp_remove(dir);
+}
+
+/* Reads of many pieces of DATA that is not in memory go through read
+ * batches instead of one page fault after another through the mapping,
+ * and return the right bytes; so do reads once DATA is back in memory.
+ * On a disk-backed directory: tmpfs pages cannot be dropped. */
+static long major_faults(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_majflt;
+}
+
+/* Pages of fd's first len bytes in the page cache. */
+static long resident_pages(int fd, size_t len)
+{
+	void *mm = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	if (mm == MAP_FAILED)
+		return -1;
+	size_t np = (len + 4095) / 4096;
+	unsigned char *v = malloc(np);
+	long r = 0;
+	if (v && mincore(mm, len, v) == 0)
+		for (size_t i = 0; i < np; i++)
+			r += v[i] & 1;
+	free(v);
+	munmap(mm, len);
+	return r;
+}
+
+Test(flexspace, cold_reads_of_many_pieces_are_batched)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "/var/tmp/flexspace_cold_XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	struct flexspace_options o = {.create = 1};
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	struct model m = {0};
+	enum { PIECE = 97, N = 4000, LEN = 60 * PIECE };
+	uint8_t piece[PIECE];
+	/* Each piece at a random place between earlier ones: logical
+	 * neighbours lie far apart in DATA, each its own extent. */
+	uint64_t r = 12345;
+	for (uint64_t i = 0; i < N; i++) {
+		op_data(i, piece, PIECE);
+		r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+		uint64_t at = (r >> 33) % (i + 1) * PIECE;
+		cr_assert_eq(flexspace_insert(fs, piece, at, PIECE), PIECE);
+		model_insert(&m, piece, at, PIECE);
+	}
+	/* Reopened: DATA is mapped up to its end. */
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	char path[PATH_MAX + 8];
+	snprintf(path, sizeof(path), "%s/DATA", dir);
+	int fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	size_t dlen = (size_t)N * PIECE;
+	fdatasync(fd);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	int droppable = resident_pages(fd, dlen) == 0;
+	uint8_t *buf = malloc(LEN);
+	long faults = 0;
+	for (int k = 0; k < 40; k++) {
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		uint64_t a = (uint64_t)(k * 37 % (N - 64)) * PIECE + (uint64_t)k % PIECE;
+		long f0 = major_faults();
+		cr_assert_eq(flexspace_read(fs, buf, a, LEN), (ssize_t)LEN);
+		faults += major_faults() - f0;
+		cr_assert_eq(memcmp(buf, m.b + a, LEN), 0, "cold read %d at %" PRIu64, k, a);
+	}
+	for (int k = 0; k < 40; k++) {
+		uint64_t a = (uint64_t)(k * 53 % (N - 64)) * PIECE;
+		cr_assert_eq(flexspace_read(fs, buf, a, LEN), (ssize_t)LEN);
+		cr_assert_eq(memcmp(buf, m.b + a, LEN), 0, "warm read %d", k);
+	}
+	close(fd);
+	free(buf);
+	model_free(&m);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+	if (!droppable)
+		cr_skip_test("the page cache of %s cannot be dropped: no cold reads", dir);
+	fprintf(stderr, "  40 cold reads of 60 pieces: %ld page faults\n", faults);
+	/* Through the mapping: a fault on each page the pieces lie in (95
+	 * here, the rest mapped by then). */
+	cr_assert_lt(faults, 10, "%ld page faults: cold pieces read through the mapping", faults);
 }
 
 /* ---- faults --------------------------------------------------------------- */
