@@ -571,19 +571,28 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len)
  * DATA seems to be in memory: otherwise each piece would be a page fault,
  * waited for one after the other, where a batch of reads (io_uring) waits
  * for them together.  One such read in FS_PROBE_EVERY asks the kernel
- * (mincore) whether its first piece is in memory, and the answer holds
- * for the next ones (a probe per read cost in-memory scans 15 %). */
+ * (mincore) whether three of its pieces are in memory, and the answer
+ * holds for the next ones (a probe per read cost in-memory scans 15 %). */
 #define FS_PROBE_PIECES 4
 #define FS_PROBE_EVERY 16
 
-/* Whether a read of pieces starting at off should copy from the mapping. */
-static int fs_map_warm(struct flexspace *fs, uint64_t off)
+/* Whether the page of DATA holding offset off is in memory (1 when the
+ * kernel does not say). */
+static int fs_map_resident(const struct flexspace *fs, uint64_t off)
+{
+	unsigned char vec = 1;
+	uintptr_t page = ((uintptr_t)fs->map + off) & ~(uintptr_t)4095;
+	return mincore((void *)page, 1, &vec) != 0 || (vec & 1);
+}
+
+/* Whether a read of pieces v[0..n) should copy from the mapping: a probe
+ * looks at the first, middle and last pieces. */
+static int fs_map_warm(struct flexspace *fs, const struct flex_iovec *v, int n)
 {
 	unsigned t = __atomic_fetch_add(&fs->map_probes, 1, __ATOMIC_RELAXED);
 	if (t % FS_PROBE_EVERY == 0) {
-		unsigned char vec = 1;
-		uintptr_t page = ((uintptr_t)fs->map + off) & ~(uintptr_t)4095;
-		int cold = mincore((void *)page, 1, &vec) == 0 && !(vec & 1);
+		int cold = !fs_map_resident(fs, v[0].off) || !fs_map_resident(fs, v[n / 2].off) ||
+			   !fs_map_resident(fs, v[n - 1].off);
 		__atomic_store_n(&fs->map_cold, cold, __ATOMIC_RELAXED);
 		return !cold;
 	}
@@ -592,7 +601,7 @@ static int fs_map_warm(struct flexspace *fs, uint64_t off)
 
 static int fs_read_pieces(struct flexspace *fs, const struct flex_iovec *v, int n)
 {
-	if (fs->map && (n < FS_PROBE_PIECES || fs_map_warm(fs, v[0].off))) {
+	if (fs->map && (n < FS_PROBE_PIECES || fs_map_warm(fs, v, n))) {
 		int i = 0;
 		while (i < n && v[i].off + v[i].len <= fs->map_end)
 			i++;
