@@ -93,41 +93,10 @@ static size_t cent_bytes(const struct fdb_cent *c)
 	return sizeof(*c) + c->rawcap + (size_t)c->cap * (sizeof(uint32_t) + sizeof(uint16_t));
 }
 
-/* Moves an entry's offsets and fingerprints right after its struct (one
- * allocation, so a lookup misses the cache once less; cent_reserve moves
- * them out again when the entry grows).  With `thin`, also drops its raw
- * bytes: what stays lets a lookup read just the one record it wants from
- * the FlexSpace instead of the whole interval.  The entry moves: returns
- * it (c itself, unpacked, when out of memory). */
-static struct fdb_cent *cent_pack(struct fdb_cent *c, int thin)
-{
-	size_t arrays = (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
-	struct fdb_cent *t = malloc(sizeof(*t) + arrays);
-	if (thin) {
-		free(c->raw);
-		c->raw = NULL;
-		c->rawcap = 0;
-		c->bytes = cent_bytes(c);
-	}
-	if (!t)
-		return c;
-	*t = *c;
-	t->off = (uint32_t *)(t + 1);
-	t->fp = (uint16_t *)(t->off + c->n);
-	if (c->n) {
-		memcpy(t->off, c->off, c->n * sizeof(uint32_t));
-		memcpy(t->fp, c->fp, c->n * sizeof(uint16_t));
-	}
-	t->cap = c->n;
-	t->packed = 1;
-	t->bytes = cent_bytes(t);
-	c->raw = NULL; /* now t's */
-	cent_free(c);
-	return t;
-}
-
-/* A thin copy of c, packed; c is left as it was (readers may hold it).
- * NULL when out of memory. */
+/* A copy of c without its raw bytes, its offsets and fingerprints right
+ * after the struct (one allocation, so a lookup misses the cache once
+ * less): what a thin entry is.  c is left as it was (readers may hold
+ * it).  NULL when out of memory. */
 static struct fdb_cent *cent_thin(const struct fdb_cent *c)
 {
 	size_t arrays = (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
@@ -148,6 +117,30 @@ static struct fdb_cent *cent_thin(const struct fdb_cent *c)
 	t->slot = UINT32_MAX;
 	t->bytes = cent_bytes(t);
 	FDB_ATOMIC_OBJ(&t->ref, sizeof(t->ref));
+	return t;
+}
+
+/* Packs a private entry (cent_thin's layout, cent_reserve moves the
+ * arrays out again when the entry grows), keeping its raw bytes unless
+ * `thin`: what stays of a thin one lets a lookup read just the record it
+ * wants from the FlexSpace instead of the whole interval.  The entry
+ * moves: returns it (c itself, unpacked, when out of memory). */
+static struct fdb_cent *cent_pack(struct fdb_cent *c, int thin)
+{
+	struct fdb_cent *t = cent_thin(c);
+	if (thin) {
+		free(c->raw);
+		c->raw = NULL;
+		c->rawcap = 0;
+		c->bytes = cent_bytes(c);
+	}
+	if (!t)
+		return c;
+	t->raw = c->raw; /* moved: NULL when thin */
+	t->rawcap = c->rawcap;
+	t->bytes = cent_bytes(t);
+	c->raw = NULL;
+	cent_free(c);
 	return t;
 }
 
