@@ -1322,9 +1322,10 @@ static void print_header(void)
 	       "overwrite/deleterandom %" PRIu64 " ops\n",
 	       B.reads, B.seeks, SEEK_NEXTS, B.num);
 	printf("memory:   cache %" PRIu64 " MiB + 2 x %" PRIu64 " MiB memtables for each of "
-	       "flexdb (cache_size, memtable_size), rocksdb (LRU block cache, write_buffer_size "
-	       "x 2), leveldb (LRU cache, write_buffer_size + 1 immutable); lmdb none (OS page "
-	       "cache; 64 GiB map); index/filter blocks and FlexDB's sparse index outside\n",
+	       "flexdb (cache_size: intervals and 1/4 tree leaves, memtable_size), rocksdb (LRU "
+	       "block cache, write_buffer_size x 2), leveldb (LRU cache, write_buffer_size + 1 "
+	       "immutable); lmdb none (OS page cache; 64 GiB map); index/filter blocks and "
+	       "FlexDB's sparse index outside\n",
 	       c, mt);
 	printf("engines:  no compression; %s on rocksdb and leveldb; rocksdb "
 	       "max_background_jobs 2, other options default; flexdb defaults (one committer "
