@@ -169,6 +169,30 @@ CLI_FN void cli_put_escaped(FILE *f, const void *data, size_t n)
 	cli_buf_free(&b);
 }
 
+/* Errors quote at most this many bytes of an offending token: a token may
+ * be a megabyte long. */
+#define CLI_CLIP 32
+
+/* Appends the escaped form of at most CLI_CLIP bytes of data to b, then
+ * "..." when there was more; b stays NUL-terminated. */
+CLI_FN const char *cli_clip(struct cli_buf *b, const void *data, size_t n)
+{
+	cli_escape(b, data, n < CLI_CLIP ? n : CLI_CLIP);
+	if (n > CLI_CLIP)
+		cli_buf_add(b, "...", 3);
+	return (const char *)b->p;
+}
+
+/* As cli_clip, for source text shown as written (a bare word). */
+CLI_FN const char *cli_clip_text(struct cli_buf *b, const char *s)
+{
+	size_t n = strlen(s);
+	cli_buf_add(b, s, n < CLI_CLIP ? n : CLI_CLIP);
+	if (n > CLI_CLIP)
+		cli_buf_add(b, "...", 3);
+	return (const char *)b->p;
+}
+
 /* ---- parsing ------------------------------------------------------------------ */
 
 enum cli_kind { CLI_BARE, CLI_QUOTED, CLI_HEX };
@@ -318,8 +342,10 @@ static int cli_parse_token(const char **pp, const char *end, struct cli_token *t
 			}
 			for (size_t i = 2; i < n; i++) {
 				if (cli_hexval((unsigned char)s[i]) < 0) {
+					struct cli_buf c = {0};
 					snprintf(err, errsz, "bad hex digit in %s",
-						 n > 40 ? "0x..." : t->text);
+						 cli_clip_text(&c, t->text));
+					cli_buf_free(&c);
 					goto fail;
 				}
 			}
@@ -508,11 +534,16 @@ CLI_FN int cli_parse_u64(const struct cli_token *t, uint64_t *out, char *err, si
 	}
 	*out = v;
 	return 0;
+	const char *what;
 bad:
-	snprintf(err, errsz, "not a number: %.40s", t->text);
-	return -1;
+	what = "not a number";
+	goto fail;
 range:
-	snprintf(err, errsz, "number out of range: %.40s", t->text);
+	what = "number out of range";
+fail:;
+	struct cli_buf c = {0};
+	snprintf(err, errsz, "%s: %s", what, cli_clip_text(&c, t->text));
+	cli_buf_free(&c);
 	return -1;
 }
 
@@ -701,8 +732,7 @@ static const struct cli_cmd *cli_resolve(struct cli_app *app, const struct cli_c
 	app->cur = NULL;
 	if (!d) {
 		struct cli_buf e = {0};
-		cli_escape(&e, a[0].data, a[0].len);
-		cli_error(app, "unknown command %s (try: help)", (char *)e.p);
+		cli_error(app, "unknown command %s (try: help)", cli_clip(&e, a[0].data, a[0].len));
 		cli_buf_free(&e);
 		return NULL;
 	}
@@ -714,7 +744,10 @@ static const struct cli_cmd *cli_resolve(struct cli_app *app, const struct cli_c
 	}
 	for (size_t i = 1; i < cmd->n; i++) {
 		if (a[i].bad && !(i < 32 && (d->nums >> i) & 1)) {
-			cli_error(app, "argument %zu: %s: %s", i, a[i].bad, a[i].text);
+			struct cli_buf e = {0};
+			cli_error(app, "argument %zu: %s: %s", i, a[i].bad,
+				  cli_clip_text(&e, a[i].text));
+			cli_buf_free(&e);
 			return NULL;
 		}
 	}
@@ -755,8 +788,7 @@ static int cli_run_command(struct cli_app *app, struct cli_command *cmd)
 	const struct cli_cmd *h = cli_find(app, what);
 	if (!h) {
 		struct cli_buf e = {0};
-		cli_escape(&e, a[1].data, a[1].len);
-		cli_error(app, "no such command: %s", (char *)e.p);
+		cli_error(app, "no such command: %s", cli_clip(&e, a[1].data, a[1].len));
 		cli_buf_free(&e);
 		return 1;
 	}
