@@ -910,8 +910,9 @@ int main(int argc, char **argv)
 	    .status = "Exit status: 0 when every command succeeded, 1 when one failed (also an\n"
 		      "uncommitted batch at the end), 2 for bad options or a store that could not\n"
 		      "be opened or closed.\n",
-	    .details = "\nhelp CMD tells more about scan, batch, dump and load; the details are\n"
-		       "in docs/CLI.md.\n",
+	    .details = "\nhelp CMD tells more about put, get, scan, count, batch, dump and load\n"
+		       "(scan, count and dump take --from, --to and more); the details are in\n"
+		       "docs/CLI.md.\n",
 	    .open = db_open,
 	    .finish = db_finish,
 	    .close = db_close,
