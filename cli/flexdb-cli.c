@@ -132,8 +132,9 @@ static int put_value(struct cli_app *app, const struct cli_token *t, struct cli_
 		}
 		const char *path = (const char *)t->data + 1;
 		if (!path[0] || strlen(path) != t->len - 1) {
-			cli_error(app, "VALUE @FILE: %s", path[0] ? "a file name cannot contain a NUL byte"
-								 : "no file name after @ (@@ is a literal @)");
+			cli_error(app, "VALUE @FILE: %s",
+				  path[0] ? "a file name cannot contain a NUL byte"
+					  : "no file name after @ (@@ is a literal @)");
 			return 1;
 		}
 		FILE *f = fopen(path, "rb");
@@ -336,21 +337,26 @@ static int print_pair(void *arg, const void *k, size_t kl, const void *v, size_t
 /* The options of scan, count and dump, by their index in app->opt. */
 enum { OPT_FROM, OPT_TO, OPT_LIMIT, OPT_REVERSE, OPT_KEYS_ONLY };
 
-#define OPT_FROM_DEF {"--from", "KEY", 0, "from KEY on (inclusive; \"\" is the first key)"}
-#define OPT_TO_DEF {"--to", "KEY", 0, "up to KEY (exclusive; \"\" is no end)"}
-#define OPT_LIMIT_DEF {"--limit", "N", 1, "at most N pairs (0: no limit)"}
-
 static const struct cli_opt scan_opts[] = {
-    OPT_FROM_DEF,
-    OPT_TO_DEF,
-    OPT_LIMIT_DEF,
+    {"--from", "KEY", 0, "from KEY on (inclusive; \"\" is the first key)"},
+    {"--to", "KEY", 0, "up to KEY (exclusive; \"\" is no end)"},
+    {"--limit", "N", 1, "at most N pairs (0: no limit)"},
     {"--reverse", NULL, 0, "descending: from the last key below --to down to --from"},
     {"--keys-only", NULL, 0, "print the keys alone"},
     {NULL, NULL, 0, NULL},
 };
-static const struct cli_opt count_opts[] = {OPT_FROM_DEF, OPT_TO_DEF, {NULL, NULL, 0, NULL}};
-static const struct cli_opt dump_opts[] = {OPT_FROM_DEF, OPT_TO_DEF, OPT_LIMIT_DEF,
-					   {NULL, NULL, 0, NULL}};
+/* count and dump take the first of these, at the same OPT_* indexes */
+static const struct cli_opt count_opts[] = {
+    {"--from", "KEY", 0, "from KEY on (inclusive; \"\" is the first key)"},
+    {"--to", "KEY", 0, "up to KEY (exclusive; \"\" is no end)"},
+    {NULL, NULL, 0, NULL},
+};
+static const struct cli_opt dump_opts[] = {
+    {"--from", "KEY", 0, "from KEY on (inclusive; \"\" is the first key)"},
+    {"--to", "KEY", 0, "up to KEY (exclusive; \"\" is no end)"},
+    {"--limit", "N", 1, "at most N pairs (0: no limit)"},
+    {NULL, NULL, 0, NULL},
+};
 
 /* Takes a value from an option or from an argument, not from both. */
 static const struct cli_token *one_of(struct cli_app *app, const struct cli_token *opt,

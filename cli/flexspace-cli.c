@@ -362,7 +362,8 @@ static const struct cli_cmd commands[] = {
     {"defrag", "[OFF LEN]", 0, 2, "rewrite a range (default: all) contiguously", NULL, cmd_defrag,
      3u << 1, 0, NULL},
     {"sync", "", 0, 0, "make every change so far durable", NULL, cmd_sync, 0, 0, NULL},
-    {"stats", "", 0, 0, "print the counters, one \"name value\" a line", NULL, cmd_stats, 0, 1, NULL},
+    {"stats", "", 0, 0, "print the counters, one \"name value\" a line", NULL, cmd_stats, 0, 1,
+     NULL},
     {"check", "", 0, 0, "run the deep consistency check; prints ok", NULL, cmd_check, 0, 1, NULL},
     {NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0, NULL},
 };

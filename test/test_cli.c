@@ -749,8 +749,7 @@ Test(cli, db_put_from_file_and_stdin)
 	run_free(&r);
 	/* an empty file is an empty value; a missing one an error */
 	write_file(path("empty"), "", 0);
-	snprintf(cmds, sizeof(cmds), "put e @%s; get e; put m @%s", path("empty"),
-		 path("missing"));
+	snprintf(cmds, sizeof(cmds), "put e @%s; get e; put m @%s", path("empty"), path("missing"));
 	cmdline(dbcli, db, cmds, &r);
 	cr_expect_str_eq(r.out, "\"\"\n");
 	char want[512];
@@ -797,8 +796,8 @@ Test(cli, db_bad_token_errors_stay_short)
 	const char *db = path("db");
 	enum { BIG = 1 << 20 };
 	/* a megabyte token between each pair */
-	static const char *const around[][2] = {{"", ""},	   {"get 0x1", ""},
-						{"get 0x", "g"},   {"scan --", ""},
+	static const char *const around[][2] = {{"", ""},	    {"get 0x1", ""},
+						{"get 0x", "g"},    {"scan --", ""},
 						{"scan a b 9", ""}, {"help ", ""}};
 	char *tok = malloc(BIG + 1), *line = malloc(BIG + 32);
 	for (size_t i = 0; i < sizeof(around) / sizeof(around[0]); i++) {
