@@ -169,6 +169,30 @@ CLI_FN void cli_put_escaped(FILE *f, const void *data, size_t n)
 	cli_buf_free(&b);
 }
 
+/* Errors quote at most this many bytes of an offending token: a token may
+ * be a megabyte long. */
+#define CLI_CLIP 32
+
+/* Appends the escaped form of at most CLI_CLIP bytes of data to b, then
+ * "..." when there was more; b stays NUL-terminated. */
+CLI_FN const char *cli_clip(struct cli_buf *b, const void *data, size_t n)
+{
+	cli_escape(b, data, n < CLI_CLIP ? n : CLI_CLIP);
+	if (n > CLI_CLIP)
+		cli_buf_add(b, "...", 3);
+	return (const char *)b->p;
+}
+
+/* As cli_clip, for source text shown as written (a bare word). */
+CLI_FN const char *cli_clip_text(struct cli_buf *b, const char *s)
+{
+	size_t n = strlen(s);
+	cli_buf_add(b, s, n < CLI_CLIP ? n : CLI_CLIP);
+	if (n > CLI_CLIP)
+		cli_buf_add(b, "...", 3);
+	return (const char *)b->p;
+}
+
 /* ---- parsing ------------------------------------------------------------------ */
 
 enum cli_kind { CLI_BARE, CLI_QUOTED, CLI_HEX };
@@ -318,8 +342,10 @@ static int cli_parse_token(const char **pp, const char *end, struct cli_token *t
 			}
 			for (size_t i = 2; i < n; i++) {
 				if (cli_hexval((unsigned char)s[i]) < 0) {
+					struct cli_buf c = {0};
 					snprintf(err, errsz, "bad hex digit in %s",
-						 n > 40 ? "0x..." : t->text);
+						 cli_clip_text(&c, t->text));
+					cli_buf_free(&c);
 					goto fail;
 				}
 			}
@@ -508,11 +534,16 @@ CLI_FN int cli_parse_u64(const struct cli_token *t, uint64_t *out, char *err, si
 	}
 	*out = v;
 	return 0;
+	const char *what;
 bad:
-	snprintf(err, errsz, "not a number: %.40s", t->text);
-	return -1;
+	what = "not a number";
+	goto fail;
 range:
-	snprintf(err, errsz, "number out of range: %.40s", t->text);
+	what = "number out of range";
+fail:;
+	struct cli_buf c = {0};
+	snprintf(err, errsz, "%s: %s", what, cli_clip_text(&c, t->text));
+	cli_buf_free(&c);
 	return -1;
 }
 
@@ -524,6 +555,18 @@ struct cli_app;
  * 0 on success, nonzero after printing its error with cli_error(). */
 typedef int (*cli_fn)(struct cli_app *app, struct cli_token *args, size_t nargs);
 
+/* An option of one command: a bare word starting with "--", anywhere
+ * among its arguments (a bare "--" ends them).  arg names the argument
+ * that follows it (NULL: it takes none); num: that argument is a number. */
+struct cli_opt {
+	const char *name; /* "--from" */
+	const char *arg;  /* "KEY", "N" or NULL */
+	int num;
+	const char *help;
+};
+
+#define CLI_MAX_OPTS 8
+
 struct cli_cmd {
 	const char *name;
 	const char *usage; /* arguments, e.g. "KEY VALUE" */
@@ -533,6 +576,9 @@ struct cli_cmd {
 	cli_fn fn;
 	unsigned nums; /* bit i: argument i (1-based) may be a number */
 	int reads;     /* nonzero: only reads the store (see cli_only_reads) */
+	/* Its options, ending with a NULL name, or NULL.  Then min, max and
+	 * nums count only the arguments that are not options. */
+	const struct cli_opt *opts;
 };
 
 struct cli_app {
@@ -551,6 +597,10 @@ struct cli_app {
 	int only_reads;
 	long lineno;
 	const char *cur; /* command being run */
+	/* While a command with options runs: opt[i] is the argument of its
+	 * opts[i], or the option's own token when it takes none; NULL when
+	 * not given. */
+	const struct cli_token *opt[CLI_MAX_OPTS];
 };
 
 CLI_FN void cli_error(struct cli_app *app, const char *fmt, ...)
@@ -648,17 +698,24 @@ CLI_FN void cli_progress(const char *what, uint64_t n, const char *unit)
 static void cli_help_one(FILE *f, const struct cli_cmd *c)
 {
 	fprintf(f, "%s%s%s\n    %s\n", c->name, c->usage[0] ? " " : "", c->usage, c->brief);
+	for (const struct cli_opt *o = c->opts; o && o->name; o++) {
+		char head[32];
+		snprintf(head, sizeof(head), "%s%s%s", o->name, o->arg ? " " : "",
+			 o->arg ? o->arg : "");
+		fprintf(f, "    %-14s %s\n", head, o->help);
+	}
 	if (c->help)
 		fprintf(f, "%s", c->help);
 }
 
 /* The built-in commands common to both tools. */
 static const struct cli_cmd cli_builtins[] = {
-    {"help", "[CMD]", 0, 1, "list the commands, or describe CMD", NULL, NULL, 0, 1},
-    {".timer", "on|off", 1, 1, "print the elapsed time after each command", NULL, NULL, 0, 1},
-    {"quit", "", 0, 0, "leave (also: exit, end of input)", NULL, NULL, 0, 1},
-    {"exit", "", 0, 0, "leave", NULL, NULL, 0, 1},
-    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0},
+    {"help", "[CMD]", 0, 1, "list the commands, or describe CMD", NULL, NULL, 0, 1, NULL},
+    {".timer", "on|off", 1, 1, "print the elapsed time after each command", NULL, NULL, 0, 1,
+     NULL},
+    {"quit", "", 0, 0, "leave (also: exit, end of input)", NULL, NULL, 0, 1, NULL},
+    {"exit", "", 0, 0, "leave", NULL, NULL, 0, 1, NULL},
+    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0, NULL},
 };
 
 /* The tool's command or the built-in called name, or NULL. */
@@ -690,33 +747,101 @@ CLI_FN void cli_print_help(FILE *f, const struct cli_app *app)
 		"Output escapes bytes the same way, so it can be pasted back.\n");
 }
 
-/* Finds the command and checks its arguments (count, byte forms) without
- * running it.  Returns the definition, or NULL after printing an error. */
+static int cli_is_opt(const struct cli_token *t)
+{
+	return t->kind == CLI_BARE && t->text[0] == '-' && t->text[1] == '-';
+}
+
+/* Splits the arguments of cmd, a command of d, into its options (into
+ * opt[], see cli_app) and the rest, which go with the name to pos[0 ..
+ * *npos) when pos is non-NULL.  Checks the option names, that each value
+ * is there, and the byte forms.  Returns 0, or -1 after an error. */
+static int cli_split(struct cli_app *app, const struct cli_cmd *d, const struct cli_command *cmd,
+		     const struct cli_token **opt, struct cli_token *pos, size_t *npos)
+{
+	const struct cli_token *a = cmd->tok;
+	size_t np = 1, nopts = 0;
+	int ended = !d->opts;
+	while (d->opts && d->opts[nopts].name)
+		nopts++;
+	for (size_t i = 0; i < nopts; i++)
+		opt[i] = NULL;
+	if (pos)
+		pos[0] = a[0];
+	for (size_t i = 1; i < cmd->n; i++) {
+		if (ended || !cli_is_opt(&a[i])) {
+			if (a[i].bad && !(np < 32 && (d->nums >> np) & 1)) {
+				struct cli_buf e = {0};
+				cli_error(app, "argument %zu: %s: %s", i, a[i].bad,
+					  cli_clip_text(&e, a[i].text));
+				cli_buf_free(&e);
+				return -1;
+			}
+			if (pos)
+				pos[np] = a[i];
+			np++;
+			continue;
+		}
+		if (!a[i].text[2]) {
+			ended = 1;
+			continue;
+		}
+		size_t k = 0;
+		while (k < nopts && strcmp(d->opts[k].name, a[i].text))
+			k++;
+		if (k == nopts) {
+			struct cli_buf e = {0};
+			cli_error(app, "unknown option %s (try: help %s)",
+				  cli_clip_text(&e, a[i].text), d->name);
+			cli_buf_free(&e);
+			return -1;
+		}
+		const struct cli_opt *o = &d->opts[k];
+		opt[k] = &a[i];
+		if (!o->arg)
+			continue;
+		if (++i == cmd->n) {
+			cli_error(app, "%s needs a value (%s %s)", o->name, o->name, o->arg);
+			return -1;
+		}
+		if (a[i].bad && !o->num) {
+			struct cli_buf e = {0};
+			cli_error(app, "%s: %s: %s", o->name, a[i].bad,
+				  cli_clip_text(&e, a[i].text));
+			cli_buf_free(&e);
+			return -1;
+		}
+		opt[k] = &a[i];
+	}
+	*npos = np;
+	return 0;
+}
+
+/* Finds the command and checks its arguments (options, count, byte forms)
+ * without running it.  Returns the definition, or NULL after printing an
+ * error. */
 static const struct cli_cmd *cli_resolve(struct cli_app *app, const struct cli_command *cmd)
 {
 	const struct cli_token *a = cmd->tok;
-	size_t nargs = cmd->n - 1;
 	const char *name = a[0].kind == CLI_BARE ? a[0].text : NULL;
 	const struct cli_cmd *d = name ? cli_find(app, name) : NULL;
+	const struct cli_token *opt[CLI_MAX_OPTS];
+	size_t npos;
 	app->cur = NULL;
 	if (!d) {
 		struct cli_buf e = {0};
-		cli_escape(&e, a[0].data, a[0].len);
-		cli_error(app, "unknown command %s (try: help)", (char *)e.p);
+		cli_error(app, "unknown command %s (try: help)", cli_clip(&e, a[0].data, a[0].len));
 		cli_buf_free(&e);
 		return NULL;
 	}
 	app->cur = d->name;
+	if (cli_split(app, d, cmd, opt, NULL, &npos))
+		return NULL;
+	size_t nargs = npos - 1;
 	if ((int)nargs < d->min || (d->max >= 0 && (int)nargs > d->max)) {
 		cli_error(app, "wrong number of arguments; usage: %s%s%s", d->name,
 			  d->usage[0] ? " " : "", d->usage);
 		return NULL;
-	}
-	for (size_t i = 1; i < cmd->n; i++) {
-		if (a[i].bad && !(i < 32 && (d->nums >> i) & 1)) {
-			cli_error(app, "argument %zu: %s: %s", i, a[i].bad, a[i].text);
-			return NULL;
-		}
 	}
 	return d;
 }
@@ -729,6 +854,18 @@ static int cli_run_command(struct cli_app *app, struct cli_command *cmd)
 	if (!c)
 		return 1;
 	const char *name = c->name;
+	if (c->fn && c->opts) {
+		/* the handler sees only the arguments that are not options */
+		struct cli_token *pos = malloc(cmd->n * sizeof(*pos));
+		size_t npos;
+		if (!pos) {
+			cli_error(app, "out of memory");
+			return 1;
+		}
+		int rc = cli_split(app, c, cmd, app->opt, pos, &npos) ? 1 : c->fn(app, pos, npos);
+		free(pos);
+		return rc;
+	}
 	if (c->fn)
 		return c->fn(app, a, cmd->n);
 	if (!strcmp(name, "quit") || !strcmp(name, "exit")) {
@@ -755,8 +892,7 @@ static int cli_run_command(struct cli_app *app, struct cli_command *cmd)
 	const struct cli_cmd *h = cli_find(app, what);
 	if (!h) {
 		struct cli_buf e = {0};
-		cli_escape(&e, a[1].data, a[1].len);
-		cli_error(app, "no such command: %s", (char *)e.p);
+		cli_error(app, "no such command: %s", cli_clip(&e, a[1].data, a[1].len));
 		cli_buf_free(&e);
 		return 1;
 	}

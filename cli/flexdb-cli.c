@@ -28,12 +28,16 @@
  * amortise the WAL write, small enough not to hold a whole file in memory. */
 #define LOAD_BATCH_BYTES (4u << 20)
 
+/* How keys and values are printed (--hex, --raw); dump keeps its format. */
+enum { OUT_ESCAPED, OUT_HEX, OUT_RAW };
+
 struct db_ctx {
 	struct flexdb_options opt; /* set by the command-line flags */
 	struct flexdb *db;
 	struct flexdb_batch *batch; /* non-NULL between `batch` and commit/abort */
 	uint64_t batch_ops;
 	unsigned char *val; /* FLEXDB_MAX_VALUE bytes for get */
+	int out;	    /* OUT_* */
 };
 
 static struct db_ctx *ctx_of(struct cli_app *app)
@@ -85,20 +89,95 @@ static int queued(struct cli_app *app, int rc)
 	return 0;
 }
 
+/* Reads f to its end into b, one byte past FLEXDB_MAX_VALUE at most, so
+ * that a larger input is known without reading all of it.  Returns 0 or
+ * -errno. */
+static int read_value(FILE *f, struct cli_buf *b)
+{
+	size_t k;
+	do {
+		cli_buf_reserve(b, 65536);
+		size_t want = b->cap - b->len - 1;
+		if (want > (size_t)FLEXDB_MAX_VALUE + 1 - b->len)
+			want = (size_t)FLEXDB_MAX_VALUE + 1 - b->len;
+		k = fread(b->p + b->len, 1, want, f);
+		b->len += k;
+	} while (k && b->len <= FLEXDB_MAX_VALUE);
+	return ferror(f) ? -(errno ? errno : EIO) : 0;
+}
+
+/* The VALUE of put: the bytes as written; for a bare or quoted value
+ * "@FILE", FILE's bytes, and "@@..." the value less its first '@'; a bare
+ * "-", standard input to its end.  0x hex is always the bytes.  Sets *v,
+ * *vl (into b when read); returns 0 or 1 after an error. */
+static int put_value(struct cli_app *app, const struct cli_token *t, struct cli_buf *b,
+		     const unsigned char **v, size_t *vl)
+{
+	*v = t->data;
+	*vl = t->len;
+	if (t->kind == CLI_BARE && !strcmp(t->text, "-")) {
+		if (app->interactive || app->lineno > 0 || isatty(STDIN_FILENO)) {
+			cli_error(app, "VALUE -: standard input %s (use -c and redirect the value)",
+				  app->lineno > 0 ? "holds the commands" : "is a terminal");
+			return 1;
+		}
+		int rc = read_value(stdin, b);
+		if (rc)
+			return cli_status(app, "reading standard input", rc);
+	} else if (t->kind != CLI_HEX && t->len && t->data[0] == '@') {
+		if (t->len >= 2 && t->data[1] == '@') {
+			(*v)++;
+			(*vl)--;
+			return 0;
+		}
+		const char *path = (const char *)t->data + 1;
+		if (!path[0] || strlen(path) != t->len - 1) {
+			cli_error(app, "VALUE @FILE: %s",
+				  path[0] ? "a file name cannot contain a NUL byte"
+					  : "no file name after @ (@@ is a literal @)");
+			return 1;
+		}
+		FILE *f = fopen(path, "rb");
+		if (!f)
+			return cli_status(app, path, -errno);
+		int rc = read_value(f, b);
+		fclose(f);
+		if (rc)
+			return cli_status(app, path, rc);
+	} else {
+		return 0;
+	}
+	*v = b->p ? b->p : (const unsigned char *)"";
+	*vl = b->len;
+	return 0;
+}
+
 static int cmd_put(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct db_ctx *c = ctx_of(app);
+	struct cli_buf b = {0};
+	const unsigned char *v;
+	size_t vl;
 	(void)n;
-	if (check_key(app, &a[1]))
-		return 1;
-	if (a[2].len > FLEXDB_MAX_VALUE) {
-		cli_error(app, "value of %zu bytes: %s (limit %u)", a[2].len,
-			  flex_strerror(FLEX_ETOOBIG), FLEXDB_MAX_VALUE);
-		return 1;
+	if (check_key(app, &a[1]) || put_value(app, &a[2], &b, &v, &vl))
+		goto fail;
+	if (vl > FLEXDB_MAX_VALUE) {
+		/* a file or stdin is read only one byte past the limit */
+		if (b.p && v == b.p)
+			cli_error(app, "value of more than %u bytes: %s", FLEXDB_MAX_VALUE,
+				  flex_strerror(FLEX_ETOOBIG));
+		else
+			cli_error(app, "value of %zu bytes: %s (limit %u)", vl,
+				  flex_strerror(FLEX_ETOOBIG), FLEXDB_MAX_VALUE);
+		goto fail;
 	}
-	return queued(app, c->batch ? flexdb_batch_put(c->batch, a[1].data, a[1].len, a[2].data,
-						       a[2].len)
-				    : flexdb_put(c->db, a[1].data, a[1].len, a[2].data, a[2].len));
+	int rc = queued(app, c->batch ? flexdb_batch_put(c->batch, a[1].data, a[1].len, v, vl)
+				      : flexdb_put(c->db, a[1].data, a[1].len, v, vl));
+	cli_buf_free(&b);
+	return rc;
+fail:
+	cli_buf_free(&b);
+	return 1;
 }
 
 static int cmd_del(struct cli_app *app, struct cli_token *a, size_t n)
@@ -111,6 +190,34 @@ static int cmd_del(struct cli_app *app, struct cli_token *a, size_t n)
 				    : flexdb_delete(c->db, a[1].data, a[1].len));
 }
 
+/* Appends key or value bytes to b in the output mode: escaped (pasteable
+ * as an argument), 0x hex ("" when empty, also pasteable), or raw. */
+static void out_bytes(const struct db_ctx *c, struct cli_buf *b, const void *data, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *s = data;
+	switch (c->out) {
+	case OUT_HEX:
+		if (!n) {
+			cli_buf_add(b, "\"\"", 2);
+			break;
+		}
+		cli_buf_reserve(b, 2 * n + 3);
+		cli_buf_add(b, "0x", 2);
+		for (size_t i = 0; i < n; i++) {
+			b->p[b->len++] = (unsigned char)hex[s[i] >> 4];
+			b->p[b->len++] = (unsigned char)hex[s[i] & 15];
+		}
+		b->p[b->len] = '\0';
+		break;
+	case OUT_RAW:
+		cli_buf_add(b, s, n);
+		break;
+	default:
+		cli_escape(b, s, n);
+	}
+}
+
 static int cmd_get(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct db_ctx *c = ctx_of(app);
@@ -119,30 +226,61 @@ static int cmd_get(struct cli_app *app, struct cli_token *a, size_t n)
 		return 1;
 	size_t vlen = 0;
 	int rc = flexdb_get(c->db, a[1].data, a[1].len, c->val, FLEXDB_MAX_VALUE, &vlen);
+	if (rc == FLEXDB_NOTFOUND && c->out == OUT_RAW) {
+		/* no output could tell it from a value */
+		struct cli_buf e = {0};
+		cli_error(app, "%s: not found", cli_clip(&e, a[1].data, a[1].len));
+		cli_buf_free(&e);
+		return 1;
+	}
 	if (rc == FLEXDB_NOTFOUND) {
 		printf("(not found)\n");
 		return 0;
 	}
 	if (rc)
 		return cli_status(app, NULL, rc);
-	cli_put_escaped(stdout, c->val, vlen < FLEXDB_MAX_VALUE ? vlen : FLEXDB_MAX_VALUE);
-	putchar('\n');
+	struct cli_buf b = {0};
+	out_bytes(c, &b, c->val, vlen < FLEXDB_MAX_VALUE ? vlen : FLEXDB_MAX_VALUE);
+	/* raw: the value's bytes alone, so that they can be redirected to a file */
+	if (c->out != OUT_RAW)
+		cli_buf_addc(&b, '\n');
+	rc = b.len && fwrite(b.p, 1, b.len, stdout) != b.len;
+	cli_buf_free(&b);
+	if (rc) {
+		cli_error(app, "writing the output failed");
+		return 1;
+	}
 	return 0;
 }
 
-/* Walks [start, end) in key order (empty start: from the first key; NULL
- * end: to the last), at most limit pairs (0: no limit), calling fn for
- * each; fn returns nonzero to stop.  prefix, when non-NULL, also stops at
- * the first key without it.  Returns 0 or a library status. */
+/* Walks [start, end) in key order, or in descending order when reverse
+ * (empty start: from the first key; NULL end: to the last), at most limit
+ * pairs (0: no limit), calling fn for each; fn returns nonzero to stop.
+ * prefix, when non-NULL, also stops at the first key without it (forward
+ * only).  Returns 0 or a library status. */
 struct walk {
 	const unsigned char *start, *end, *prefix;
 	size_t slen, elen, plen;
 	uint64_t limit;
+	int reverse;
 	uint64_t seen;
 	const char *progress; /* a verb for the progress line, or NULL */
 	int (*fn)(void *arg, const void *k, size_t kl, const void *v, size_t vl);
 	void *arg;
 };
+
+/* Places a reverse walk at the last key below end (end is exclusive). */
+static int seek_last(struct flexdb_iter *it, const struct walk *w)
+{
+	int rc = flexdb_iter_seek_for_prev(it, w->end, w->end ? w->elen : 0);
+	if (!rc && w->end && flexdb_iter_valid(it)) {
+		size_t kl;
+		const void *k = flexdb_iter_key(it, &kl);
+		if (!key_cmp(k, kl, w->end, w->elen))
+			rc = flexdb_iter_prev(it);
+	}
+	return rc;
+}
 
 static int walk(struct flexdb *db, struct walk *w)
 {
@@ -150,11 +288,12 @@ static int walk(struct flexdb *db, struct walk *w)
 	int rc = flexdb_iter_open(db, &it);
 	if (rc)
 		return rc;
-	rc = flexdb_iter_seek(it, w->start, w->slen);
+	rc = w->reverse ? seek_last(it, w) : flexdb_iter_seek(it, w->start, w->slen);
 	while (!rc && flexdb_iter_valid(it)) {
 		size_t kl, vl;
 		const void *k = flexdb_iter_key(it, &kl);
-		if (w->end && key_cmp(k, kl, w->end, w->elen) >= 0)
+		if (w->reverse ? w->slen && key_cmp(k, kl, w->start, w->slen) < 0
+			       : w->end && key_cmp(k, kl, w->end, w->elen) >= 0)
 			break;
 		if (w->prefix && (kl < w->plen || memcmp(k, w->prefix, w->plen)))
 			break;
@@ -168,7 +307,7 @@ static int walk(struct flexdb *db, struct walk *w)
 			cli_progress(w->progress, w->seen, "pairs");
 		if (w->limit && w->seen >= w->limit)
 			break;
-		rc = flexdb_iter_next(it);
+		rc = w->reverse ? flexdb_iter_prev(it) : flexdb_iter_next(it);
 	}
 	if (w->progress && w->seen >= PROGRESS_EVERY)
 		cli_progress(NULL, 0, NULL);
@@ -176,39 +315,94 @@ static int walk(struct flexdb *db, struct walk *w)
 	return rc;
 }
 
+struct printer {
+	const struct db_ctx *c;
+	int keys_only;
+	struct cli_buf b;
+};
+
 static int print_pair(void *arg, const void *k, size_t kl, const void *v, size_t vl)
 {
-	struct cli_buf *b = arg;
-	b->len = 0;
-	cli_escape(b, k, kl);
-	cli_buf_addc(b, ' ');
-	cli_escape(b, v, vl);
-	cli_buf_addc(b, '\n');
-	return fwrite(b->p, 1, b->len, stdout) != b->len;
+	struct printer *p = arg;
+	p->b.len = 0;
+	out_bytes(p->c, &p->b, k, kl);
+	if (!p->keys_only) {
+		cli_buf_addc(&p->b, ' ');
+		out_bytes(p->c, &p->b, v, vl);
+	}
+	cli_buf_addc(&p->b, '\n');
+	return fwrite(p->b.p, 1, p->b.len, stdout) != p->b.len;
 }
 
-/* [START [END]] of scan and count: keys arguments after the name; an
- * empty END is no end. */
-static void set_range(struct walk *w, const struct cli_token *a, size_t keys)
+/* The options of scan, count and dump, by their index in app->opt. */
+enum { OPT_FROM, OPT_TO, OPT_LIMIT, OPT_REVERSE, OPT_KEYS_ONLY };
+
+static const struct cli_opt scan_opts[] = {
+    {"--from", "KEY", 0, "from KEY on (inclusive; \"\" is the first key)"},
+    {"--to", "KEY", 0, "up to KEY (exclusive; \"\" is no end)"},
+    {"--limit", "N", 1, "at most N pairs (0: no limit)"},
+    {"--reverse", NULL, 0, "descending: from the last key below --to down to --from"},
+    {"--keys-only", NULL, 0, "print the keys alone"},
+    {NULL, NULL, 0, NULL},
+};
+/* count and dump take the first of these, at the same OPT_* indexes */
+static const struct cli_opt count_opts[] = {
+    {"--from", "KEY", 0, "from KEY on (inclusive; \"\" is the first key)"},
+    {"--to", "KEY", 0, "up to KEY (exclusive; \"\" is no end)"},
+    {NULL, NULL, 0, NULL},
+};
+static const struct cli_opt dump_opts[] = {
+    {"--from", "KEY", 0, "from KEY on (inclusive; \"\" is the first key)"},
+    {"--to", "KEY", 0, "up to KEY (exclusive; \"\" is no end)"},
+    {"--limit", "N", 1, "at most N pairs (0: no limit)"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* Takes a value from an option or from an argument, not from both. */
+static const struct cli_token *one_of(struct cli_app *app, const struct cli_token *opt,
+				      const struct cli_token *arg, const char *what,
+				      const char *name, int *bad)
 {
-	if (keys >= 1) {
-		w->start = a[1].data;
-		w->slen = a[1].len;
+	if (opt && arg) {
+		cli_error(app, "%s given twice: as %s and as an argument", what, name);
+		*bad = 1;
 	}
-	if (keys >= 2 && a[2].len) {
-		w->end = a[2].data;
-		w->elen = a[2].len;
+	return opt ? opt : arg;
+}
+
+/* The range of scan, count and dump: --from, --to, --limit, or the keys
+ * arguments START [END] after the name and a LIMIT argument.  An empty
+ * START or END is no bound.  Returns 0, or 1 after an error. */
+static int set_range(struct cli_app *app, struct walk *w, const struct cli_token *a, size_t keys,
+		     const struct cli_token *limit)
+{
+	int bad = 0;
+	const struct cli_token *from =
+	    one_of(app, app->opt[OPT_FROM], keys >= 1 ? &a[1] : NULL, "START", "--from", &bad);
+	const struct cli_token *to =
+	    one_of(app, app->opt[OPT_TO], keys >= 2 ? &a[2] : NULL, "END", "--to", &bad);
+	if (!bad && from) {
+		w->start = from->data;
+		w->slen = from->len;
 	}
+	if (!bad && to && to->len) {
+		w->end = to->data;
+		w->elen = to->len;
+	}
+	if (!bad && limit)
+		bad = cli_number(app, limit, limit == app->opt[OPT_LIMIT] ? "--limit" : "LIMIT",
+				 &w->limit);
+	return bad;
 }
 
 /* Prints the pairs w selects as KEY VALUE lines (scan and prefix). */
-static int print_walk(struct cli_app *app, struct walk *w)
+static int print_walk(struct cli_app *app, struct walk *w, int keys_only)
 {
-	struct cli_buf b = {0};
+	struct printer p = {ctx_of(app), keys_only, {0}};
 	w->fn = print_pair;
-	w->arg = &b;
+	w->arg = &p;
 	int rc = walk(ctx_of(app)->db, w);
-	cli_buf_free(&b);
+	cli_buf_free(&p.b);
 	if (rc < 0)
 		return cli_status(app, NULL, rc);
 	if (rc > 0) {
@@ -221,20 +415,24 @@ static int print_walk(struct cli_app *app, struct walk *w)
 static int cmd_scan(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct walk w = {0};
+	const struct cli_token *limit = NULL;
 	size_t keys = n - 1;
+	int bad = 0;
 	/* a trailing bare decimal number is the LIMIT: `scan 10`, `scan a 10`,
 	 * `scan a b 10`; quote it to mean a key ("10"). */
 	if (keys > 0 && (keys == 3 || cli_is_decimal(&a[n - 1]))) {
-		if (cli_number(app, &a[n - 1], "LIMIT", &w.limit))
-			return 1;
+		limit = &a[n - 1];
 		keys--;
 	}
 	if (keys > 2) {
-		cli_error(app, "usage: scan [START [END]] [LIMIT]");
+		cli_error(app, "usage: scan [OPTIONS] [START [END]] [LIMIT]");
 		return 1;
 	}
-	set_range(&w, a, keys);
-	return print_walk(app, &w);
+	limit = one_of(app, app->opt[OPT_LIMIT], limit, "LIMIT", "--limit", &bad);
+	if (bad || set_range(app, &w, a, keys, limit))
+		return 1;
+	w.reverse = app->opt[OPT_REVERSE] != NULL;
+	return print_walk(app, &w, app->opt[OPT_KEYS_ONLY] != NULL);
 }
 
 static int cmd_prefix(struct cli_app *app, struct cli_token *a, size_t n)
@@ -244,14 +442,15 @@ static int cmd_prefix(struct cli_app *app, struct cli_token *a, size_t n)
 		return 1;
 	w.start = w.prefix = a[1].data;
 	w.slen = w.plen = a[1].len;
-	return print_walk(app, &w);
+	return print_walk(app, &w, 0);
 }
 
 static int cmd_count(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct db_ctx *c = ctx_of(app);
 	struct walk w = {0};
-	set_range(&w, a, n - 1);
+	if (set_range(app, &w, a, n - 1, NULL))
+		return 1;
 	w.progress = "count";
 	int rc = walk(c->db, &w);
 	if (rc < 0)
@@ -395,12 +594,14 @@ static int cmd_dump(struct cli_app *app, struct cli_token *a, size_t n)
 		struct cli_buf b;
 	} d = {stdout, {0}};
 	const char *path = NULL;
+	struct walk w = {0};
 	if (n == 2 && !(path = cli_path(app, &a[1])))
+		return 1;
+	if (set_range(app, &w, a, 0, app->opt[OPT_LIMIT]))
 		return 1;
 	if (path && !(d.f = fopen(path, "w")))
 		return cli_status(app, path, -errno);
 	fprintf(d.f, "%s\n", DUMP_MAGIC);
-	struct walk w = {0};
 	w.fn = dump_pair;
 	w.arg = &d;
 	w.progress = path ? "dump" : NULL; /* not mixed into the data on a tty */
@@ -609,40 +810,55 @@ out:
 /* ---- the command table -------------------------------------------------- */
 
 static const struct cli_cmd commands[] = {
-    {"put", "KEY VALUE", 2, 2, "set KEY to VALUE (queued when a batch is open)", NULL, cmd_put, 0, 0},
+    {"put", "KEY VALUE", 2, 2, "set KEY to VALUE (queued when a batch is open)",
+     "    VALUE @FILE is the bytes of FILE, and - (bare) the bytes of standard\n"
+     "    input up to its end (only with -c, when it is not a terminal).  @@ at\n"
+     "    the start stands for a literal @ (put k @@x sets \"@x\"); 0x hex is\n"
+     "    always the bytes.\n",
+     cmd_put, 0, 0, NULL},
     {"get", "KEY", 1, 1, "print the value of KEY, or (not found)",
-     "    Reads the store, not an open batch.  A missing key is not an error.\n", cmd_get, 0, 1},
-    {"del", "KEY", 1, 1, "delete KEY (absent keys are fine; queued in a batch)", NULL, cmd_del, 0, 0},
-    {"scan", "[START [END]] [LIMIT]", 0, 3, "print KEY VALUE pairs in key order, END exclusive",
+     "    Reads the store, not an open batch.  A missing key is not an error,\n"
+     "    except with --raw, which prints the value's bytes alone (no newline).\n",
+     cmd_get, 0, 1, NULL},
+    {"del", "KEY", 1, 1, "delete KEY (absent keys are fine; queued in a batch)", NULL, cmd_del, 0,
+     0, NULL},
+    {"scan", "[OPTIONS] [START [END]] [LIMIT]", 0, 3,
+     "print KEY VALUE pairs in key order, END exclusive",
      "    START \"\" is the first key, END \"\" no end.  A trailing bare decimal\n"
      "    number is the LIMIT (scan 10, scan a 10, scan a z 10); quote it (\"10\")\n"
-     "    to mean a key.  With three arguments the third is always the LIMIT.\n",
-     cmd_scan, 0, 1},
+     "    to mean a key.  With three arguments the third is always the LIMIT.\n"
+     "    Options may stand anywhere; a bare -- ends them, so that a key can\n"
+     "    start with -- (or quote it).  Each bound is given once: --from or\n"
+     "    START, --to or END, --limit or LIMIT.\n",
+     cmd_scan, 0, 1, scan_opts},
     {"prefix", "P [LIMIT]", 1, 2, "print the pairs whose key starts with P", NULL, cmd_prefix,
-     1u << 2, 1},
-    {"count", "[START [END]]", 0, 2, "count the keys in [START, END)", NULL, cmd_count, 0, 1},
+     1u << 2, 1, NULL},
+    {"count", "[OPTIONS] [START [END]]", 0, 2, "count the keys in [START, END)", NULL, cmd_count,
+     0, 1, count_opts},
     {"batch", "", 0, 0, "start an atomic batch of put and del",
      "    put and del are queued until commit applies them all at once (one\n"
      "    flexdb_write, atomic also across a crash) or abort drops them.  get,\n"
      "    scan, prefix and count read the store, not the batch.  A batch still\n"
      "    open at the end is dropped, with an error.\n",
-     cmd_batch, 0, 0},
-    {"commit", "", 0, 0, "apply the open batch atomically", NULL, cmd_commit, 0, 0},
-    {"abort", "", 0, 0, "drop the open batch", NULL, cmd_abort, 0, 0},
-    {"sync", "", 0, 0, "make every change so far durable (flexdb_sync)", NULL, cmd_sync, 0, 0},
+     cmd_batch, 0, 0, NULL},
+    {"commit", "", 0, 0, "apply the open batch atomically", NULL, cmd_commit, 0, 0, NULL},
+    {"abort", "", 0, 0, "drop the open batch", NULL, cmd_abort, 0, 0, NULL},
+    {"sync", "", 0, 0, "make every change so far durable (flexdb_sync)", NULL, cmd_sync, 0, 0,
+     NULL},
     {"stats", "", 0, 0, "print the store's counters, one \"name value\" a line", NULL, cmd_stats,
-     0, 1},
-    {"check", "", 0, 0, "run the deep consistency check; prints ok", NULL, cmd_check, 0, 1},
-    {"dump", "[FILE]", 0, 1, "write every pair in the dump format to FILE or stdout",
+     0, 1, NULL},
+    {"check", "", 0, 0, "run the deep consistency check; prints ok", NULL, cmd_check, 0, 1, NULL},
+    {"dump", "[OPTIONS] [FILE]", 0, 1, "write the pairs in the dump format to FILE or stdout",
      "    Format: a line \"flexdb-dump 1\", then KEY<TAB>VALUE per pair in key\n"
      "    order, both escaped as CLI arguments, then \"end N\".  Lossless for any\n"
-     "    bytes.  Not a point-in-time snapshot if others write meanwhile.\n",
-     cmd_dump, 0, 1},
+     "    bytes, also with --hex or --raw.  Not a point-in-time snapshot if\n"
+     "    others write meanwhile.\n",
+     cmd_dump, 0, 1, dump_opts},
     {"load", "FILE", 1, 1, "put every pair of a dump (checked whole before writing)",
      "    Keys already in the store and not in FILE are kept.  A malformed or\n"
      "    truncated file is rejected before anything is written.\n",
-     cmd_load, 0, 0},
-    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0},
+     cmd_load, 0, 0, NULL},
+    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0, NULL},
 };
 
 static int db_open(struct cli_app *app, const char *dir)
@@ -688,6 +904,8 @@ int main(int argc, char **argv)
 	    {"--sync-writes", &c.opt.sync_writes, 1,
 	     "make every put/del/commit durable before it returns"},
 	    {"--no-create", &c.opt.no_create, 1, "fail when DIR holds no store"},
+	    {"--hex", &c.out, OUT_HEX, "print keys and values as 0x hex"},
+	    {"--raw", &c.out, OUT_RAW, "print keys and values as they are (get: no newline)"},
 	    {NULL, NULL, 0, NULL},
 	};
 	const struct cli_driver driver = {
@@ -698,8 +916,9 @@ int main(int argc, char **argv)
 	    .status = "Exit status: 0 when every command succeeded, 1 when one failed (also an\n"
 		      "uncommitted batch at the end), 2 for bad options or a store that could not\n"
 		      "be opened or closed.\n",
-	    .details = "\nhelp CMD tells more about scan, batch, dump and load; the details are\n"
-		       "in docs/CLI.md.\n",
+	    .details = "\nhelp CMD tells more about put, get, scan, count, batch, dump and load\n"
+		       "(scan, count and dump take --from, --to and more); the details are in\n"
+		       "docs/CLI.md.\n",
 	    .open = db_open,
 	    .finish = db_finish,
 	    .close = db_close,

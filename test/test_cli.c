@@ -519,6 +519,307 @@ Test(cli, db_scan_prefix_count)
 	       "7\n3\n3\n4\n0\n");
 }
 
+/* tool OPT DIR -c CMDS: a global output option before the directory */
+static void cmdline_with(const char *tool, const char *opt, const char *dir, const char *cmds,
+			 struct run *r)
+{
+	char *argv[] = {(char *)tool, (char *)opt, (char *)dir, "-c", (char *)cmds, NULL};
+	run_argv(argv, "", 0, r);
+}
+
+static const char *const range_data =
+    "put a 1; put ab 2; put abc 3; put b 4; put c 5; put d 6; put 10 7\n";
+
+Test(cli, db_scan_count_dump_options)
+{
+	need_tools();
+	const char *db = path("db");
+	golden(dbcli, db, range_data, "");
+	golden(dbcli, db,
+	       "scan --from ab --to c\n"
+	       "scan --to b --from ab\n"
+	       "scan --from b\n"
+	       "scan --to a\n"
+	       "scan --limit 2\n"
+	       "scan --from ab --limit 0x2\n"
+	       "scan ab --limit 1\n"
+	       "scan --from \"\" --to \"\" --limit 0\n"
+	       "scan --reverse\n"
+	       "scan --reverse --from ab --to c\n"
+	       "scan --reverse --to abc\n"
+	       "scan --reverse --from c\n"
+	       "scan --reverse --limit 2\n"
+	       "scan ab c --reverse 1\n"
+	       "scan --reverse --from z\n"
+	       "scan --keys-only\n"
+	       "scan --keys-only --reverse --to b --limit 2\n"
+	       "scan -- --x --limit\n",
+	       /* --from ab --to c, in either order */
+	       "ab 2\nabc 3\nb 4\n"
+	       "ab 2\nabc 3\n"
+	       /* --from b, --to a */
+	       "b 4\nc 5\nd 6\n"
+	       "10 7\n"
+	       /* --limit 2; --from ab --limit 0x2; ab --limit 1 */
+	       "10 7\na 1\n"
+	       "ab 2\nabc 3\n"
+	       "ab 2\n"
+	       /* empty bounds, limit 0: everything */
+	       "10 7\na 1\nab 2\nabc 3\nb 4\nc 5\nd 6\n"
+	       /* --reverse: everything, descending */
+	       "d 6\nc 5\nb 4\nabc 3\nab 2\na 1\n10 7\n"
+	       /* --reverse --from ab --to c: the last key below c down to ab */
+	       "b 4\nabc 3\nab 2\n"
+	       /* --reverse --to abc: the end stays exclusive */
+	       "ab 2\na 1\n10 7\n"
+	       /* --reverse --from c */
+	       "d 6\nc 5\n"
+	       /* --reverse --limit 2 */
+	       "d 6\nc 5\n"
+	       /* positional START END LIMIT with --reverse */
+	       "b 4\n"
+	       /* --reverse --from z: nothing */
+	       ""
+	       /* --keys-only */
+	       "10\na\nab\nabc\nb\nc\nd\n"
+	       "abc\nab\n"
+	       /* after --, "--x" is START and "--limit" END: '-' sorts below '1' */
+	       "");
+	golden(dbcli, db,
+	       "count --from ab --to c\ncount --from b\ncount --to b\ncount ab --to c\n"
+	       "count -- --x\n",
+	       "3\n3\n4\n3\n7\n");
+	golden(dbcli, db, "dump --from ab --to c\ndump --limit 1\ndump --from c --limit 5\n",
+	       "flexdb-dump 1\nab\t2\nabc\t3\nb\t4\nend 3\n"
+	       "flexdb-dump 1\n10\t7\nend 1\n"
+	       "flexdb-dump 1\nc\t5\nd\t6\nend 2\n");
+	/* a partial dump to a file loads back as just those pairs */
+	char cmds[512];
+	snprintf(cmds, sizeof(cmds), "dump --to b --from a %s --limit 2", path("part.dump"));
+	struct run r;
+	cmdline(dbcli, db, cmds, &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.out, "dumped 2 pairs\n");
+	run_free(&r);
+	const char *db2 = path("db2");
+	snprintf(cmds, sizeof(cmds), "load %s; scan", path("part.dump"));
+	cmdline(dbcli, db2, cmds, &r);
+	cr_expect_str_eq(r.out, "loaded 2 pairs\na 1\nab 2\n", "%s", r.err);
+	run_free(&r);
+	/* the options do not change the default output of the old forms */
+	const char *const same[][2] = {
+	    {"scan ab c 2", "scan --from ab --to c --limit 2"},
+	    {"scan \"\" b", "scan --to b"},
+	    {"scan 3", "scan --limit 3"},
+	    {"count ab c", "count --from ab --to c"},
+	    {"dump", "dump --from \"\" --to \"\" --limit 0"},
+	};
+	for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
+		struct run o;
+		cmdline(dbcli, db, same[i][0], &r);
+		cmdline(dbcli, db, same[i][1], &o);
+		cr_expect_eq(code(&r), 0);
+		cr_expect_eq(code(&o), 0);
+		cr_expect_str_eq(r.out, o.out, "%s vs %s", same[i][0], same[i][1]);
+		run_free(&r);
+		run_free(&o);
+	}
+}
+
+Test(cli, db_option_errors)
+{
+	need_tools();
+	const char *db = path("db");
+	golden(dbcli, db, range_data, "");
+	static const char *const bad[][2] = {
+	    {"scan --limit", "scan: --limit needs a value (--limit N)\n"},
+	    {"scan --from", "scan: --from needs a value (--from KEY)\n"},
+	    {"count a --to", "count: --to needs a value (--to KEY)\n"},
+	    {"scan --limit ten", "scan: --limit: not a number: ten\n"},
+	    {"dump --limit -1", "dump: --limit: not a number: -1\n"},
+	    {"scan --frob", "scan: unknown option --frob (try: help scan)\n"},
+	    {"count --limit 3", "count: unknown option --limit (try: help count)\n"},
+	    {"dump --reverse", "dump: unknown option --reverse (try: help dump)\n"},
+	    {"scan --from a b", "scan: START given twice: as --from and as an argument\n"},
+	    {"count a b --to c", "count: END given twice: as --to and as an argument\n"},
+	    {"scan a 5 --limit 6", "scan: LIMIT given twice: as --limit and as an argument\n"},
+	    {"scan --keys-only a b c d",
+	     "scan: wrong number of arguments; usage: scan [OPTIONS] [START [END]] [LIMIT]\n"},
+	    {"dump --limit 1 f g",
+	     "dump: wrong number of arguments; usage: dump [OPTIONS] [FILE]\n"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct run r;
+		char want[256];
+		cmdline(dbcli, db, bad[i][0], &r);
+		snprintf(want, sizeof(want), "flexdb-cli: error: %s", bad[i][1]);
+		cr_expect_eq(code(&r), 1, "%s: status %d", bad[i][0], code(&r));
+		cr_expect_str_eq(r.err, want, "%s", bad[i][0]);
+		cr_expect_str_eq(r.out, "", "%s", bad[i][0]);
+		run_free(&r);
+	}
+	/* a bad option is found before any of the line runs */
+	struct run r;
+	script(dbcli, db, "put x 1; scan --nosuch\nget x\n", &r);
+	cr_expect_str_eq(r.out, "(not found)\n");
+	cr_expect_str_eq(r.err, "flexdb-cli: error at line 1: scan: unknown option --nosuch "
+				"(try: help scan)\n");
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	/* commands without options take "--" words as keys */
+	golden(dbcli, db, "put --k --v\nget --k\nscan \"--\" \"--l\"\n", "--v\n--k --v\n");
+}
+
+Test(cli, db_output_hex_raw)
+{
+	need_tools();
+	const char *db = path("db");
+	golden(dbcli, db, "put a 1; put \"b c\" \"x\\ny\"; put 0x00ff \"\"\n", "");
+	struct run r;
+	cmdline_with(dbcli, "--hex", db, "scan; get a; get 0x00ff; get nosuch; scan --keys-only",
+		     &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.out, "0x00ff \"\"\n0x61 0x31\n0x622063 0x780a79\n"
+				"0x31\n\"\"\n(not found)\n"
+				"0x00ff\n0x61\n0x622063\n");
+	run_free(&r);
+	/* --raw: bytes as they are */
+	cmdline_with(dbcli, "--raw", db, "scan --from a; scan --keys-only --reverse", &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.out, "a 1\nb c x\ny\nb c\na\n");
+	run_free(&r);
+	cmdline_with(dbcli, "--raw", db, "get \"b c\"", &r);
+	cr_expect_str_eq(r.out, "x\ny");
+	run_free(&r);
+	/* raw get of a missing key: no output, an error */
+	cmdline_with(dbcli, "--raw", db, "get nosuch; get 0x00ff", &r);
+	cr_expect_str_eq(r.out, "");
+	cr_expect_str_eq(r.err, "flexdb-cli: error: get: nosuch: not found\n");
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	/* the default stays escaped, and dump is the same in every mode */
+	golden(dbcli, db, "scan\nget \"b c\"\n",
+	       "\"\\x00\\xff\" \"\"\na 1\n\"b c\" \"x\\ny\"\n\"x\\ny\"\n");
+	char *plain = dump_of(db);
+	cmdline_with(dbcli, "--hex", db, "dump", &r);
+	cr_expect_str_eq(r.out, plain);
+	run_free(&r);
+	cmdline_with(dbcli, "--raw", db, "dump", &r);
+	cr_expect_str_eq(r.out, plain);
+	run_free(&r);
+	free(plain);
+}
+
+Test(cli, db_put_from_file_and_stdin)
+{
+	need_tools();
+	const char *db = path("db");
+	/* every byte value, at the largest size the library allows */
+	size_t n = FLEXDB_MAX_VALUE;
+	unsigned char *v = malloc(n + 1);
+	uint64_t s = 12345;
+	for (size_t i = 0; i < n; i++)
+		v[i] = i < 256 ? (unsigned char)i : (unsigned char)rnd(&s);
+	write_file(path("big"), v, n);
+	char cmds[512];
+	snprintf(cmds, sizeof(cmds), "put bin @%s; put \"with space\" \"@%s\"", path("big"),
+		 path("big"));
+	struct run r;
+	cmdline(dbcli, db, cmds, &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	run_free(&r);
+	for (int i = 0; i < 2; i++) {
+		cmdline_with(dbcli, "--raw", db, i ? "get \"with space\"" : "get bin", &r);
+		cr_expect_eq(code(&r), 0, "%s", r.err);
+		cr_expect_eq(r.outlen, n);
+		cr_expect(r.outlen == n && !memcmp(r.out, v, n), "the value read back differs");
+		run_free(&r);
+	}
+	/* one byte more is refused */
+	write_file(path("huge"), v, n);
+	FILE *f = fopen(path("huge"), "ab");
+	cr_assert(f);
+	fputc('x', f);
+	fclose(f);
+	snprintf(cmds, sizeof(cmds), "put huge @%s; get huge", path("huge"));
+	cmdline(dbcli, db, cmds, &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect_str_eq(r.out, "(not found)\n");
+	cr_expect(strstr(r.err, "put: value of more than 1048576 bytes"), "%s", r.err);
+	run_free(&r);
+	/* an empty file is an empty value; a missing one an error */
+	write_file(path("empty"), "", 0);
+	snprintf(cmds, sizeof(cmds), "put e @%s; get e; put m @%s", path("empty"), path("missing"));
+	cmdline(dbcli, db, cmds, &r);
+	cr_expect_str_eq(r.out, "\"\"\n");
+	char want[512];
+	snprintf(want, sizeof(want), "flexdb-cli: error: put: %s: %s\n", path("missing"),
+		 flex_strerror(-ENOENT));
+	cr_expect_str_eq(r.err, want);
+	run_free(&r);
+	/* @@ is a literal @; hex is always literal; a lone @ is an error */
+	golden(dbcli, db, "put l1 @@x; put l2 \"@@\"; put l3 0x4078; get l1; get l2; get l3\n",
+	       "@x\n@\n@x\n");
+	script(dbcli, db, "put l4 @\n", &r);
+	cr_expect(strstr(r.err, "put: VALUE @FILE: no file name after @"), "%s", r.err);
+	run_free(&r);
+	/* inside a batch */
+	snprintf(cmds, sizeof(cmds), "batch; put b1 @%s; commit; get b1", path("empty"));
+	cmdline(dbcli, db, cmds, &r);
+	cr_expect_str_eq(r.out, "\"\"\n", "%s", r.err);
+	run_free(&r);
+	/* put KEY -: standard input, binary and to its end */
+	char *argv[] = {dbcli, (char *)db, "-c", "put in -", NULL};
+	run_argv(argv, v, n, &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	run_free(&r);
+	cmdline_with(dbcli, "--raw", db, "get in", &r);
+	cr_expect(r.outlen == n && !memcmp(r.out, v, n), "the value from stdin differs");
+	run_free(&r);
+	run_argv(argv, "short\n", 6, &r);
+	run_free(&r);
+	golden(dbcli, db, "get in\n", "\"short\\n\"\n");
+	/* a quoted "-" is a dash; in a script, stdin holds the commands */
+	golden(dbcli, db, "put d \"-\"; get d\n", "-\n");
+	script(dbcli, db, "put in -\nget d\n", &r);
+	cr_expect_str_eq(r.out, "-\n");
+	cr_expect(strstr(r.err, "line 1: put: VALUE -: standard input holds the commands"), "%s",
+		  r.err);
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	free(v);
+}
+
+Test(cli, db_bad_token_errors_stay_short)
+{
+	need_tools();
+	const char *db = path("db");
+	enum { BIG = 1 << 20 };
+	/* a megabyte token between each pair */
+	static const char *const around[][2] = {{"", ""},	    {"get 0x1", ""},
+						{"get 0x", "g"},    {"scan --", ""},
+						{"scan a b 9", ""}, {"help ", ""}};
+	char *tok = malloc(BIG + 1), *line = malloc(BIG + 32);
+	for (size_t i = 0; i < sizeof(around) / sizeof(around[0]); i++) {
+		memset(tok, i == 0 || i == 3 || i == 5 ? 'x' : '1', BIG);
+		tok[BIG] = '\0';
+		snprintf(line, BIG + 32, "%s%s%s\n", around[i][0], tok, around[i][1]);
+		struct run r;
+		script(dbcli, db, line, &r);
+		cr_expect_eq(code(&r), 1, "case %zu", i);
+		cr_expect(r.errlen < 200, "case %zu: an error of %zu bytes", i, r.errlen);
+		cr_expect(strstr(r.err, "..."), "case %zu: %s", i, r.err);
+		run_free(&r);
+	}
+	struct run r;
+	script(dbcli, db, "bad\x01word\n", &r);
+	cr_expect_str_eq(r.err, "flexdb-cli: error at line 1: unknown command \"bad\\x01word\" "
+				"(try: help)\n");
+	run_free(&r);
+	free(tok);
+	free(line);
+}
+
 Test(cli, db_batch_commit_abort)
 {
 	need_tools();
@@ -612,6 +913,8 @@ Test(cli, db_help_usage_options)
 	cr_expect(strstr(r.out, "-c COMMANDS"), "%s", r.out);
 	cr_expect(strstr(r.out, "Exit status"), "%s", r.out);
 	cr_expect(strstr(r.out, "\\xHH"), "%s", r.out);
+	cr_expect(strstr(r.out, "\n  --hex "), "%s", r.out);
+	cr_expect(strstr(r.out, "\n  --raw "), "%s", r.out);
 	run_free(&r);
 	const char *db = path("db");
 	script(dbcli, db, "help\nhelp scan\nhelp .timer\nhelp nosuch\n", &r);
@@ -620,7 +923,8 @@ Test(cli, db_help_usage_options)
 		snprintf(pat, sizeof(pat), "\n  %s ", *c);
 		cr_expect(strstr(r.out, pat), "help does not list %s", *c);
 	}
-	cr_expect(strstr(r.out, "\nscan [START [END]] [LIMIT]\n"), "%s", r.out);
+	cr_expect(strstr(r.out, "\nscan [OPTIONS] [START [END]] [LIMIT]\n"), "%s", r.out);
+	cr_expect(strstr(r.out, "\n    --reverse "), "%s", r.out);
 	cr_expect(strstr(r.out, "\n.timer on|off\n"), "%s", r.out);
 	cr_expect(strstr(r.err, "help: no such command: nosuch"), "%s", r.err);
 	cr_expect_eq(code(&r), 1);
@@ -925,6 +1229,10 @@ static void fuzz_token(char **b, size_t *n, uint64_t *s)
 		size_t l = 1 + rnd(s) % 6;
 		for (size_t i = 0; i < l; i++)
 			t[i] = "abcxyz019_-.K"[rnd(s) % 13];
+		/* a bare "--" ends a command's options: it could make a
+		 * wrong argument count right */
+		if (l == 2 && t[0] == '-' && t[1] == '-')
+			t[1] = 'a';
 		append(b, n, t, l);
 		break;
 	}
@@ -1042,6 +1350,12 @@ Test(cli, db_fuzz_malformed_lines_change_nothing)
 	    "dump /nonexistent/dir/file",
 	    "scan 0x00 \"\" -1",
 	    "count \"\" \"\" 5x",
+	    "scan --limit",
+	    "scan --nosuch a",
+	    "count --limit 3",
+	    "dump --from a x y",
+	    "scan --from a b",
+	    "put k @/nonexistent/file",
 	    NULL,
 	};
 	char *in = NULL;
