@@ -479,6 +479,15 @@ CLI_FN int cli_is_decimal(const struct cli_token *t)
 
 /* Numbers: decimal or 0x hex, written bare, optionally followed by K, M, G
  * or T (powers of 1024).  Returns 0 or -1 with err. */
+/* Reports a token that is not a usable number, quoting a short prefix. */
+CLI_FN int cli_bad_number(const struct cli_token *t, const char *what, char *err, size_t errsz)
+{
+	struct cli_buf c = {0};
+	snprintf(err, errsz, "%s: %s", what, cli_clip_text(&c, t->text));
+	cli_buf_free(&c);
+	return -1;
+}
+
 CLI_FN int cli_parse_u64(const struct cli_token *t, uint64_t *out, char *err, size_t errsz)
 {
 	if (t->kind == CLI_QUOTED || !t->text[0]) {
@@ -534,17 +543,10 @@ CLI_FN int cli_parse_u64(const struct cli_token *t, uint64_t *out, char *err, si
 	}
 	*out = v;
 	return 0;
-	const char *what;
 bad:
-	what = "not a number";
-	goto fail;
+	return cli_bad_number(t, "not a number", err, errsz);
 range:
-	what = "number out of range";
-fail:;
-	struct cli_buf c = {0};
-	snprintf(err, errsz, "%s: %s", what, cli_clip_text(&c, t->text));
-	cli_buf_free(&c);
-	return -1;
+	return cli_bad_number(t, "number out of range", err, errsz);
 }
 
 /* ---- the driver --------------------------------------------------------------- */
