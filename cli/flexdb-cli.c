@@ -121,6 +121,14 @@ static int put_value(struct cli_app *app, const struct cli_token *t, struct cli_
 				  app->lineno > 0 ? "holds the commands" : "is a terminal");
 			return 1;
 		}
+		/* Standard input holds one value: a second "-" would read it
+		 * at its end and put an empty value. */
+		static int stdin_read;
+		if (stdin_read) {
+			cli_error(app, "VALUE -: standard input was read by an earlier put");
+			return 1;
+		}
+		stdin_read = 1;
 		int rc = read_value(stdin, b);
 		if (rc)
 			return cli_status(app, "reading standard input", rc);

@@ -779,6 +779,13 @@ Test(cli, db_put_from_file_and_stdin)
 	run_argv(argv, "short\n", 6, &r);
 	run_free(&r);
 	golden(dbcli, db, "get in\n", "\"short\\n\"\n");
+	/* standard input holds one value: a second put - is refused */
+	char *argv2[] = {dbcli, (char *)db, "-c", "put in2 -; put in3 -", NULL};
+	run_argv(argv2, "once", 4, &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect(strstr(r.err, "standard input was read by an earlier put"), "%s", r.err);
+	run_free(&r);
+	golden(dbcli, db, "get in2\n", "once\n");
 	/* a quoted "-" is a dash; in a script, stdin holds the commands */
 	golden(dbcli, db, "put d \"-\"; get d\n", "-\n");
 	script(dbcli, db, "put in -\nget d\n", &r);
