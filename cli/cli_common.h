@@ -169,6 +169,24 @@ CLI_FN void cli_put_escaped(FILE *f, const void *data, size_t n)
 	cli_buf_free(&b);
 }
 
+/* Appends data as 0x hex, or "" when empty: both read back as the bytes. */
+CLI_FN void cli_hex(struct cli_buf *b, const void *data, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *s = data;
+	if (!n) {
+		cli_buf_add(b, "\"\"", 2);
+		return;
+	}
+	cli_buf_reserve(b, 2 * n + 3);
+	cli_buf_add(b, "0x", 2);
+	for (size_t i = 0; i < n; i++) {
+		b->p[b->len++] = (unsigned char)hex[s[i] >> 4];
+		b->p[b->len++] = (unsigned char)hex[s[i] & 15];
+	}
+	b->p[b->len] = '\0';
+}
+
 /* Errors quote at most this many bytes of an offending token: a token may
  * be a megabyte long. */
 #define CLI_CLIP 32
@@ -673,6 +691,80 @@ CLI_FN const char *cli_path(struct cli_app *app, const struct cli_token *t)
 		return NULL;
 	}
 	return (const char *)t->data;
+}
+
+/* Reads f to its end into b, at most one byte past limit, so that a
+ * larger input is known without reading all of it.  Returns 0 or -errno. */
+CLI_FN int cli_read_all(FILE *f, struct cli_buf *b, size_t limit)
+{
+	size_t k;
+	do {
+		cli_buf_reserve(b, 65536);
+		size_t want = b->cap - b->len - 1;
+		if (want > limit + 1 - b->len)
+			want = limit + 1 - b->len;
+		k = fread(b->p + b->len, 1, want, f);
+		b->len += k;
+	} while (k && b->len <= limit);
+	return ferror(f) ? -(errno ? errno : EIO) : 0;
+}
+
+/* A data argument (what names it in errors): the bytes as written; for a
+ * bare or quoted "@FILE", FILE's bytes, and "@@..." the argument less its
+ * first '@'; a bare "-", standard input to its end, once per run and only
+ * when it holds neither the commands nor a terminal.  0x hex is always the
+ * bytes.  Sets *v, *vl (into b when read, then at most limit + 1 bytes);
+ * returns 0 or 1 after an error. */
+CLI_FN int cli_bytes_arg(struct cli_app *app, const struct cli_token *t, const char *what,
+			 size_t limit, struct cli_buf *b, const unsigned char **v, size_t *vl)
+{
+	*v = t->data;
+	*vl = t->len;
+	if (t->kind == CLI_BARE && !strcmp(t->text, "-")) {
+		if (app->interactive || app->lineno > 0 || isatty(STDIN_FILENO)) {
+			cli_error(app, "%s -: standard input %s (use -c and redirect the %s)",
+				  what, app->lineno > 0 ? "holds the commands" : "is a terminal",
+				  what);
+			return 1;
+		}
+		/* Standard input holds one value: a second "-" would read it
+		 * at its end and get nothing. */
+		static const char *stdin_by;
+		if (stdin_by) {
+			cli_error(app, "%s -: standard input was read by an earlier %s", what,
+				  stdin_by);
+			return 1;
+		}
+		stdin_by = app->cur;
+		int rc = cli_read_all(stdin, b, limit);
+		if (rc)
+			return cli_status(app, "reading standard input", rc);
+	} else if (t->kind != CLI_HEX && t->len && t->data[0] == '@') {
+		if (t->len >= 2 && t->data[1] == '@') {
+			(*v)++;
+			(*vl)--;
+			return 0;
+		}
+		const char *path = (const char *)t->data + 1;
+		if (!path[0] || strlen(path) != t->len - 1) {
+			cli_error(app, "%s @FILE: %s", what,
+				  path[0] ? "a file name cannot contain a NUL byte"
+					  : "no file name after @ (@@ is a literal @)");
+			return 1;
+		}
+		FILE *f = fopen(path, "rb");
+		if (!f)
+			return cli_status(app, path, -errno);
+		int rc = cli_read_all(f, b, limit);
+		fclose(f);
+		if (rc)
+			return cli_status(app, path, rc);
+	} else {
+		return 0;
+	}
+	*v = b->p ? b->p : (const unsigned char *)"";
+	*vl = b->len;
+	return 0;
 }
 
 CLI_FN double cli_now(void)
