@@ -1548,7 +1548,7 @@ Test(cli, space_errors_help_exit_status)
 	snprintf(want, sizeof(want),
 		 "flexspace-cli: error at line 2: collapse: %s\n"
 		 "flexspace-cli: error at line 3: read: wrong number of arguments; usage: read "
-		 "[-x|-r|-s] OFF LEN\n"
+		 "[-x|-r|-s] [OPTIONS] OFF LEN\n"
 		 "flexspace-cli: error at line 4: truncate: SIZE: not a number: -1\n"
 		 "flexspace-cli: error at line 5: write: OFF: not a number: x\n",
 		 flex_strerror(-ERANGE));
@@ -1569,7 +1569,7 @@ Test(cli, space_errors_help_exit_status)
 	}
 	run_free(&r);
 	script(fscli, sp, "help read\nhelp\n", &r);
-	cr_expect(!strncmp(r.out, "read [-x|-r|-s] OFF LEN\n", 24), "%s", r.out);
+	cr_expect(!strncmp(r.out, "read [-x|-r|-s] [OPTIONS] OFF LEN\n", 34), "%s", r.out);
 	cr_expect(strstr(r.out, "\n  collapse OFF LEN "), "%s", r.out);
 	cr_expect_eq(code(&r), 0);
 	run_free(&r);
