@@ -1640,6 +1640,85 @@ Test(cli, space_fuzz_malformed_lines_change_nothing)
 	free(in);
 }
 
+/* write and insert take DATA as put takes VALUE: @FILE, - (stdin once per
+ * run), @@; read --out writes the raw bytes to a file; --hex and --raw. */
+Test(cli, space_data_from_files_stdin_and_read_out)
+{
+	need_tools();
+	const char *sp = path("space");
+	unsigned char v[3000];
+	uint64_t seed = seed_of("flexspace @FILE");
+	for (size_t i = 0; i < sizeof(v); i++)
+		v[i] = (unsigned char)rnd(&seed);
+	write_file(path("in"), v, sizeof(v));
+	struct run r;
+	char cmds[1024];
+	snprintf(cmds, sizeof(cmds), "write 0 @%s; insert 0 ab; read --out %s 2 5000", path("in"),
+		 path("out"));
+	cmdline(fscli, sp, cmds, &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.out, "read 3000 bytes\n");
+	run_free(&r);
+	size_t n;
+	char *b = read_file(path("out"), &n);
+	cr_expect(n == sizeof(v) && !memcmp(b, v, n), "read --out differs from the file");
+	free(b);
+	/* @@ is a literal @, 0x hex always the bytes, a lone @ an error */
+	golden(fscli, sp, "truncate 0; write 0 @@x; insert 0 0x40; read -s 0 10\n", "@@x\n");
+	script(fscli, sp, "insert 0 @\n", &r);
+	cr_expect(strstr(r.err, "insert: DATA @FILE: no file name after @"), "%s", r.err);
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	snprintf(cmds, sizeof(cmds), "write 0 @%s", path("missing"));
+	cmdline(fscli, sp, cmds, &r);
+	char want[512];
+	snprintf(want, sizeof(want), "flexspace-cli: error: write: %s: %s\n", path("missing"),
+		 flex_strerror(-ENOENT));
+	cr_expect_str_eq(r.err, want);
+	run_free(&r);
+	/* - : standard input, binary and to its end, once per run */
+	char *argv[] = {fscli, (char *)sp, "-c", "truncate 0; insert 0 -; size", NULL};
+	run_argv(argv, v, sizeof(v), &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.out, "3000\n");
+	run_free(&r);
+	char *argv2[] = {fscli, (char *)sp, "-c", "read --raw 0 3000", NULL};
+	run_argv(argv2, "", 0, &r);
+	cr_expect(r.outlen == sizeof(v) && !memcmp(r.out, v, sizeof(v)),
+		  "read --raw differs from stdin's bytes");
+	run_free(&r);
+	char *argv3[] = {fscli, (char *)sp, "-c", "truncate 0; write 0 -; insert 0 -", NULL};
+	run_argv(argv3, "once", 4, &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect(strstr(r.err, "insert: DATA -: standard input was read by an earlier write"),
+		  "%s", r.err);
+	run_free(&r);
+	golden(fscli, sp, "read -s 0 10\n", "once\n");
+	script(fscli, sp, "write 0 -\nread -s 0 10\n", &r);
+	cr_expect(strstr(r.err, "line 1: write: DATA -: standard input holds the commands"), "%s",
+		  r.err);
+	cr_expect_str_eq(r.out, "once\n");
+	run_free(&r);
+	/* --hex: per command and as the tool's default; pasteable back */
+	golden(fscli, sp, "read --hex 0 10; read --hex 9 1\n", "0x6f6e6365\n\"\"\n");
+	cmdline_with(fscli, "--hex", sp, "read 1 2; read -s 1 2; read -x 0 1", &r);
+	cr_expect(!strncmp(r.out, "0x6e63\nnc\n00000000  6f ", 20) && strstr(r.out, " |o|\n"),
+		  "%s", r.out);
+	run_free(&r);
+	cmdline_with(fscli, "--raw", sp, "read 0 4", &r);
+	cr_expect_str_eq(r.out, "once");
+	run_free(&r);
+	/* --out takes no other mode; modes do not combine */
+	snprintf(cmds, sizeof(cmds), "read --out %s -s 0 1", path("out"));
+	cmdline(fscli, sp, cmds, &r);
+	cr_expect(strstr(r.err, "read: --out writes the raw bytes"), "%s", r.err);
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	cmdline(fscli, sp, "read --hex --raw 0 1", &r);
+	cr_expect(strstr(r.err, "read: more than one output mode"), "%s", r.err);
+	run_free(&r);
+}
+
 /* ======================================================================
  * Interactive: a session on a pseudo-terminal
  * ====================================================================== */
