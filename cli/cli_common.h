@@ -23,6 +23,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1100,6 +1101,30 @@ static char *cli_history_path(const struct cli_app *app)
 	return p;
 }
 
+/* Ctrl-C at the prompt drops the line being typed.  The handler only
+ * notes it; readline's read then fails with EINTR and calls the hook,
+ * where readline's state may be touched. */
+static volatile sig_atomic_t cli_sigint;
+
+static void cli_on_sigint(int sig)
+{
+	(void)sig;
+	cli_sigint = 1;
+}
+
+static int cli_rl_sigint_hook(void)
+{
+	if (!cli_sigint)
+		return 0;
+	cli_sigint = 0;
+	rl_free_line_state();
+	rl_replace_line("", 0);
+	rl_crlf();
+	rl_on_new_line();
+	rl_redisplay();
+	return 0;
+}
+
 /* The interactive loop on a terminal. */
 CLI_FN void cli_repl(struct cli_app *app)
 {
@@ -1107,6 +1132,11 @@ CLI_FN void cli_repl(struct cli_app *app)
 	cli_rl_app = app;
 	rl_readline_name = app->prog;
 	rl_attempted_completion_function = cli_rl_complete;
+	rl_catch_signals = 0;
+	rl_signal_event_hook = cli_rl_sigint_hook;
+	/* no SA_RESTART: the read in readline must return */
+	struct sigaction prompt_int = {.sa_handler = cli_on_sigint}, cmd_int;
+	sigemptyset(&prompt_int.sa_mask);
 	using_history();
 	if (hist)
 		read_history(hist); /* a missing file is fine */
@@ -1114,7 +1144,11 @@ CLI_FN void cli_repl(struct cli_app *app)
 	       FLEX_VERSION_STRING, flex_version(NULL, NULL, NULL));
 	fflush(stdout);
 	while (!app->quit) {
+		/* only at the prompt: during a command Ctrl-C stops the tool */
+		cli_sigint = 0;
+		sigaction(SIGINT, &prompt_int, &cmd_int);
 		char *line = readline(app->prompt);
+		sigaction(SIGINT, &cmd_int, NULL);
 		if (!line) {
 			putchar('\n');
 			break;
@@ -1126,8 +1160,12 @@ CLI_FN void cli_repl(struct cli_app *app)
 			HIST_ENTRY *last = history_length > 0
 					       ? history_get(history_base + history_length - 1)
 					       : NULL;
-			if (!last || strcmp(last->line, line))
+			if (!last || strcmp(last->line, line)) {
 				add_history(line);
+				/* saved now, in case a Ctrl-C stops the command */
+				if (hist && append_history(1, hist))
+					write_history(hist);
+			}
 		}
 		cli_run_line(app, line, strlen(line));
 		free(line);
