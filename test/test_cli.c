@@ -1770,25 +1770,25 @@ static void pty_send(struct pty *t, const char *s)
 		  t->buf);
 }
 
-Test(cli, db_interactive_pty)
+/* Starts flexdb-cli DIR on a new pseudo-terminal, HOME in the test
+ * directory, and waits for its first prompt. */
+static void pty_start(struct pty *t, const char *db)
 {
-	need_tools();
-	const char *db = path("db");
-	struct pty t = {0};
-	append(&t.buf, &t.len, "", 0);
+	memset(t, 0, sizeof(*t));
+	append(&t->buf, &t->len, "", 0);
 	/* a fixed readline setup, without bracketed-paste escapes in the output */
 	const char *inputrc = path("inputrc");
 	write_file(inputrc, "set enable-bracketed-paste off\n", 31);
-	t.m = posix_openpt(O_RDWR | O_NOCTTY);
-	cr_assert(t.m >= 0);
-	cr_assert(!grantpt(t.m) && !unlockpt(t.m));
-	char *slave = ptsname(t.m);
+	t->m = posix_openpt(O_RDWR | O_NOCTTY);
+	cr_assert(t->m >= 0);
+	cr_assert(!grantpt(t->m) && !unlockpt(t->m));
+	char *slave = ptsname(t->m);
 	cr_assert(slave);
 	struct winsize ws = {.ws_row = 24, .ws_col = 100};
-	ioctl(t.m, TIOCSWINSZ, &ws);
-	t.pid = fork();
-	cr_assert(t.pid >= 0);
-	if (t.pid == 0) {
+	ioctl(t->m, TIOCSWINSZ, &ws);
+	t->pid = fork();
+	cr_assert(t->pid >= 0);
+	if (t->pid == 0) {
 		setsid();
 		int s = open(slave, O_RDWR); /* becomes the controlling terminal */
 		if (s < 0)
@@ -1799,14 +1799,43 @@ Test(cli, db_interactive_pty)
 		dup2(s, 2);
 		if (s > 2)
 			close(s);
-		close(t.m);
+		close(t->m);
 		setenv("HOME", tmp, 1);
 		setenv("TERM", "xterm", 1);
 		setenv("INPUTRC", inputrc, 1);
 		execl(dbcli, dbcli, db, (char *)NULL);
 		_exit(127);
 	}
-	cr_assert(pty_wait(&t, 0, "flexdb> "), "no prompt; output:\n%s", t.buf);
+	cr_assert(pty_wait(t, 0, "flexdb> "), "no prompt; output:\n%s", t->buf);
+}
+
+/* Sends quit and returns the exit status. */
+static int pty_quit(struct pty *t)
+{
+	cr_assert_eq(write(t->m, "quit\r", 5), 5);
+	int st = 0;
+	pid_t w = 0;
+	for (int i = 0; i < 500 && w != t->pid; i++) {
+		pty_drain(t, 20);
+		w = waitpid(t->pid, &st, WNOHANG);
+		if (w != t->pid)
+			usleep(20000);
+	}
+	if (w != t->pid) {
+		kill(t->pid, SIGKILL);
+		waitpid(t->pid, &st, 0);
+		cr_assert_fail("flexdb-cli did not quit; output:\n%s", t->buf);
+	}
+	close(t->m);
+	return st;
+}
+
+Test(cli, db_interactive_pty)
+{
+	need_tools();
+	const char *db = path("db");
+	struct pty t;
+	pty_start(&t, db);
 	cr_expect(strstr(t.buf, "help"), "no greeting: %s", t.buf);
 	pty_send(&t, "pu\tcompleted_key 1\r"); /* tab completes "put " */
 	pty_send(&t, "put recall_key recall_value\r");
@@ -1822,21 +1851,7 @@ Test(cli, db_interactive_pty)
 	from = t.len;
 	pty_send(&t, "get completed_key\r");
 	cr_expect(strstr(t.buf + from, "\r\n1\r\n"), "%s", t.buf + from);
-	cr_assert_eq(write(t.m, "quit\r", 5), 5);
-	int st = 0;
-	pid_t w = 0;
-	for (int i = 0; i < 500 && w != t.pid; i++) {
-		pty_drain(&t, 20);
-		w = waitpid(t.pid, &st, WNOHANG);
-		if (w != t.pid)
-			usleep(20000);
-	}
-	if (w != t.pid) {
-		kill(t.pid, SIGKILL);
-		waitpid(t.pid, &st, 0);
-		cr_assert_fail("flexdb-cli did not quit; output:\n%s", t.buf);
-	}
-	close(t.m);
+	int st = pty_quit(&t);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d; output:\n%s", st, t.buf);
 	/* the effects, checked from outside */
 	golden(dbcli, db, "get completed_key\nget recall_key\n", "1\nrecall_value\n");
@@ -1844,6 +1859,31 @@ Test(cli, db_interactive_pty)
 	char *h = read_file(path(".flexdb_history"), NULL);
 	cr_expect(strstr(h, "put recall_key recall_value\n"), "history:\n%s", h);
 	cr_expect(strstr(h, "put completed_key 1\n"), "history:\n%s", h);
+	free(h);
+	free(t.buf);
+}
+
+/* Ctrl-C at the prompt drops the partial line and gives a fresh prompt;
+ * the session goes on. */
+Test(cli, db_interactive_ctrl_c_clears_the_line)
+{
+	need_tools();
+	const char *db = path("db");
+	struct pty t;
+	pty_start(&t, db);
+	cr_assert_eq(write(t.m, "put half", 8), 8);
+	cr_assert(pty_wait(&t, 0, "put half"), "no echo; output:\n%s", t.buf);
+	pty_send(&t, "\x03");
+	size_t from = t.len;
+	pty_send(&t, "put k v\r");
+	pty_send(&t, "get k\r");
+	cr_expect(strstr(t.buf + from, "\r\nv\r\n"), "%s", t.buf + from);
+	cr_expect(!strstr(t.buf, "error"), "the partial line ran: %s", t.buf);
+	int st = pty_quit(&t);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d; output:\n%s", st, t.buf);
+	golden(dbcli, db, "get k\nget half\n", "v\n(not found)\n");
+	char *h = read_file(path(".flexdb_history"), NULL);
+	cr_expect(strstr(h, "put k v\n") && !strstr(h, "half"), "history:\n%s", h);
 	free(h);
 	free(t.buf);
 }
