@@ -839,7 +839,8 @@ int main(int argc, char **argv)
 	    .flags = flags,
 	    .about = "Opens (or creates) the FlexDB store in directory DIR.  On a terminal it\n"
 		     "starts an interactive shell (prompt \"flexdb> \", line editing, history in\n"
-		     "$HOME/.flexdb_history, tab completion of commands); with -c it runs\n",
+		     "$HOME/.flexdb_history, tab completion of commands;\n"
+		     "Ctrl-C drops the line being typed); with -c it runs\n",
 	    .status = "Exit status: 0 when every command succeeded, 1 when one failed (also an\n"
 		      "uncommitted batch at the end), 2 for bad options or a store that could not\n"
 		      "be opened or closed.\n",

@@ -487,7 +487,8 @@ int main(int argc, char **argv)
 	    .flags = flags,
 	    .about = "Opens (or creates) the FlexSpace in directory DIR.  On a terminal it\n"
 		     "starts an interactive shell (prompt \"flexspace> \", line editing, history\n"
-		     "in $HOME/.flexspace_history, tab completion of commands); with -c it runs\n",
+		     "in $HOME/.flexspace_history, tab completion of commands;\n"
+		     "Ctrl-C drops the line being typed); with -c it runs\n",
 	    .status = "Exit status: 0 when every command succeeded, 1 when one failed, 2 for bad\n"
 		      "options or a space that could not be opened or closed.\n"
 		      "OFF, LEN and SIZE: decimal or 0x hex, with an optional K, M, G or T\n"
