@@ -22,6 +22,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1101,10 +1102,11 @@ static char *cli_history_path(const struct cli_app *app)
 	return p;
 }
 
-/* Ctrl-C at the prompt drops the line being typed.  The handler only
- * notes it; readline's read then fails with EINTR and calls the hook,
- * where readline's state may be touched. */
+/* Ctrl-C at the prompt drops the line being typed.  SIGINT stays blocked
+ * while readline runs except inside the ppoll that waits for a key, so
+ * the signal cannot slip in between the check of the flag and the wait. */
 static volatile sig_atomic_t cli_sigint;
+static sigset_t cli_rl_waitmask; /* the mask outside readline */
 
 static void cli_on_sigint(int sig)
 {
@@ -1112,17 +1114,21 @@ static void cli_on_sigint(int sig)
 	cli_sigint = 1;
 }
 
-static int cli_rl_sigint_hook(void)
+static int cli_rl_getc(FILE *f)
 {
-	if (!cli_sigint)
-		return 0;
-	cli_sigint = 0;
-	rl_free_line_state();
-	rl_replace_line("", 0);
-	rl_crlf();
-	rl_on_new_line();
-	rl_redisplay();
-	return 0;
+	struct pollfd p = {fileno(f), POLLIN, 0};
+	for (;;) {
+		if (cli_sigint) {
+			cli_sigint = 0;
+			rl_free_line_state();
+			rl_replace_line("", 0);
+			rl_crlf();
+			rl_on_new_line();
+			rl_redisplay();
+		}
+		if (ppoll(&p, 1, NULL, &cli_rl_waitmask) >= 0 || errno != EINTR)
+			return rl_getc(f);
+	}
 }
 
 /* The interactive loop on a terminal. */
@@ -1133,10 +1139,12 @@ CLI_FN void cli_repl(struct cli_app *app)
 	rl_readline_name = app->prog;
 	rl_attempted_completion_function = cli_rl_complete;
 	rl_catch_signals = 0;
-	rl_signal_event_hook = cli_rl_sigint_hook;
-	/* no SA_RESTART: the read in readline must return */
+	rl_getc_function = cli_rl_getc;
 	struct sigaction prompt_int = {.sa_handler = cli_on_sigint}, cmd_int;
 	sigemptyset(&prompt_int.sa_mask);
+	sigset_t intset;
+	sigemptyset(&intset);
+	sigaddset(&intset, SIGINT);
 	using_history();
 	if (hist)
 		read_history(hist); /* a missing file is fine */
@@ -1146,9 +1154,11 @@ CLI_FN void cli_repl(struct cli_app *app)
 	while (!app->quit) {
 		/* only at the prompt: during a command Ctrl-C stops the tool */
 		cli_sigint = 0;
+		sigprocmask(SIG_BLOCK, &intset, &cli_rl_waitmask);
 		sigaction(SIGINT, &prompt_int, &cmd_int);
 		char *line = readline(app->prompt);
 		sigaction(SIGINT, &cmd_int, NULL);
+		sigprocmask(SIG_SETMASK, &cli_rl_waitmask, NULL);
 		if (!line) {
 			putchar('\n');
 			break;
