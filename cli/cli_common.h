@@ -1126,8 +1126,16 @@ static int cli_rl_getc(FILE *f)
 			rl_on_new_line();
 			rl_redisplay();
 		}
-		if (ppoll(&p, 1, NULL, &cli_rl_waitmask) >= 0 || errno != EINTR)
-			return rl_getc(f);
+		if (ppoll(&p, 1, NULL, &cli_rl_waitmask) < 0 && errno == EINTR)
+			continue;
+		/* not rl_getc: its pselect would unblock SIGINT again */
+		unsigned char c;
+		ssize_t k = read(p.fd, &c, 1);
+		if (k == 1)
+			return c;
+		if (k < 0 && errno == EINTR)
+			continue;
+		return EOF;
 	}
 }
 
