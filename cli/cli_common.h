@@ -22,7 +22,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -167,6 +169,24 @@ CLI_FN void cli_put_escaped(FILE *f, const void *data, size_t n)
 	cli_escape(&b, data, n);
 	fwrite(b.p, 1, b.len, f);
 	cli_buf_free(&b);
+}
+
+/* Appends data as 0x hex, or "" when empty: both read back as the bytes. */
+CLI_FN void cli_hex(struct cli_buf *b, const void *data, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *s = data;
+	if (!n) {
+		cli_buf_add(b, "\"\"", 2);
+		return;
+	}
+	cli_buf_reserve(b, 2 * n + 3);
+	cli_buf_add(b, "0x", 2);
+	for (size_t i = 0; i < n; i++) {
+		b->p[b->len++] = (unsigned char)hex[s[i] >> 4];
+		b->p[b->len++] = (unsigned char)hex[s[i] & 15];
+	}
+	b->p[b->len] = '\0';
 }
 
 /* Errors quote at most this many bytes of an offending token: a token may
@@ -675,6 +695,80 @@ CLI_FN const char *cli_path(struct cli_app *app, const struct cli_token *t)
 	return (const char *)t->data;
 }
 
+/* Reads f to its end into b, at most one byte past limit, so that a
+ * larger input is known without reading all of it.  Returns 0 or -errno. */
+CLI_FN int cli_read_all(FILE *f, struct cli_buf *b, size_t limit)
+{
+	size_t k;
+	do {
+		cli_buf_reserve(b, 65536);
+		size_t want = b->cap - b->len - 1;
+		if (want > limit + 1 - b->len)
+			want = limit + 1 - b->len;
+		k = fread(b->p + b->len, 1, want, f);
+		b->len += k;
+	} while (k && b->len <= limit);
+	return ferror(f) ? -(errno ? errno : EIO) : 0;
+}
+
+/* A data argument (what names it in errors): the bytes as written; for a
+ * bare or quoted "@FILE", FILE's bytes, and "@@..." the argument less its
+ * first '@'; a bare "-", standard input to its end, once per run and only
+ * when it holds neither the commands nor a terminal.  0x hex is always the
+ * bytes.  Sets *v, *vl (into b when read, then at most limit + 1 bytes);
+ * returns 0 or 1 after an error. */
+CLI_FN int cli_bytes_arg(struct cli_app *app, const struct cli_token *t, const char *what,
+			 size_t limit, struct cli_buf *b, const unsigned char **v, size_t *vl)
+{
+	*v = t->data;
+	*vl = t->len;
+	if (t->kind == CLI_BARE && !strcmp(t->text, "-")) {
+		if (app->interactive || app->lineno > 0 || isatty(STDIN_FILENO)) {
+			cli_error(app, "%s -: standard input %s (use -c and redirect the %s)",
+				  what, app->lineno > 0 ? "holds the commands" : "is a terminal",
+				  what);
+			return 1;
+		}
+		/* Standard input holds one value: a second "-" would read it
+		 * at its end and get nothing. */
+		static const char *stdin_by;
+		if (stdin_by) {
+			cli_error(app, "%s -: standard input was read by an earlier %s", what,
+				  stdin_by);
+			return 1;
+		}
+		stdin_by = app->cur;
+		int rc = cli_read_all(stdin, b, limit);
+		if (rc)
+			return cli_status(app, "reading standard input", rc);
+	} else if (t->kind != CLI_HEX && t->len && t->data[0] == '@') {
+		if (t->len >= 2 && t->data[1] == '@') {
+			(*v)++;
+			(*vl)--;
+			return 0;
+		}
+		const char *path = (const char *)t->data + 1;
+		if (!path[0] || strlen(path) != t->len - 1) {
+			cli_error(app, "%s @FILE: %s", what,
+				  path[0] ? "a file name cannot contain a NUL byte"
+					  : "no file name after @ (@@ is a literal @)");
+			return 1;
+		}
+		FILE *f = fopen(path, "rb");
+		if (!f)
+			return cli_status(app, path, -errno);
+		int rc = cli_read_all(f, b, limit);
+		fclose(f);
+		if (rc)
+			return cli_status(app, path, rc);
+	} else {
+		return 0;
+	}
+	*v = b->p ? b->p : (const unsigned char *)"";
+	*vl = b->len;
+	return 0;
+}
+
 CLI_FN double cli_now(void)
 {
 	struct timespec ts;
@@ -1008,6 +1102,43 @@ static char *cli_history_path(const struct cli_app *app)
 	return p;
 }
 
+/* Ctrl-C at the prompt drops the line being typed.  SIGINT stays blocked
+ * while readline runs except inside the ppoll that waits for a key, so
+ * the signal cannot slip in between the check of the flag and the wait. */
+static volatile sig_atomic_t cli_sigint;
+static sigset_t cli_rl_waitmask; /* the mask outside readline */
+
+static void cli_on_sigint(int sig)
+{
+	(void)sig;
+	cli_sigint = 1;
+}
+
+static int cli_rl_getc(FILE *f)
+{
+	struct pollfd p = {fileno(f), POLLIN, 0};
+	for (;;) {
+		if (cli_sigint) {
+			cli_sigint = 0;
+			rl_free_line_state();
+			rl_replace_line("", 0);
+			rl_crlf();
+			rl_on_new_line();
+			rl_redisplay();
+		}
+		if (ppoll(&p, 1, NULL, &cli_rl_waitmask) < 0 && errno == EINTR)
+			continue;
+		/* not rl_getc: its pselect would unblock SIGINT again */
+		unsigned char c;
+		ssize_t k = read(p.fd, &c, 1);
+		if (k == 1)
+			return c;
+		if (k < 0 && errno == EINTR)
+			continue;
+		return EOF;
+	}
+}
+
 /* The interactive loop on a terminal. */
 CLI_FN void cli_repl(struct cli_app *app)
 {
@@ -1015,6 +1146,13 @@ CLI_FN void cli_repl(struct cli_app *app)
 	cli_rl_app = app;
 	rl_readline_name = app->prog;
 	rl_attempted_completion_function = cli_rl_complete;
+	rl_catch_signals = 0;
+	rl_getc_function = cli_rl_getc;
+	struct sigaction prompt_int = {.sa_handler = cli_on_sigint}, cmd_int;
+	sigemptyset(&prompt_int.sa_mask);
+	sigset_t intset;
+	sigemptyset(&intset);
+	sigaddset(&intset, SIGINT);
 	using_history();
 	if (hist)
 		read_history(hist); /* a missing file is fine */
@@ -1022,7 +1160,13 @@ CLI_FN void cli_repl(struct cli_app *app)
 	       FLEX_VERSION_STRING, flex_version(NULL, NULL, NULL));
 	fflush(stdout);
 	while (!app->quit) {
+		/* only at the prompt: during a command Ctrl-C stops the tool */
+		cli_sigint = 0;
+		sigprocmask(SIG_BLOCK, &intset, &cli_rl_waitmask);
+		sigaction(SIGINT, &prompt_int, &cmd_int);
 		char *line = readline(app->prompt);
+		sigaction(SIGINT, &cmd_int, NULL);
+		sigprocmask(SIG_SETMASK, &cli_rl_waitmask, NULL);
 		if (!line) {
 			putchar('\n');
 			break;
@@ -1034,8 +1178,12 @@ CLI_FN void cli_repl(struct cli_app *app)
 			HIST_ENTRY *last = history_length > 0
 					       ? history_get(history_base + history_length - 1)
 					       : NULL;
-			if (!last || strcmp(last->line, line))
+			if (!last || strcmp(last->line, line)) {
 				add_history(line);
+				/* saved now, in case a Ctrl-C stops the command */
+				if (hist && append_history(1, hist))
+					write_history(hist);
+			}
 		}
 		cli_run_line(app, line, strlen(line));
 		free(line);

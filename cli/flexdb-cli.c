@@ -89,77 +89,6 @@ static int queued(struct cli_app *app, int rc)
 	return 0;
 }
 
-/* Reads f to its end into b, one byte past FLEXDB_MAX_VALUE at most, so
- * that a larger input is known without reading all of it.  Returns 0 or
- * -errno. */
-static int read_value(FILE *f, struct cli_buf *b)
-{
-	size_t k;
-	do {
-		cli_buf_reserve(b, 65536);
-		size_t want = b->cap - b->len - 1;
-		if (want > (size_t)FLEXDB_MAX_VALUE + 1 - b->len)
-			want = (size_t)FLEXDB_MAX_VALUE + 1 - b->len;
-		k = fread(b->p + b->len, 1, want, f);
-		b->len += k;
-	} while (k && b->len <= FLEXDB_MAX_VALUE);
-	return ferror(f) ? -(errno ? errno : EIO) : 0;
-}
-
-/* The VALUE of put: the bytes as written; for a bare or quoted value
- * "@FILE", FILE's bytes, and "@@..." the value less its first '@'; a bare
- * "-", standard input to its end.  0x hex is always the bytes.  Sets *v,
- * *vl (into b when read); returns 0 or 1 after an error. */
-static int put_value(struct cli_app *app, const struct cli_token *t, struct cli_buf *b,
-		     const unsigned char **v, size_t *vl)
-{
-	*v = t->data;
-	*vl = t->len;
-	if (t->kind == CLI_BARE && !strcmp(t->text, "-")) {
-		if (app->interactive || app->lineno > 0 || isatty(STDIN_FILENO)) {
-			cli_error(app, "VALUE -: standard input %s (use -c and redirect the value)",
-				  app->lineno > 0 ? "holds the commands" : "is a terminal");
-			return 1;
-		}
-		/* Standard input holds one value: a second "-" would read it
-		 * at its end and put an empty value. */
-		static int stdin_read;
-		if (stdin_read) {
-			cli_error(app, "VALUE -: standard input was read by an earlier put");
-			return 1;
-		}
-		stdin_read = 1;
-		int rc = read_value(stdin, b);
-		if (rc)
-			return cli_status(app, "reading standard input", rc);
-	} else if (t->kind != CLI_HEX && t->len && t->data[0] == '@') {
-		if (t->len >= 2 && t->data[1] == '@') {
-			(*v)++;
-			(*vl)--;
-			return 0;
-		}
-		const char *path = (const char *)t->data + 1;
-		if (!path[0] || strlen(path) != t->len - 1) {
-			cli_error(app, "VALUE @FILE: %s",
-				  path[0] ? "a file name cannot contain a NUL byte"
-					  : "no file name after @ (@@ is a literal @)");
-			return 1;
-		}
-		FILE *f = fopen(path, "rb");
-		if (!f)
-			return cli_status(app, path, -errno);
-		int rc = read_value(f, b);
-		fclose(f);
-		if (rc)
-			return cli_status(app, path, rc);
-	} else {
-		return 0;
-	}
-	*v = b->p ? b->p : (const unsigned char *)"";
-	*vl = b->len;
-	return 0;
-}
-
 static int cmd_put(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct db_ctx *c = ctx_of(app);
@@ -167,7 +96,8 @@ static int cmd_put(struct cli_app *app, struct cli_token *a, size_t n)
 	const unsigned char *v;
 	size_t vl;
 	(void)n;
-	if (check_key(app, &a[1]) || put_value(app, &a[2], &b, &v, &vl))
+	if (check_key(app, &a[1]) ||
+	    cli_bytes_arg(app, &a[2], "VALUE", FLEXDB_MAX_VALUE, &b, &v, &vl))
 		goto fail;
 	if (vl > FLEXDB_MAX_VALUE) {
 		/* a file or stdin is read only one byte past the limit */
@@ -202,21 +132,10 @@ static int cmd_del(struct cli_app *app, struct cli_token *a, size_t n)
  * as an argument), 0x hex ("" when empty, also pasteable), or raw. */
 static void out_bytes(const struct db_ctx *c, struct cli_buf *b, const void *data, size_t n)
 {
-	static const char hex[] = "0123456789abcdef";
 	const unsigned char *s = data;
 	switch (c->out) {
 	case OUT_HEX:
-		if (!n) {
-			cli_buf_add(b, "\"\"", 2);
-			break;
-		}
-		cli_buf_reserve(b, 2 * n + 3);
-		cli_buf_add(b, "0x", 2);
-		for (size_t i = 0; i < n; i++) {
-			b->p[b->len++] = (unsigned char)hex[s[i] >> 4];
-			b->p[b->len++] = (unsigned char)hex[s[i] & 15];
-		}
-		b->p[b->len] = '\0';
+		cli_hex(b, s, n);
 		break;
 	case OUT_RAW:
 		cli_buf_add(b, s, n);
@@ -920,7 +839,8 @@ int main(int argc, char **argv)
 	    .flags = flags,
 	    .about = "Opens (or creates) the FlexDB store in directory DIR.  On a terminal it\n"
 		     "starts an interactive shell (prompt \"flexdb> \", line editing, history in\n"
-		     "$HOME/.flexdb_history, tab completion of commands); with -c it runs\n",
+		     "$HOME/.flexdb_history, tab completion of commands;\n"
+		     "Ctrl-C drops the line being typed); with -c it runs\n",
 	    .status = "Exit status: 0 when every command succeeded, 1 when one failed (also an\n"
 		      "uncommitted batch at the end), 2 for bad options or a store that could not\n"
 		      "be opened or closed.\n",

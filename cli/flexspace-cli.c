@@ -144,72 +144,150 @@ static void hexline(uint64_t off, const unsigned char *p, size_t n)
 	fwrite(line, 1, (size_t)k, stdout);
 }
 
+/* The default of read's output: 'x' hex dump, 'h' (--hex), 'r' (--raw). */
+static int read_mode = 'x';
+
+static const struct cli_opt read_opts[] = {
+    {"--out", "FILE", 0, "write the raw bytes to FILE; prints their count"},
+    {"--hex", NULL, 0, "print one 0x hex string, as write and insert take it"},
+    {"--raw", NULL, 0, "print the raw bytes alone (as -r)"},
+    {NULL, NULL, 0, NULL},
+};
+
 static int cmd_read(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct fs_ctx *c = app->ctx;
-	int mode = 'x';
+	const struct cli_token *out = app->opt[0];
+	int mode = read_mode, given = 0;
 	size_t i = 1;
 	if (a[1].kind == CLI_BARE &&
 	    (!strcmp(a[1].text, "-r") || !strcmp(a[1].text, "-s") || !strcmp(a[1].text, "-x"))) {
 		mode = a[1].text[1];
+		given++;
 		i = 2;
 	}
+	if (app->opt[1]) {
+		mode = 'h';
+		given++;
+	}
+	if (app->opt[2]) {
+		mode = 'r';
+		given++;
+	}
 	if (n - i != 2) {
-		cli_error(app, "usage: read [-x|-r|-s] OFF LEN");
+		cli_error(app, "usage: read [-x|-r|-s|--hex|--raw|--out FILE] OFF LEN");
+		return 1;
+	}
+	if (given > (out ? 0 : 1)) {
+		cli_error(app, out ? "--out writes the raw bytes: no other output mode"
+				   : "more than one output mode");
 		return 1;
 	}
 	uint64_t off, len;
 	if (cli_number(app, &a[i], "OFF", &off) || cli_number(app, &a[i + 1], "LEN", &len))
 		return 1;
+	FILE *f = stdout;
+	const char *path = NULL;
+	if (out) {
+		if (!(path = cli_path(app, out)))
+			return 1;
+		if (!(f = fopen(path, "wb")))
+			return cli_status(app, path, -errno);
+		mode = 'r';
+	}
 	struct cli_buf esc = {0};
-	if (mode == 's')
+	if (mode == 's' || mode == 'h')
 		cli_buf_add(&esc, "", 0);
 	uint64_t done = 0;
+	int ret = 0;
 	while (done < len) {
 		size_t want = len - done < CHUNK ? (size_t)(len - done) : CHUNK;
 		ssize_t r = flexspace_read(c->fs, c->buf, off + done, want);
 		if (r < 0) {
-			cli_buf_free(&esc);
-			return cli_status(app, NULL, (int)r);
+			ret = cli_status(app, NULL, (int)r);
+			break;
 		}
 		if (r == 0)
 			break;
-		if (mode == 'r')
-			fwrite(c->buf, 1, (size_t)r, stdout);
-		else if (mode == 's')
+		if (mode == 'r') {
+			if (fwrite(c->buf, 1, (size_t)r, f) != (size_t)r) {
+				ret = cli_status(app, path ? path : "standard output", -errno);
+				break;
+			}
+		} else if (mode == 's' || mode == 'h') {
 			cli_buf_add(&esc, c->buf, (size_t)r);
-		else
+		} else {
 			for (size_t j = 0; j < (size_t)r; j += 16)
 				hexline(off + done + j, c->buf + j,
 					(size_t)r - j < 16 ? (size_t)r - j : 16);
+		}
 		done += (uint64_t)r;
 	}
-	if (mode == 's') {
-		/* one escaped string, as accepted by write and insert */
-		cli_put_escaped(stdout, esc.p, esc.len);
-		putchar('\n');
-		cli_buf_free(&esc);
+	if (path && fclose(f) && !ret)
+		ret = cli_status(app, path, -errno);
+	if (!ret && path)
+		printf("read %" PRIu64 " bytes\n", done);
+	if (!ret && (mode == 's' || mode == 'h')) {
+		/* one string, as accepted by write and insert */
+		struct cli_buf o = {0};
+		if (mode == 'h')
+			cli_hex(&o, esc.p, esc.len);
+		else
+			cli_escape(&o, esc.p, esc.len);
+		cli_buf_addc(&o, '\n');
+		fwrite(o.p, 1, o.len, stdout);
+		cli_buf_free(&o);
+	}
+	cli_buf_free(&esc);
+	return ret;
+}
+
+/* FlexSpace takes any length; a file or stdin in one call is held in
+ * memory, so larger contents go through import. */
+#define DATA_MAX ((size_t)1 << 30)
+
+/* The DATA of write and insert (cli_bytes_arg); 1 after an error. */
+static int data_arg(struct cli_app *app, const struct cli_token *t, struct cli_buf *b,
+		    const unsigned char **v, size_t *vl)
+{
+	if (cli_bytes_arg(app, t, "DATA", DATA_MAX, b, v, vl))
+		return 1;
+	if (*vl > DATA_MAX) {
+		cli_error(app, "DATA of more than %zu bytes (use import)", DATA_MAX);
+		return 1;
 	}
 	return 0;
 }
 
 static int cmd_write(struct cli_app *app, struct cli_token *a, size_t n)
 {
+	struct cli_buf b = {0};
+	const unsigned char *v;
+	size_t vl;
 	uint64_t off;
 	(void)n;
-	if (cli_number(app, &a[1], "OFF", &off))
+	if (cli_number(app, &a[1], "OFF", &off) || data_arg(app, &a[2], &b, &v, &vl)) {
+		cli_buf_free(&b);
 		return 1;
-	ssize_t r = flexspace_write(fs_of(app), a[2].data, off, a[2].len);
+	}
+	ssize_t r = flexspace_write(fs_of(app), v, off, vl);
+	cli_buf_free(&b);
 	return cli_done(app, r < 0 ? (int)r : 0);
 }
 
 static int cmd_insert(struct cli_app *app, struct cli_token *a, size_t n)
 {
+	struct cli_buf b = {0};
+	const unsigned char *v;
+	size_t vl;
 	uint64_t off;
 	(void)n;
-	if (cli_number(app, &a[1], "OFF", &off))
+	if (cli_number(app, &a[1], "OFF", &off) || data_arg(app, &a[2], &b, &v, &vl)) {
+		cli_buf_free(&b);
 		return 1;
-	ssize_t r = flexspace_insert(fs_of(app), a[2].data, off, a[2].len);
+	}
+	ssize_t r = flexspace_insert(fs_of(app), v, off, vl);
+	cli_buf_free(&b);
 	return cli_done(app, r < 0 ? (int)r : 0);
 }
 
@@ -343,14 +421,20 @@ static const struct cli_cmd commands[] = {
      "    error part-way leaves a partial copy (nothing is durable before sync).\n",
      cmd_import, 0, 0, NULL},
     {"export", "FILE", 1, 1, "write the whole content to FILE", NULL, cmd_export, 0, 1, NULL},
-    {"read", "[-x|-r|-s] OFF LEN", 2, 3, "print LEN bytes at OFF (fewer at the end)",
+    {"read", "[-x|-r|-s] [OPTIONS] OFF LEN", 2, 3, "print LEN bytes at OFF (fewer at the end)",
      "    -x (default) a hex dump: offset, 16 bytes in hex, the printable ones;\n"
      "    -r the raw bytes to standard output; -s one escaped string, as write\n"
-     "    and insert take it.  Holes read as zeros.\n",
-     cmd_read, 7u << 1, 1, NULL},
-    {"write", "OFF DATA", 2, 2, "overwrite/extend with DATA at OFF (a gap becomes a hole)", NULL,
+     "    and insert take it.  Holes read as zeros.  The tool's --hex and --raw\n"
+     "    change the default.\n",
+     cmd_read, 7u << 1, 1, read_opts},
+    {"write", "OFF DATA", 2, 2, "overwrite/extend with DATA at OFF (a gap becomes a hole)",
+     "    DATA @FILE is the bytes of FILE, and - (bare) the bytes of standard\n"
+     "    input up to its end (only with -c, when it is not a terminal; once per\n"
+     "    run).  @@ at the start stands for a literal @; 0x hex is always the\n"
+     "    bytes.  At most 1 GiB from a file: import takes more.\n",
      cmd_write, 1u << 1, 0, NULL},
-    {"insert", "OFF DATA", 2, 2, "insert DATA at OFF; what followed moves up", NULL, cmd_insert,
+    {"insert", "OFF DATA", 2, 2, "insert DATA at OFF; what followed moves up",
+     "    DATA as for write: @FILE, - (standard input), @@ for a literal @.\n", cmd_insert,
      1u << 1, 0, NULL},
     {"collapse", "OFF LEN", 2, 2, "remove [OFF, OFF+LEN); what followed moves down", NULL,
      cmd_collapse, 3u << 1, 0, NULL},
@@ -395,13 +479,16 @@ int main(int argc, char **argv)
 	struct fs_ctx c = {.opt = {.create = 1}};
 	const struct cli_flag flags[] = {
 	    {"--no-create", &c.opt.create, 0, "fail when DIR holds no space"},
+	    {"--hex", &read_mode, 'h', "read prints one 0x hex string by default"},
+	    {"--raw", &read_mode, 'r', "read prints the raw bytes by default"},
 	    {NULL, NULL, 0, NULL},
 	};
 	const struct cli_driver driver = {
 	    .flags = flags,
 	    .about = "Opens (or creates) the FlexSpace in directory DIR.  On a terminal it\n"
 		     "starts an interactive shell (prompt \"flexspace> \", line editing, history\n"
-		     "in $HOME/.flexspace_history, tab completion of commands); with -c it runs\n",
+		     "in $HOME/.flexspace_history, tab completion of commands;\n"
+		     "Ctrl-C drops the line being typed); with -c it runs\n",
 	    .status = "Exit status: 0 when every command succeeded, 1 when one failed, 2 for bad\n"
 		      "options or a space that could not be opened or closed.\n"
 		      "OFF, LEN and SIZE: decimal or 0x hex, with an optional K, M, G or T\n"

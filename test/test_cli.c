@@ -1548,7 +1548,7 @@ Test(cli, space_errors_help_exit_status)
 	snprintf(want, sizeof(want),
 		 "flexspace-cli: error at line 2: collapse: %s\n"
 		 "flexspace-cli: error at line 3: read: wrong number of arguments; usage: read "
-		 "[-x|-r|-s] OFF LEN\n"
+		 "[-x|-r|-s] [OPTIONS] OFF LEN\n"
 		 "flexspace-cli: error at line 4: truncate: SIZE: not a number: -1\n"
 		 "flexspace-cli: error at line 5: write: OFF: not a number: x\n",
 		 flex_strerror(-ERANGE));
@@ -1569,7 +1569,7 @@ Test(cli, space_errors_help_exit_status)
 	}
 	run_free(&r);
 	script(fscli, sp, "help read\nhelp\n", &r);
-	cr_expect(!strncmp(r.out, "read [-x|-r|-s] OFF LEN\n", 24), "%s", r.out);
+	cr_expect(!strncmp(r.out, "read [-x|-r|-s] [OPTIONS] OFF LEN\n", 34), "%s", r.out);
 	cr_expect(strstr(r.out, "\n  collapse OFF LEN "), "%s", r.out);
 	cr_expect_eq(code(&r), 0);
 	run_free(&r);
@@ -1640,6 +1640,85 @@ Test(cli, space_fuzz_malformed_lines_change_nothing)
 	free(in);
 }
 
+/* write and insert take DATA as put takes VALUE: @FILE, - (stdin once per
+ * run), @@; read --out writes the raw bytes to a file; --hex and --raw. */
+Test(cli, space_data_from_files_stdin_and_read_out)
+{
+	need_tools();
+	const char *sp = path("space");
+	unsigned char v[3000];
+	uint64_t seed = seed_of("flexspace @FILE");
+	for (size_t i = 0; i < sizeof(v); i++)
+		v[i] = (unsigned char)rnd(&seed);
+	write_file(path("in"), v, sizeof(v));
+	struct run r;
+	char cmds[1024];
+	snprintf(cmds, sizeof(cmds), "write 0 @%s; insert 0 ab; read --out %s 2 5000", path("in"),
+		 path("out"));
+	cmdline(fscli, sp, cmds, &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.out, "read 3000 bytes\n");
+	run_free(&r);
+	size_t n;
+	char *b = read_file(path("out"), &n);
+	cr_expect(n == sizeof(v) && !memcmp(b, v, n), "read --out differs from the file");
+	free(b);
+	/* @@ is a literal @, 0x hex always the bytes, a lone @ an error */
+	golden(fscli, sp, "truncate 0; write 0 @@x; insert 0 0x40; read -s 0 10\n", "@@x\n");
+	script(fscli, sp, "insert 0 @\n", &r);
+	cr_expect(strstr(r.err, "insert: DATA @FILE: no file name after @"), "%s", r.err);
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	snprintf(cmds, sizeof(cmds), "write 0 @%s", path("missing"));
+	cmdline(fscli, sp, cmds, &r);
+	char want[512];
+	snprintf(want, sizeof(want), "flexspace-cli: error: write: %s: %s\n", path("missing"),
+		 flex_strerror(-ENOENT));
+	cr_expect_str_eq(r.err, want);
+	run_free(&r);
+	/* - : standard input, binary and to its end, once per run */
+	char *argv[] = {fscli, (char *)sp, "-c", "truncate 0; insert 0 -; size", NULL};
+	run_argv(argv, v, sizeof(v), &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.out, "3000\n");
+	run_free(&r);
+	char *argv2[] = {fscli, (char *)sp, "-c", "read --raw 0 3000", NULL};
+	run_argv(argv2, "", 0, &r);
+	cr_expect(r.outlen == sizeof(v) && !memcmp(r.out, v, sizeof(v)),
+		  "read --raw differs from stdin's bytes");
+	run_free(&r);
+	char *argv3[] = {fscli, (char *)sp, "-c", "truncate 0; write 0 -; insert 0 -", NULL};
+	run_argv(argv3, "once", 4, &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect(strstr(r.err, "insert: DATA -: standard input was read by an earlier write"),
+		  "%s", r.err);
+	run_free(&r);
+	golden(fscli, sp, "read -s 0 10\n", "once\n");
+	script(fscli, sp, "write 0 -\nread -s 0 10\n", &r);
+	cr_expect(strstr(r.err, "line 1: write: DATA -: standard input holds the commands"), "%s",
+		  r.err);
+	cr_expect_str_eq(r.out, "once\n");
+	run_free(&r);
+	/* --hex: per command and as the tool's default; pasteable back */
+	golden(fscli, sp, "read --hex 0 10; read --hex 9 1\n", "0x6f6e6365\n\"\"\n");
+	cmdline_with(fscli, "--hex", sp, "read 1 2; read -s 1 2; read -x 0 1", &r);
+	cr_expect(!strncmp(r.out, "0x6e63\nnc\n00000000  6f ", 20) && strstr(r.out, " |o|\n"),
+		  "%s", r.out);
+	run_free(&r);
+	cmdline_with(fscli, "--raw", sp, "read 0 4", &r);
+	cr_expect_str_eq(r.out, "once");
+	run_free(&r);
+	/* --out takes no other mode; modes do not combine */
+	snprintf(cmds, sizeof(cmds), "read --out %s -s 0 1", path("out"));
+	cmdline(fscli, sp, cmds, &r);
+	cr_expect(strstr(r.err, "read: --out writes the raw bytes"), "%s", r.err);
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	cmdline(fscli, sp, "read --hex --raw 0 1", &r);
+	cr_expect(strstr(r.err, "read: more than one output mode"), "%s", r.err);
+	run_free(&r);
+}
+
 /* ======================================================================
  * Interactive: a session on a pseudo-terminal
  * ====================================================================== */
@@ -1691,25 +1770,25 @@ static void pty_send(struct pty *t, const char *s)
 		  t->buf);
 }
 
-Test(cli, db_interactive_pty)
+/* Starts flexdb-cli DIR on a new pseudo-terminal, HOME in the test
+ * directory, and waits for its first prompt. */
+static void pty_start(struct pty *t, const char *db)
 {
-	need_tools();
-	const char *db = path("db");
-	struct pty t = {0};
-	append(&t.buf, &t.len, "", 0);
+	memset(t, 0, sizeof(*t));
+	append(&t->buf, &t->len, "", 0);
 	/* a fixed readline setup, without bracketed-paste escapes in the output */
 	const char *inputrc = path("inputrc");
 	write_file(inputrc, "set enable-bracketed-paste off\n", 31);
-	t.m = posix_openpt(O_RDWR | O_NOCTTY);
-	cr_assert(t.m >= 0);
-	cr_assert(!grantpt(t.m) && !unlockpt(t.m));
-	char *slave = ptsname(t.m);
+	t->m = posix_openpt(O_RDWR | O_NOCTTY);
+	cr_assert(t->m >= 0);
+	cr_assert(!grantpt(t->m) && !unlockpt(t->m));
+	char *slave = ptsname(t->m);
 	cr_assert(slave);
 	struct winsize ws = {.ws_row = 24, .ws_col = 100};
-	ioctl(t.m, TIOCSWINSZ, &ws);
-	t.pid = fork();
-	cr_assert(t.pid >= 0);
-	if (t.pid == 0) {
+	ioctl(t->m, TIOCSWINSZ, &ws);
+	t->pid = fork();
+	cr_assert(t->pid >= 0);
+	if (t->pid == 0) {
 		setsid();
 		int s = open(slave, O_RDWR); /* becomes the controlling terminal */
 		if (s < 0)
@@ -1720,14 +1799,43 @@ Test(cli, db_interactive_pty)
 		dup2(s, 2);
 		if (s > 2)
 			close(s);
-		close(t.m);
+		close(t->m);
 		setenv("HOME", tmp, 1);
 		setenv("TERM", "xterm", 1);
 		setenv("INPUTRC", inputrc, 1);
 		execl(dbcli, dbcli, db, (char *)NULL);
 		_exit(127);
 	}
-	cr_assert(pty_wait(&t, 0, "flexdb> "), "no prompt; output:\n%s", t.buf);
+	cr_assert(pty_wait(t, 0, "flexdb> "), "no prompt; output:\n%s", t->buf);
+}
+
+/* Sends quit and returns the exit status. */
+static int pty_quit(struct pty *t)
+{
+	cr_assert_eq(write(t->m, "quit\r", 5), 5);
+	int st = 0;
+	pid_t w = 0;
+	for (int i = 0; i < 500 && w != t->pid; i++) {
+		pty_drain(t, 20);
+		w = waitpid(t->pid, &st, WNOHANG);
+		if (w != t->pid)
+			usleep(20000);
+	}
+	if (w != t->pid) {
+		kill(t->pid, SIGKILL);
+		waitpid(t->pid, &st, 0);
+		cr_assert_fail("flexdb-cli did not quit; output:\n%s", t->buf);
+	}
+	close(t->m);
+	return st;
+}
+
+Test(cli, db_interactive_pty)
+{
+	need_tools();
+	const char *db = path("db");
+	struct pty t;
+	pty_start(&t, db);
 	cr_expect(strstr(t.buf, "help"), "no greeting: %s", t.buf);
 	pty_send(&t, "pu\tcompleted_key 1\r"); /* tab completes "put " */
 	pty_send(&t, "put recall_key recall_value\r");
@@ -1743,21 +1851,7 @@ Test(cli, db_interactive_pty)
 	from = t.len;
 	pty_send(&t, "get completed_key\r");
 	cr_expect(strstr(t.buf + from, "\r\n1\r\n"), "%s", t.buf + from);
-	cr_assert_eq(write(t.m, "quit\r", 5), 5);
-	int st = 0;
-	pid_t w = 0;
-	for (int i = 0; i < 500 && w != t.pid; i++) {
-		pty_drain(&t, 20);
-		w = waitpid(t.pid, &st, WNOHANG);
-		if (w != t.pid)
-			usleep(20000);
-	}
-	if (w != t.pid) {
-		kill(t.pid, SIGKILL);
-		waitpid(t.pid, &st, 0);
-		cr_assert_fail("flexdb-cli did not quit; output:\n%s", t.buf);
-	}
-	close(t.m);
+	int st = pty_quit(&t);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d; output:\n%s", st, t.buf);
 	/* the effects, checked from outside */
 	golden(dbcli, db, "get completed_key\nget recall_key\n", "1\nrecall_value\n");
@@ -1765,6 +1859,31 @@ Test(cli, db_interactive_pty)
 	char *h = read_file(path(".flexdb_history"), NULL);
 	cr_expect(strstr(h, "put recall_key recall_value\n"), "history:\n%s", h);
 	cr_expect(strstr(h, "put completed_key 1\n"), "history:\n%s", h);
+	free(h);
+	free(t.buf);
+}
+
+/* Ctrl-C at the prompt drops the partial line and gives a fresh prompt;
+ * the session goes on. */
+Test(cli, db_interactive_ctrl_c_clears_the_line)
+{
+	need_tools();
+	const char *db = path("db");
+	struct pty t;
+	pty_start(&t, db);
+	cr_assert_eq(write(t.m, "put half", 8), 8);
+	cr_assert(pty_wait(&t, 0, "put half"), "no echo; output:\n%s", t.buf);
+	pty_send(&t, "\x03");
+	size_t from = t.len;
+	pty_send(&t, "put k v\r");
+	pty_send(&t, "get k\r");
+	cr_expect(strstr(t.buf + from, "\r\nv\r\n"), "%s", t.buf + from);
+	cr_expect(!strstr(t.buf, "error"), "the partial line ran: %s", t.buf);
+	int st = pty_quit(&t);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d; output:\n%s", st, t.buf);
+	golden(dbcli, db, "get k\nget half\n", "v\n(not found)\n");
+	char *h = read_file(path(".flexdb_history"), NULL);
+	cr_expect(strstr(h, "put k v\n") && !strstr(h, "half"), "history:\n%s", h);
 	free(h);
 	free(t.buf);
 }
