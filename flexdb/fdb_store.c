@@ -309,21 +309,28 @@ static void ring_remove(struct fdb_store *s, struct fdb_cent *c)
 		s->hand = 0;
 }
 
+/* Makes room for one more entry in an array of n of *cap (the ring, the
+ * graveyard), doubling it. */
+static int cent_vec_room(struct fdb_cent ***v, uint32_t n, uint32_t *cap)
+{
+	if (n < *cap)
+		return 0;
+	uint32_t c = *cap ? *cap * 2 : 256;
+	struct fdb_cent **p = realloc(*v, c * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	*v = p;
+	*cap = c;
+	return 0;
+}
+
 /* Under the shared lock: whether an entry of `bytes` fits in the
  * graveyard (0), making room in its array. */
 static int grave_reserve(struct fdb_store *s, size_t bytes)
 {
 	if (s->grave_bytes + bytes > s->cache_limit / 32)
 		return -ENOSPC;
-	if (s->ngrave == s->grave_cap) {
-		uint32_t cap = s->grave_cap ? s->grave_cap * 2 : 64;
-		struct fdb_cent **g = realloc(s->grave, cap * sizeof(*g));
-		if (!g)
-			return -ENOMEM;
-		s->grave = g;
-		s->grave_cap = cap;
-	}
-	return 0;
+	return cent_vec_room(&s->grave, s->ngrave, &s->grave_cap);
 }
 
 /* Takes c, out of the ring, out of use: freed at once under the exclusive
@@ -417,14 +424,8 @@ static int cache_attach(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cen
 {
 	if (cache_evict(s, c->bytes, c, shared))
 		return -ENOSPC;
-	if (s->nring == s->ring_cap) {
-		uint32_t cap = s->ring_cap ? s->ring_cap * 2 : 256;
-		struct fdb_cent **r = realloc(s->ring, cap * sizeof(*r));
-		if (!r)
-			return -ENOMEM;
-		s->ring = r;
-		s->ring_cap = cap;
-	}
+	if (cent_vec_room(&s->ring, s->nring, &s->ring_cap))
+		return -ENOMEM;
 	c->iv = iv;
 	c->slot = s->nring;
 	s->ring[s->nring++] = c;
