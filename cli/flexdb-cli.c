@@ -458,6 +458,7 @@ static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
 	P("cache_hits", s.cache_hits);
 	P("cache_misses", s.cache_misses);
 	P("cache_thin_hits", s.cache_thin_hits);
+	P("cache_thin_located", s.cache_thin_located);
 	P("memtable_bytes", s.memtable_bytes);
 	P("memtable_entries", s.memtable_entries);
 	P("wal_bytes", s.wal_bytes);

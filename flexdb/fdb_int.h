@@ -261,19 +261,35 @@ int fdb_index_check(const struct fdb_index *x);
  * back to back, checksums verified when they entered), the offset of each
  * record, and each key's 16-bit fingerprint.  One allocation per array,
  * none per pair, so the cache holds nearly its size in pairs.  A *thin*
- * entry (raw NULL) keeps only offsets and fingerprints: a lookup reads the
- * one record it needs. */
+ * entry (raw NULL) keeps only offsets and fingerprints, and where the
+ * bytes lay when they were read: a lookup reads the one record it needs. */
+/* Where an interval's bytes lie in the FlexSpace's DATA, as the read that
+ * loaded it found them (flexspace_read_locate): piece i starts loff[i]
+ * bytes into the interval and runs to the next one's start (the last to
+ * the interval's end), at DATA offset poff[i].  A thin entry that has it
+ * reads a pair without asking the FlexTree; `stamp` tells the FlexSpace
+ * whether the pieces still hold those bytes. */
+struct fdb_pmap {
+	uint64_t stamp;
+	uint32_t n;
+	uint32_t loff[]; /* then uint64_t poff[n], 8-aligned: fdb_store.c */
+};
+
 struct fdb_cent {
 	uint8_t *raw;
 	uint32_t size, rawcap;
 	uint32_t *off;
 	uint16_t *fp;
+	/* Thin entries (and entries on their way into the cache) only: any
+	 * change drops it. */
+	struct fdb_pmap *map;
 	uint32_t n, cap;
 	size_t bytes; /* accounted against the cache size */
 	struct fdb_ival *iv;
 	atomic_uchar ref; /* CLOCK bit */
 	uint32_t slot;	  /* index in the CLOCK ring */
 	uint8_t packed;	  /* off and fp live in the struct's allocation */
+	uint8_t map_own;  /* map is an allocation of its own */
 };
 
 struct fdb_store {
@@ -301,7 +317,7 @@ struct fdb_store {
 	 * some of it and the index and cache none, so nothing may be read
 	 * through them any more (FLEX_EFAILED); 0 while they agree. */
 	int failed;
-	atomic_ullong hits, thin_hits, misses;
+	atomic_ullong hits, thin_hits, thin_located, misses;
 	atomic_ullong gen; /* changed by every apply: see fdb_cands */
 	uint8_t *rec; /* scratch for one encoded record */
 };

@@ -17,7 +17,14 @@
  * dropped), while thin entries take at most a quarter of the cache: a
  * lookup through one reads only the record whose fingerprint matches, so
  * a cache smaller than the store still spares most lookups the read of a
- * whole interval.  An entry larger than a quarter of the cache is never
+ * whole interval.  A thin entry also keeps where its interval's bytes lie
+ * in the FlexSpace's data file (struct fdb_pmap, from the read that loaded
+ * the interval or from the FlexTree when the entry is made thin), so that
+ * the record is read without a FlexTree lookup: after random inserts an
+ * interval is about one extent per pair, and the tree of a large store
+ * does not fit its leaf cache.  The FlexSpace says when the bytes moved
+ * (garbage collection freed their segment), and the lookup then goes
+ * through the tree.  An entry larger than a quarter of the cache is never
  * kept.  Readers build entries from the intervals they read under the
  * shared lock and offer them (fdb_cands); they are attached under the
  * exclusive lock if no change came in between.  Intervals whose pairs are
@@ -75,6 +82,85 @@ static struct fdb_cent *cent_new(void)
 	return c;
 }
 
+/* ---- where an interval's bytes lie ----------------------------------------- */
+
+static size_t pmap_head(uint32_t n)
+{
+	return (sizeof(struct fdb_pmap) + (size_t)n * sizeof(uint32_t) + 7) & ~(size_t)7;
+}
+
+static size_t pmap_bytes(uint32_t n)
+{
+	return pmap_head(n) + (size_t)n * sizeof(uint64_t);
+}
+
+static uint64_t *pmap_poff(const struct fdb_pmap *m)
+{
+	return (uint64_t *)((uint8_t *)m + pmap_head(m->n));
+}
+
+/* The map of the interval at [off, off + size), cut out of a read's
+ * report loc[0..n) that covers it; NULL when none (or out of memory). */
+static struct fdb_pmap *pmap_new(const struct flextree_mapping *loc, size_t n, uint64_t stamp,
+				 uint64_t off, uint32_t size)
+{
+	size_t a = 0;
+	while (a < n && loc[a].loff + loc[a].len <= off)
+		a++;
+	size_t b = a;
+	while (b < n && loc[b].loff < off + size)
+		b++;
+	if (a == b || loc[a].loff > off || loc[b - 1].loff + loc[b - 1].len < off + size)
+		return NULL;
+	struct fdb_pmap *m = malloc(pmap_bytes((uint32_t)(b - a)));
+	if (!m)
+		return NULL;
+	m->stamp = stamp;
+	m->n = (uint32_t)(b - a);
+	uint64_t *poff = pmap_poff(m);
+	for (size_t i = a; i < b; i++) {
+		uint64_t skip = i == a ? off - loc[i].loff : 0;
+		m->loff[i - a] = i == a ? 0 : (uint32_t)(loc[i].loff - off);
+		poff[i - a] = loc[i].poff == FLEXTREE_HOLE ? FLEXTREE_HOLE : loc[i].poff + skip;
+	}
+	return m;
+}
+
+/* Reads bytes [at, at + len) of c's interval through its map into buf.
+ * Returns 0, -ESTALE (no map, or the FlexSpace moved the bytes since: the
+ * caller reads through the FlexTree), or an error. */
+#define FDB_PMAP_PIECES 8
+static int pmap_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, uint32_t len,
+		     uint8_t *buf)
+{
+	const struct fdb_pmap *m = c->map;
+	if (!m)
+		return -ESTALE;
+	uint32_t lo = 0, hi = m->n; /* the last piece starting at or before at */
+	while (hi - lo > 1) {
+		uint32_t mid = (lo + hi) / 2;
+		if (m->loff[mid] <= at)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	const uint64_t *poff = pmap_poff(m);
+	struct flextree_mapping v[FDB_PMAP_PIECES];
+	size_t nv = 0;
+	uint32_t pos = at, end = at + len;
+	for (uint32_t k = lo; k < m->n && pos < end && nv < FDB_PMAP_PIECES; k++) {
+		uint32_t pend = k + 1 < m->n ? m->loff[k + 1] : c->size;
+		uint32_t take = (pend < end ? pend : end) - pos;
+		v[nv].loff = pos;
+		v[nv].len = take;
+		v[nv++].poff = poff[k] == FLEXTREE_HOLE ? FLEXTREE_HOLE : poff[k] + (pos - m->loff[k]);
+		pos += take;
+	}
+	if (pos != end)
+		return -ESTALE;
+	return flexspace_read_located(s->fs, buf, v, nv, m->stamp);
+}
+
 static void cent_free(struct fdb_cent *c)
 {
 	if (!c)
@@ -84,23 +170,44 @@ static void cent_free(struct fdb_cent *c)
 		free(c->off);
 		free(c->fp);
 	}
+	if (c->map_own)
+		free(c->map);
 	free(c);
 }
 
-/* What an entry is charged: its raw bytes and two small arrays. */
+/* An entry about to change forgets where its bytes were. */
+static void cent_unmap(struct fdb_cent *c)
+{
+	if (c->map_own)
+		free(c->map);
+	c->map = NULL;
+	c->map_own = 0;
+}
+
+/* What an entry is charged: its raw bytes, two small arrays and its map. */
 static size_t cent_bytes(const struct fdb_cent *c)
 {
-	return sizeof(*c) + c->rawcap + (size_t)c->cap * (sizeof(uint32_t) + sizeof(uint16_t));
+	return sizeof(*c) + c->rawcap + (size_t)c->cap * (sizeof(uint32_t) + sizeof(uint16_t)) +
+	       (c->map ? pmap_bytes(c->map->n) : 0);
+}
+
+/* What a thin copy of c would be charged (cent_thin). */
+static size_t cent_thin_bytes(const struct fdb_cent *c)
+{
+	return sizeof(*c) + (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t)) +
+	       (c->map ? pmap_bytes(c->map->n) : 0);
 }
 
 /* A copy of c without its raw bytes, its offsets and fingerprints right
  * after the struct (one allocation, so a lookup misses the cache once
  * less): what a thin entry is.  c is left as it was (readers may hold
  * it).  NULL when out of memory. */
-static struct fdb_cent *cent_thin(const struct fdb_cent *c)
+static struct fdb_cent *cent_thin(const struct fdb_cent *c, const struct fdb_pmap *pm)
 {
 	size_t arrays = (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
-	struct fdb_cent *t = malloc(sizeof(*t) + arrays);
+	arrays = (arrays + 7) & ~(size_t)7;
+	size_t map = pm ? pmap_bytes(pm->n) : 0;
+	struct fdb_cent *t = malloc(sizeof(*t) + arrays + map);
 	if (!t)
 		return NULL;
 	memcpy(t, c, sizeof(*t));
@@ -111,6 +218,12 @@ static struct fdb_cent *cent_thin(const struct fdb_cent *c)
 	if (c->n) {
 		memcpy(t->off, c->off, c->n * sizeof(uint32_t));
 		memcpy(t->fp, c->fp, c->n * sizeof(uint16_t));
+	}
+	t->map = NULL;
+	t->map_own = 0;
+	if (map) {
+		t->map = (struct fdb_pmap *)((uint8_t *)(t + 1) + arrays);
+		memcpy(t->map, pm, map);
 	}
 	t->cap = c->n;
 	t->packed = 1;
@@ -127,7 +240,7 @@ static struct fdb_cent *cent_thin(const struct fdb_cent *c)
  * moves: returns it (c itself, unpacked, when out of memory). */
 static struct fdb_cent *cent_pack(struct fdb_cent *c, int thin)
 {
-	struct fdb_cent *t = cent_thin(c);
+	struct fdb_cent *t = cent_thin(c, thin ? c->map : NULL);
 	if (thin) {
 		free(c->raw);
 		c->raw = NULL;
@@ -138,14 +251,22 @@ static struct fdb_cent *cent_pack(struct fdb_cent *c, int thin)
 		return c;
 	t->raw = c->raw; /* moved: NULL when thin */
 	t->rawcap = c->rawcap;
+	if (!thin) {
+		t->map = c->map; /* moved too */
+		t->map_own = c->map_own;
+		c->map_own = 0;
+	}
 	t->bytes = cent_bytes(t);
 	c->raw = NULL;
 	cent_free(c);
 	return t;
 }
 
+/* Makes room for n pairs of size bytes in all; the entry is about to
+ * change, so its map goes. */
 static int cent_reserve(struct fdb_cent *c, uint32_t n, uint32_t size)
 {
+	cent_unmap(c);
 	if (n > c->cap && c->packed) {
 		/* Arrays inside the struct's allocation: move them out. */
 		uint32_t cap = c->cap > 8 ? c->cap : 8;
@@ -359,6 +480,24 @@ void fdb_store_reap(struct fdb_store *s)
 	set_bytes(&s->grave_bytes, 0);
 }
 
+/* Where the bytes of c's interval lie now, for a thin copy of c (which
+ * holds the interval's current bytes); NULL when the FlexSpace does not
+ * say in one report, or out of memory. */
+static struct fdb_pmap *cent_locate(struct fdb_store *s, const struct fdb_cent *c)
+{
+	const struct fdb_ival *iv = c->iv;
+	struct fdb_ipath p;
+	if (!iv || !c->size || c->size != iv->size ||
+	    fdb_index_find(s->index, iv->key, iv->klen, &p) != iv)
+		return NULL;
+	uint64_t off = fdb_index_offset(&p), stamp;
+	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];
+	size_t n;
+	if (flexspace_locate(s->fs, off, c->size, loc, &n, &stamp) || !n)
+		return NULL;
+	return pmap_new(loc, n, stamp, off, c->size);
+}
+
 /* Makes `need` more bytes fit in the ring; never touches `pin`.  CLOCK:
  * an entry whose bit is set gets its bit cleared and is passed.  An
  * unreferenced whole entry is made thin while thin entries take at most a
@@ -393,8 +532,12 @@ static int cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *
 		if (shared && grave_reserve(s, c->bytes))
 			return -ENOSPC;
 		if (c->raw && !force) {
-			size_t thin = sizeof(*c) + (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
-			struct fdb_cent *t = s->thin_bytes + thin <= thin_cap ? cent_thin(c) : NULL;
+			struct fdb_pmap *pm = c->map ? NULL : cent_locate(s, c);
+			size_t thin = cent_thin_bytes(c) + (pm ? pmap_bytes(pm->n) : 0);
+			struct fdb_cent *t = s->thin_bytes + thin <= thin_cap
+						 ? cent_thin(c, c->map ? c->map : pm)
+						 : NULL;
+			free(pm);
 			if (t) {
 				/* A thin copy takes the whole entry's place. */
 				t->slot = c->slot;
@@ -510,37 +653,59 @@ static int cent_index(const struct fdb_ival *iv, struct fdb_cent *c)
 	return rc;
 }
 
-/* An entry for iv made of its raw bytes (taken over: freed on failure). */
+/* An entry for iv made of its raw bytes and map (both taken over: freed
+ * on failure; map may be NULL). */
 static int cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size,
-			 struct fdb_cent **out)
+			 struct fdb_pmap *map, struct fdb_cent **out)
 {
 	*out = NULL;
 	struct fdb_cent *c = cent_new();
 	if (!c) {
 		free(raw);
+		free(map);
 		return -ENOMEM;
 	}
 	c->raw = raw;
 	c->rawcap = c->size = size;
 	int rc = cent_index(iv, c);
+	c->map = map;
+	c->map_own = map != NULL;
 	if (rc) {
 		cent_free(c);
 		return rc;
 	}
+	c->bytes = cent_bytes(c);
 	*out = cent_pack(c, 0);
 	return 0;
 }
 
-/* Reads an interval's bytes. */
+/* Reads an interval's bytes, and with `map` where they lie (NULL when
+ * the FlexSpace did not say). */
 static int ival_read_raw(struct fdb_store *s, const struct fdb_ival *iv, uint64_t off,
-			 uint8_t **out)
+			 uint8_t **out, struct fdb_pmap **map)
 {
 	uint8_t *buf = malloc(iv->size ? iv->size : 1);
 	if (!buf)
 		return -ENOMEM;
-	ssize_t n = iv->size ? flexspace_read(s->fs, buf, off, iv->size) : 0;
+	ssize_t n = 0;
+	if (map) {
+		struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];
+		size_t nloc = 0;
+		uint64_t stamp = 0;
+		*map = NULL;
+		if (iv->size)
+			n = flexspace_read_locate(s->fs, buf, off, iv->size, loc, &nloc, &stamp);
+		if (nloc && (size_t)n == iv->size)
+			*map = pmap_new(loc, nloc, stamp, off, iv->size);
+	} else if (iv->size) {
+		n = flexspace_read(s->fs, buf, off, iv->size);
+	}
 	if (n < 0 || (size_t)n != iv->size) {
 		free(buf);
+		if (map) {
+			free(*map);
+			*map = NULL;
+		}
 		return n < 0 ? (int)n : FLEX_ECORRUPT;
 	}
 	*out = buf;
@@ -553,9 +718,9 @@ static int ival_decode(struct fdb_store *s, const struct fdb_ival *iv, uint64_t 
 		       struct fdb_cent **out, int *fragmented)
 {
 	uint8_t *raw;
-	int rc = ival_read_raw(s, iv, off, &raw);
+	int rc = ival_read_raw(s, iv, off, &raw, NULL);
 	if (!rc)
-		rc = cent_from_raw(iv, raw, iv->size, out);
+		rc = cent_from_raw(iv, raw, iv->size, NULL, out);
 	if (!rc && fragmented) {
 		struct extent_count ec = {0};
 		if (iv->size)
@@ -820,6 +985,7 @@ static int ival_split(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival 
 	for (uint32_t i = 0; i < nc->n; i++)
 		nc->off[i] = c->off[m + i] - at;
 	nc->bytes = cent_bytes(nc);
+	cent_unmap(c);
 	c->n = m;
 	c->size = at;
 	cache_recharge(s, c);
@@ -1100,11 +1266,16 @@ static int thin_get(struct fdb_store *s, const struct fdb_cent *c, uint64_t off,
 		uint8_t *r = sz <= sizeof(small) ? small : malloc(sz);
 		if (!r)
 			return -ENOMEM;
-		ssize_t n = flexspace_read(s->fs, r, off + c->off[i], sz);
+		int rc = pmap_read(s, c, c->off[i], sz, r);
+		if (!rc)
+			atomic_fetch_add_explicit(&s->thin_located, 1, memory_order_relaxed);
+		if (rc == -ESTALE) {
+			ssize_t n = flexspace_read(s->fs, r, off + c->off[i], sz);
+			rc = n < 0 ? (int)n : (size_t)n != sz ? FLEX_ECORRUPT : 0;
+		}
 		size_t size;
 		const uint8_t *k, *v;
 		uint32_t kl, vl;
-		int rc = n < 0 ? (int)n : (size_t)n != sz ? FLEX_ECORRUPT : 0;
 		if (!rc && (fdb_rec_decode(r, r + sz, &size, &k, &kl, &v, &vl) || size != sz))
 			rc = FLEX_ECORRUPT;
 		int cmp = rc ? 1 : fdb_keycmp(k, kl, key, klen);
@@ -1178,8 +1349,14 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 		struct fdb_ival *iv = cands->v[i].iv;
 		struct fdb_cent *c = cands->v[i].c;
 		cands->v[i].c = NULL;
-		if (!cands->v[i].whole && !admit_whole(s, c->size))
+		if (!cands->v[i].whole && !admit_whole(s, c->size)) {
 			c = cent_pack(c, 1);
+		} else if (c->map) {
+			/* Whole entries read their pairs from memory; a thin copy
+			 * made later finds where they lie then (cent_locate). */
+			cent_unmap(c);
+			c->bytes = cent_bytes(c);
+		}
 		struct fdb_cent *old = iv->cache;
 		if (old && (old->raw || !c->raw)) {
 			cent_free(c); /* another reader was first */
@@ -1261,12 +1438,13 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
 	atomic_fetch_add(&s->misses, 1);
 	uint64_t off = fdb_index_offset(pp);
 	uint8_t *raw;
-	int rc = ival_read_raw(s, iv, off, &raw);
+	struct fdb_pmap *map = NULL;
+	int kind = cands->n < cands->cap && ival_keepable(s, iv->size) ? ADMIT_AUTO : ADMIT_NONE;
+	int rc = ival_read_raw(s, iv, off, &raw, kind != ADMIT_NONE ? &map : NULL);
 	if (rc)
 		return rc;
-	int kind = cands->n < cands->cap && ival_keepable(s, iv->size) ? ADMIT_AUTO : ADMIT_NONE;
 	if (kind != ADMIT_NONE) {
-		if ((rc = cent_from_raw(iv, raw, iv->size, &c)) != 0)
+		if ((rc = cent_from_raw(iv, raw, iv->size, map, &c)) != 0)
 			return rc;
 		rc = cent_get(c, key, klen, fp, buf, cap, vlen);
 		cand_push(cands, iv, c, kind);
@@ -1326,7 +1504,7 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 				break;
 			}
 			memcpy(raw, buf + (offs[k] - lo), size);
-			if ((rc = cent_from_raw(list[k], raw, size, &c)) == 0)
+			if ((rc = cent_from_raw(list[k], raw, size, NULL, &c)) == 0)
 				cand_push(cands, list[k], c, ADMIT_WHOLE);
 		}
 		free(buf);
@@ -1710,6 +1888,19 @@ int fdb_store_check(struct fdb_store *s)
 			    (c->n && (memcmp(k->off, c->off, c->n * sizeof(uint32_t)) ||
 				      memcmp(k->fp, c->fp, c->n * sizeof(uint16_t)))))
 				rc = FLEX_ECORRUPT;
+			/* Where the entry says its bytes lie, unless the FlexSpace
+			 * freed them since, they still are. */
+			uint8_t *b = k->map && c->size ? malloc(c->size) : NULL;
+			for (uint32_t i = 0; b && !rc && i < c->n; i++) {
+				uint32_t at = c->off[i];
+				uint32_t sz = (i + 1 < c->n ? c->off[i + 1] : c->size) - at;
+				int mrc = pmap_read(s, k, at, sz, b);
+				if (!mrc && memcmp(b, c->raw + at, sz))
+					rc = FLEX_ECORRUPT;
+				else if (mrc && mrc != -ESTALE)
+					rc = mrc;
+			}
+			free(b);
 		}
 		if (!rc && c->n) {
 			const uint8_t *kl, *vlp;

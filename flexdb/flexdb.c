@@ -1301,6 +1301,7 @@ int flexdb_stats(struct flexdb *db, struct flexdb_stats *st)
 	pthread_rwlock_unlock(&db->lock);
 	st->cache_hits = atomic_load(&db->store.hits);
 	st->cache_thin_hits = atomic_load(&db->store.thin_hits);
+	st->cache_thin_located = atomic_load(&db->store.thin_located);
 	st->cache_misses = atomic_load(&db->store.misses);
 	st->committer_runs = atomic_load(&db->committer_runs);
 	st->committed_pairs = atomic_load(&db->committed_pairs);

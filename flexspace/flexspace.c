@@ -568,7 +568,7 @@ static int fs_rewrite(struct flexspace *fs, uint64_t off, uint64_t len, uint8_t 
 	struct fs_tags tg = {.from = off};
 	int rc = fs_reserve_space(fs, len);
 	if (!rc)
-		rc = fs_read_mapped(fs, tmp, off, len);
+		rc = fs_read_mapped(fs, tmp, off, len, NULL, NULL);
 	if (!rc)
 		rc = flextree_scan(fs->tree, off, len, fs_collect_tag, &tg);
 	if (!rc)
@@ -642,9 +642,61 @@ ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len
 	pthread_rwlock_rdlock(&fs->lock);
 	uint64_t size = flextree_size(fs->tree);
 	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
-	int rc = n ? fs_read_mapped(fs, buf, off, n) : 0;
+	int rc = n ? fs_read_mapped(fs, buf, off, n, NULL, NULL) : 0;
 	pthread_rwlock_unlock(&fs->lock);
 	return rc ? rc : (ssize_t)n;
+}
+
+ssize_t flexspace_read_locate(struct flexspace *fs, void *buf, uint64_t off, size_t len,
+			      struct flextree_mapping *loc, size_t *nloc, uint64_t *stamp)
+{
+	if (nloc)
+		*nloc = 0;
+	if (!fs || (!buf && len) || !loc || !nloc || !stamp)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&fs->lock);
+	uint64_t size = flextree_size(fs->tree);
+	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
+	int rc = n ? fs_read_mapped(fs, buf, off, n, loc, nloc) : 0;
+	*stamp = fs->free_seq;
+	pthread_rwlock_unlock(&fs->lock);
+	return rc ? rc : (ssize_t)n;
+}
+
+int flexspace_locate(struct flexspace *fs, uint64_t off, uint64_t len,
+		     struct flextree_mapping *loc, size_t *nloc, uint64_t *stamp)
+{
+	if (nloc)
+		*nloc = 0;
+	if (!fs || !loc || !nloc || !stamp)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&fs->lock);
+	uint64_t size = flextree_size(fs->tree);
+	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
+	ssize_t got = n ? flextree_query(fs->tree, off, n, loc, FLEXSPACE_LOCATE_MAX) : 0;
+	*stamp = fs->free_seq;
+	pthread_rwlock_unlock(&fs->lock);
+	if (got < 0)
+		return (int)got;
+	if (got <= FLEXSPACE_LOCATE_MAX) {
+		uint64_t done = 0;
+		for (ssize_t i = 0; i < got; i++)
+			done += loc[i].len;
+		if (done == n)
+			*nloc = (size_t)got;
+	}
+	return 0;
+}
+
+int flexspace_read_located(struct flexspace *fs, void *buf, const struct flextree_mapping *loc,
+			   size_t nloc, uint64_t stamp)
+{
+	if (!fs || (!buf && nloc) || (!loc && nloc))
+		return -EINVAL;
+	pthread_rwlock_rdlock(&fs->lock);
+	int rc = fs_read_located(fs, buf, loc, nloc, stamp);
+	pthread_rwlock_unlock(&fs->lock);
+	return rc;
 }
 
 ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf, size_t maxlen,
@@ -659,7 +711,7 @@ ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf, siz
 		rc = flextree_lookup(fs->tree, start, NULL, &run);
 	uint64_t n = maxlen < size - start ? maxlen : size - start;
 	if (!rc && n)
-		rc = fs_read_mapped(fs, buf, start, n);
+		rc = fs_read_mapped(fs, buf, start, n, NULL, NULL);
 	pthread_rwlock_unlock(&fs->lock);
 	if (rc)
 		return rc;

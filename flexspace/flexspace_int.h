@@ -102,6 +102,11 @@ struct flexspace {
 	uint32_t seg_cap;
 	uint32_t *valid;
 	uint8_t *state;
+	/* When each segment was last freed (free_seq then; 0: never): a place
+	 * a read reported under stamp s still holds the same bytes while its
+	 * segment's freed_at <= s (flexspace_read_located). */
+	uint64_t *freed_at;
+	uint64_t free_seq;
 	uint64_t live;
 	uint32_t npending;
 	uint32_t nfree; /* segments in state SEG_FREE */
@@ -166,7 +171,10 @@ int fs_gc_due(const struct flexspace *fs);
 int fs_gc_run(struct flexspace *fs, int may_release);
 int fs_reserve_space(struct flexspace *fs, uint64_t len);
 void fs_trim_data(struct flexspace *fs);
-int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len);
+int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len,
+		   struct flextree_mapping *loc, size_t *nloc);
+int fs_read_located(struct flexspace *fs, uint8_t *buf, const struct flextree_mapping *m,
+		    size_t n, uint64_t stamp);
 int fs_check_segments(struct flexspace *fs);
 int fs_check_overlap(struct flexspace *fs);
 

@@ -37,6 +37,11 @@ static int fs_grow_segments(struct flexspace *fs, uint32_t want)
 	if (!s)
 		return -ENOMEM;
 	fs->state = s;
+	uint64_t *f = realloc(fs->freed_at, (size_t)cap * sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	fs->freed_at = f;
+	memset(fs->freed_at + fs->seg_cap, 0, (size_t)(cap - fs->seg_cap) * sizeof(*f));
 	memset(fs->valid + fs->seg_cap, 0, (size_t)(cap - fs->seg_cap) * sizeof(*v));
 	memset(fs->state + fs->seg_cap, SEG_FREE, cap - fs->seg_cap);
 	fs->seg_cap = cap;
@@ -98,6 +103,7 @@ void fs_seg_free(struct flexspace *fs)
 	fs->map = NULL;
 	free(fs->valid);
 	free(fs->state);
+	free(fs->freed_at);
 	free(fs->buf);
 }
 
@@ -470,6 +476,7 @@ void fs_seg_release(struct flexspace *fs, int all)
 	for (uint32_t s = 0; s < fs->nsegs; s++) {
 		if (fs->state[s] == SEG_RELEASE || (all && fs->state[s] == SEG_PENDING)) {
 			fs->state[s] = SEG_FREE;
+			fs->freed_at[s] = ++fs->free_seq;
 			fs->nfree++;
 			fs->npending--;
 			if (s < fs->free_hint)
@@ -547,7 +554,7 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len)
 
 /* ---- reads -------------------------------------------------------------- */
 
-#define FS_READ_BATCH 128
+#define FS_READ_BATCH FLEXSPACE_LOCATE_MAX
 /* Pieces of DATA closer than this are read as one span: a few hundred
  * bytes more of a cached page costs far less than another system call or
  * submission.  The pieces a commit appended in key order lie back to back
@@ -686,14 +693,53 @@ static int fs_read_pieces(struct flexspace *fs, const struct flex_iovec *v, int 
 	return rc;
 }
 
-/* Reads [off, off+len) (inside the space) into buf: holes as zeros, the
- * open segment from its buffer, everything else in batches of pieces
- * (fs_read_pieces). */
-int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len)
+/* Reads the pieces m[0..n) (a mapping of consecutive logical bytes) into
+ * buf: holes as zeros, the open segment from its buffer, everything else
+ * in one batch (fs_read_pieces). */
+static int fs_read_mappings(struct flexspace *fs, uint8_t *buf, const struct flextree_mapping *m,
+			    size_t n)
+{
+	struct flex_iovec v[FS_READ_BATCH];
+	int nv = 0;
+	uint64_t done = 0;
+	uint64_t open_base = (uint64_t)fs->open_seg * fs->seg_size;
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *dst = buf + done;
+		if (m[i].poff == FLEXTREE_HOLE) {
+			memset(dst, 0, m[i].len);
+		} else if (fs->open_seg != UINT32_MAX && m[i].poff >= open_base &&
+			   m[i].poff < open_base + fs->seg_size &&
+			   m[i].poff + m[i].len > open_base + fs->flushed) {
+			/* Not yet in DATA: from the segment buffer (whose bytes
+			 * before `flushed` may never have been copied into it, so
+			 * a piece is split there). */
+			uint64_t at = m[i].poff - open_base;
+			if (at + m[i].len > fs->fill)
+				return FLEX_ECORRUPT;
+			uint64_t head = at < fs->flushed ? fs->flushed - at : 0;
+			if (head)
+				v[nv++] = (struct flex_iovec){.buf = dst, .len = head, .off = m[i].poff};
+			memcpy(dst + head, fs->buf + at + head, m[i].len - head);
+		} else {
+			v[nv++] = (struct flex_iovec){.buf = dst, .len = m[i].len, .off = m[i].poff};
+		}
+		done += m[i].len;
+	}
+	int rc = nv ? fs_read_pieces(fs, v, nv) : 0;
+	return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+}
+
+/* Reads [off, off+len) (inside the space) into buf, in batches of
+ * FS_READ_BATCH pieces.  With `loc`, the first batch's pieces are also
+ * copied there (at most FS_READ_BATCH) and *nloc says how many: 0 when
+ * the range needed more than one batch. */
+int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len,
+		   struct flextree_mapping *loc, size_t *nloc)
 {
 	struct flextree_mapping m[FS_READ_BATCH];
-	struct flex_iovec v[FS_READ_BATCH];
-	while (len) {
+	if (nloc)
+		*nloc = 0;
+	for (int first = 1; len; first = 0) {
 		ssize_t n = flextree_query(fs->tree, off, len, m, FS_READ_BATCH);
 		if (n < 0)
 			return (int)n;
@@ -701,43 +747,39 @@ int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t le
 			return FLEX_ECORRUPT;
 		if (n > FS_READ_BATCH)
 			n = FS_READ_BATCH;
-		int nv = 0;
 		uint64_t done = 0;
-		uint64_t open_base = (uint64_t)fs->open_seg * fs->seg_size;
-		for (ssize_t i = 0; i < n; i++) {
-			uint8_t *dst = buf + done;
-			if (m[i].poff == FLEXTREE_HOLE) {
-				memset(dst, 0, m[i].len);
-			} else if (fs->open_seg != UINT32_MAX && m[i].poff >= open_base &&
-				   m[i].poff < open_base + fs->seg_size &&
-				   m[i].poff + m[i].len > open_base + fs->flushed) {
-				/* Not yet in DATA: from the segment buffer (whose
-				 * bytes before `flushed` may never have been copied
-				 * into it, so a piece is split there). */
-				uint64_t at = m[i].poff - open_base;
-				if (at + m[i].len > fs->fill)
-					return FLEX_ECORRUPT;
-				uint64_t head = at < fs->flushed ? fs->flushed - at : 0;
-				if (head)
-					v[nv++] = (struct flex_iovec){.buf = dst, .len = head,
-								      .off = m[i].poff};
-				memcpy(dst + head, fs->buf + at + head, m[i].len - head);
-			} else {
-				v[nv++] = (struct flex_iovec){.buf = dst, .len = m[i].len,
-							      .off = m[i].poff};
-			}
+		for (ssize_t i = 0; i < n; i++)
 			done += m[i].len;
-		}
-		if (nv) {
-			int rc = fs_read_pieces(fs, v, nv);
-			if (rc)
-				return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+		int rc = fs_read_mappings(fs, buf, m, (size_t)n);
+		if (rc)
+			return rc;
+		if (loc && first && done == len) {
+			memcpy(loc, m, (size_t)n * sizeof(*m));
+			*nloc = (size_t)n;
 		}
 		buf += done;
 		off += done;
 		len -= done;
 	}
 	return 0;
+}
+
+/* Reads pieces whose places a read reported (fs_read_mapped's loc), unless
+ * a segment they lie in was freed since (its freed_at is after stamp). */
+int fs_read_located(struct flexspace *fs, uint8_t *buf, const struct flextree_mapping *m,
+		    size_t n, uint64_t stamp)
+{
+	if (n > FS_READ_BATCH)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if (m[i].poff == FLEXTREE_HOLE)
+			continue;
+		uint64_t s = m[i].poff / fs->seg_size;
+		if (!m[i].len || s >= fs->nsegs || fs->freed_at[s] > stamp ||
+		    (m[i].poff + m[i].len - 1) / fs->seg_size != s)
+			return -ESTALE;
+	}
+	return fs_read_mappings(fs, buf, m, n);
 }
 
 /* ---- garbage collection -------------------------------------------------- */

@@ -52,8 +52,8 @@ struct flexdb_options {
 	 * (space.tree_cache_size, a quarter of cache_size when 0; at most
 	 * half of it) and the interval cache, which has the rest: intervals
 	 * kept whole (their pairs, offsets and fingerprints) and, in at most
-	 * a quarter of it, thin (offsets and fingerprints only: a lookup
-	 * reads one pair).  0 means 64 MiB.  Range: 1 MiB .. 1 TiB.
+	 * a quarter of it, thin (offsets, fingerprints and where the pairs
+	 * lie in the data file: a lookup reads one pair).  0 means 64 MiB.  Range: 1 MiB .. 1 TiB.
 	 * Besides it and the memtables, a store's memory is its sparse index
 	 * (one entry per interval of up to 32 pairs, about 80 bytes each
 	 * with a 16-byte key: under 4 bytes per pair of 116 bytes), the tree's
@@ -93,6 +93,9 @@ struct flexdb_stats {
 	/* lookups through a thin entry (offsets and fingerprints only): one
 	 * record read from the FlexSpace instead of the whole interval */
 	uint64_t cache_thin_hits;
+	/* of those, pairs read where the interval's bytes lay when it was
+	 * read (no FlexTree lookup); the others found them moved since */
+	uint64_t cache_thin_located;
 	uint64_t memtable_bytes;   /* both memtables */
 	uint64_t memtable_entries; /* both memtables */
 	uint64_t wal_bytes;	   /* WAL files on disk */

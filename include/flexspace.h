@@ -161,6 +161,33 @@ FLEX_EXPORT int flexspace_close(struct flexspace *fs);
  * (NULL buf with len > 0), FLEX_ECORRUPT, -errno. */
 FLEX_EXPORT ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len);
 
+/* Where the bytes of a space lie, for reading them again without asking
+ * the tree.  flexspace_read_locate reads as flexspace_read does and also
+ * reports the pieces of DATA the bytes came from: up to
+ * FLEXSPACE_LOCATE_MAX pieces in loc, their number in *nloc (0 when the
+ * range needed more, or was empty), and in *stamp a mark of the space's
+ * state.  flexspace_read_located reads the pieces loc[0..nloc) again
+ * (any sub-range of them: shortened or split pieces of a report are
+ * fine) into buf, back to back.  A piece's bytes stay where they are
+ * until the space frees the segment holding them, which happens only
+ * after a change removed or moved them and that change became durable;
+ * flexspace_read_located then returns -ESTALE instead of reading, and
+ * the caller reads through the logical offsets again.  The places are
+ * those of the bytes *at the time of the report*: a caller must itself
+ * know that the logical range was not changed since (a write puts new
+ * bytes elsewhere and leaves the old ones readable until freed).
+ * Returns: the bytes read / 0, -EINVAL, -ESTALE, FLEX_ECORRUPT, -errno. */
+#define FLEXSPACE_LOCATE_MAX 128
+FLEX_EXPORT ssize_t flexspace_read_locate(struct flexspace *fs, void *buf, uint64_t off,
+					  size_t len, struct flextree_mapping *loc, size_t *nloc,
+					  uint64_t *stamp);
+/* The report alone, without reading: 0 or an error as flexspace_read. */
+FLEX_EXPORT int flexspace_locate(struct flexspace *fs, uint64_t off, uint64_t len,
+				 struct flextree_mapping *loc, size_t *nloc, uint64_t *stamp);
+FLEX_EXPORT int flexspace_read_located(struct flexspace *fs, void *buf,
+				       const struct flextree_mapping *loc, size_t nloc,
+				       uint64_t stamp);
+
 /* Overwrites and/or extends: bytes [off, off+len) get buf.  Past the end,
  * [size, off) becomes a hole (reads as zeros).  Returns len, or -EINVAL,
  * FLEX_ETOOBIG (off+len beyond FLEXSPACE_MAX_SIZE), -ENOSPC, FLEX_EFAILED,

@@ -745,9 +745,9 @@ struct mrun {
 	struct keypool pool;
 	uint8_t *vbuf, *gbuf, *kbuf;
 	long op;
-	uint64_t sess_committer, sess_gc, sess_tree, sess_thin;
+	uint64_t sess_committer, sess_gc, sess_tree, sess_thin, sess_located;
 	uint64_t committer_runs, gc_runs, tree_commits, max_cache, scans, scan_steps, turns,
-	    batches, gets, checks, thin_hits;
+	    batches, gets, checks, thin_hits, thin_located;
 };
 
 #define MFAIL(mr, ...)                                                                             \
@@ -821,6 +821,7 @@ static void m_stats(struct mrun *mr)
 	mr->sess_gc = st.space.gc_runs;
 	mr->sess_tree = st.space.tree_commits;
 	mr->sess_thin = st.cache_thin_hits;
+	mr->sess_located = st.cache_thin_located;
 }
 
 static void m_check(struct mrun *mr)
@@ -989,6 +990,7 @@ static void m_reopen(struct mrun *mr)
 	mr->gc_runs += mr->sess_gc;
 	mr->tree_commits += mr->sess_tree;
 	mr->thin_hits += mr->sess_thin;
+	mr->thin_located += mr->sess_located;
 	int rc = flexdb_close(mr->db);
 	mr->db = NULL;
 	if (rc)
@@ -1126,10 +1128,11 @@ static void model_run(const char *name, struct flexdb_options opt, long nops, in
 		"  %s: %ld ops in %.1f s, %zu keys, %" PRIu64 " gets, %" PRIu64 " scans (%" PRIu64
 		" steps, %" PRIu64 " turns), %" PRIu64 " batches, %" PRIu64
 		" checks; committer runs %" PRIu64 ", max cache %" PRIu64 ", intervals %" PRIu64
-		", GC runs %" PRIu64 ", tree commits %" PRIu64 ", thin-entry lookups %" PRIu64 "\n",
+		", GC runs %" PRIu64 ", tree commits %" PRIu64 ", thin-entry lookups %" PRIu64
+		" (%" PRIu64 " located)\n",
 		name, nops, now_sec() - t0, mr->m.n, mr->gets, mr->scans, mr->scan_steps, mr->turns,
 		mr->batches, mr->checks, mr->committer_runs, mr->max_cache, st.intervals,
-		mr->gc_runs, mr->tree_commits, mr->thin_hits);
+		mr->gc_runs, mr->tree_commits, mr->thin_hits, mr->thin_located);
 	/* A cache far smaller than the store keeps most intervals thin. */
 	if (opt.cache_size && opt.cache_size <= FDB_TINY_CACHE)
 		cr_expect(mr->thin_hits > 0, "%s: no lookup went through a thin entry", name);

@@ -607,6 +607,106 @@ Test(flexspace, read_extent_and_extents_report_extent_boundaries)
 	tmp_remove(dir);
 }
 
+/* Where logical byte off lay in a located read's report. */
+static uint64_t located_at(const struct flextree_mapping *loc, size_t n, uint64_t off)
+{
+	for (size_t i = 0; i < n; i++)
+		if (off >= loc[i].loff && off < loc[i].loff + loc[i].len)
+			return loc[i].poff + (off - loc[i].loff);
+	cr_assert_fail("offset %" PRIu64 " not located", off);
+	return 0;
+}
+
+/* A located read reads the pieces a read reported, without the tree, for
+ * as long as their segments are not freed; then it says -ESTALE. */
+Test(flexspace, located_reads_hold_until_their_segment_is_freed)
+{
+	char dir[PATH_MAX];
+	struct flexspace_options o = {.segment_size = 64u << 10, .log_limit = 64u << 10,
+				      .create = 1};
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), &o);
+	static uint8_t a[20000], ins[100], rb[30000], nb[20100];
+	for (size_t i = 0; i < sizeof(a); i++)
+		a[i] = (uint8_t)(i % 251);
+	memset(ins, 0xee, sizeof(ins));
+	memset(nb, 0x5a, sizeof(nb));
+	cr_assert_eq(flexspace_write(fs, a, 0, 20000), 20000);
+	cr_assert_eq(flexspace_insert(fs, ins, 5000, 100), 100);
+	cr_assert_eq(flexspace_truncate(fs, 20200), 0); /* a hole at the end */
+	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];
+	size_t nloc = 99;
+	uint64_t stamp = 0;
+	cr_assert_eq(flexspace_read_locate(fs, rb, 0, 20200, loc, &nloc, &stamp), 20200);
+	cr_assert_geq(nloc, 4);
+	cr_assert_eq(loc[nloc - 1].poff, FLEXTREE_HOLE);
+	cr_assert_eq(loc[0].loff, 0);
+	cr_assert_eq(loc[nloc - 1].loff + loc[nloc - 1].len, 20200);
+	static uint8_t want[20200];
+	memcpy(want, a, 5000);
+	memcpy(want + 5000, ins, 100);
+	memcpy(want + 5100, a + 5000, 15000);
+	cr_assert_eq(memcmp(rb, want, 20200), 0);
+	memset(rb, 1, sizeof(rb));
+	cr_assert_eq(flexspace_read_located(fs, rb, loc, nloc, stamp), 0);
+	cr_assert_eq(memcmp(rb, want, 20200), 0);
+	/* A part of a piece, and two pieces cut at both ends. */
+	struct flextree_mapping part[2] = {{.poff = located_at(loc, nloc, 5010), .len = 50}};
+	cr_assert_eq(flexspace_read_located(fs, rb, part, 1, stamp), 0);
+	cr_assert_eq(memcmp(rb, ins + 10, 50), 0);
+	part[0] = (struct flextree_mapping){.poff = located_at(loc, nloc, 4990), .len = 10};
+	part[1] = (struct flextree_mapping){.poff = located_at(loc, nloc, 5000), .len = 20};
+	cr_assert_eq(flexspace_read_located(fs, rb, part, 2, stamp), 0);
+	cr_assert_eq(memcmp(rb, want + 4990, 30), 0);
+	/* Past the end: nothing read, nothing located. */
+	struct flextree_mapping none[1];
+	size_t nnone = 9;
+	uint64_t st2;
+	cr_assert_eq(flexspace_read_locate(fs, rb, 20200, 10, none, &nnone, &st2), 0);
+	cr_assert_eq(nnone, 0);
+	/* Bad arguments. */
+	cr_assert_eq(flexspace_read_locate(NULL, rb, 0, 10, none, &nnone, &st2), -EINVAL);
+	cr_assert_eq(flexspace_read_locate(fs, rb, 0, 10, NULL, &nnone, &st2), -EINVAL);
+	cr_assert_eq(flexspace_read_locate(fs, rb, 0, 10, none, NULL, &st2), -EINVAL);
+	cr_assert_eq(flexspace_read_locate(fs, NULL, 0, 10, none, &nnone, &st2), -EINVAL);
+	cr_assert_eq(flexspace_read_located(NULL, rb, loc, 1, stamp), -EINVAL);
+	cr_assert_eq(flexspace_read_located(fs, rb, NULL, 1, stamp), -EINVAL);
+	cr_assert_eq(flexspace_read_located(fs, NULL, loc, 1, stamp), -EINVAL);
+	cr_assert_eq(flexspace_read_located(fs, rb, loc, FLEXSPACE_LOCATE_MAX + 1, stamp),
+		     -EINVAL);
+	cr_assert_eq(flexspace_read_located(fs, rb, loc, 0, stamp), 0);
+	/* Places that are no segment's are refused, not read. */
+	part[0] = (struct flextree_mapping){.poff = (64u << 10) - 10, .len = 20};
+	cr_assert_eq(flexspace_read_located(fs, rb, part, 1, stamp), -ESTALE);
+	part[0] = (struct flextree_mapping){.poff = (uint64_t)1 << 40, .len = 20};
+	cr_assert_eq(flexspace_read_located(fs, rb, part, 1, stamp), -ESTALE);
+
+	/* Overwritten: the old bytes stay where they were until their
+	 * segment is freed, then the located read refuses. */
+	cr_assert_eq(flexspace_write(fs, nb, 0, sizeof(nb)), (ssize_t)sizeof(nb));
+	int stale = 0, rounds = 0;
+	for (; rounds < 200 && !stale; rounds++) {
+		int rc = flexspace_read_located(fs, rb, loc, nloc, stamp);
+		if (rc == -ESTALE) {
+			stale = 1;
+			break;
+		}
+		cr_assert_eq(rc, 0);
+		size_t d = 0;
+		while (d < 20200 && rb[d] == want[d])
+			d++;
+		cr_assert_eq(d, 20200, "round %d: located byte %zu changed: %d for %d", rounds, d, rb[d], want[d]);
+		cr_assert_eq(flexspace_write(fs, nb, 0, sizeof(nb)), (ssize_t)sizeof(nb));
+		cr_assert_eq(flexspace_sync(fs), 0);
+		cr_assert_eq(flexspace_maintain(fs), 0);
+	}
+	cr_assert(stale, "the first segment was never freed in %d rounds", rounds);
+	cr_assert_eq(flexspace_read(fs, rb, 0, 100), 100);
+	cr_assert_eq(memcmp(rb, nb, 100), 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
 Test(flexspace, tags_survive_defrag_close_and_reopen)
 {
 	char dir[PATH_MAX];
