@@ -870,6 +870,136 @@ Test(api_edges, flexdb_bad_arguments)
 	tmp_free(&d);
 }
 
+/* The keys an iterator sees from a seek (forwards) or seek_for_prev
+ * (backwards) to key, joined with ',' (empty keys cannot exist). */
+static const char *iter_walk(struct flexdb_iter *it, const char *key, size_t klen, int reverse)
+{
+	static char out[256];
+	size_t o = 0;
+	int rc =
+	    reverse ? flexdb_iter_seek_for_prev(it, key, klen) : flexdb_iter_seek(it, key, klen);
+	while (!rc && flexdb_iter_valid(it) && o + 16 < sizeof(out)) {
+		size_t kl;
+		const char *k = flexdb_iter_key(it, &kl);
+		if (o)
+			out[o++] = ',';
+		for (size_t i = 0; i < kl; i++)
+			o += (size_t)snprintf(
+			    out + o, sizeof(out) - o,
+			    (unsigned char)k[i] < 0x20 || (unsigned char)k[i] >= 0x7f ? "%02x"
+										      : "%c",
+			    (unsigned char)k[i]);
+		rc = reverse ? flexdb_iter_prev(it) : flexdb_iter_next(it);
+	}
+	cr_assert_eq(rc, 0, "walk: %s", flex_strerror(rc));
+	out[o] = '\0';
+	return out;
+}
+
+Test(api_edges, flexdb_iter_bounds_and_prefix)
+{
+	cr_assert_eq(flexdb_iter_set_bounds(NULL, "a", 1, "b", 1), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_bounds(NULL, NULL, 0, NULL, 0), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_prefix(NULL, "a", 1), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_prefix(NULL, NULL, 0), -EINVAL);
+
+	struct tmpdir d;
+	tmp_make(&d, "bounds");
+	char p[PATH_MAX];
+	join(p, sizeof(p), d.path, "db");
+	struct flexdb_options o = small_db();
+	struct flexdb *db = NULL;
+	cr_assert_eq(flexdb_open(p, &o, &db), 0);
+	static const char *const keys[] = {"a",	       "b",	   "c",		  "\xff",
+					   "\xff\xfe", "\xff\xff", "\xff\xff\x01"};
+	for (size_t i = 0; i < 7; i++)
+		cr_assert_eq(flexdb_put(db, keys[i], strlen(keys[i]), "v", 1), 0);
+	struct flexdb_iter *it = NULL;
+	cr_assert_eq(flexdb_iter_open(db, &it), 0);
+	static uint8_t big[FLEXDB_MAX_KEY + 1];
+
+	/* Bad arguments change nothing: [b, c) stays. */
+	cr_assert_eq(flexdb_iter_set_bounds(it, "b", 1, "c", 1), 0);
+	cr_assert_eq(flexdb_iter_set_bounds(it, NULL, 1, "c", 1), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_bounds(it, "b", 1, NULL, 1), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_bounds(it, "c", 1, "b", 1), -EINVAL, "inverted");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "b", 1, "b", 1), -EINVAL, "empty");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "b\0", 2, "b", 1), -EINVAL, "inverted by length");
+	cr_assert_eq(flexdb_iter_set_bounds(it, big, FLEXDB_MAX_KEY + 1, NULL, 0), FLEX_ETOOBIG);
+	cr_assert_eq(flexdb_iter_set_bounds(it, NULL, 0, "c", SIZE_MAX), FLEX_ETOOBIG);
+	cr_assert_eq(flexdb_iter_set_prefix(it, NULL, 1), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_prefix(it, big, FLEXDB_MAX_KEY + 1), FLEX_ETOOBIG);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "b");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "b");
+	cr_assert_str_eq(iter_walk(it, "a", 1, 0), "b", "seek below the lower bound");
+	cr_assert_str_eq(iter_walk(it, "z", 1, 1), "b", "seek_for_prev past the upper bound");
+	cr_assert_str_eq(iter_walk(it, "c", 1, 0), "", "seek to the upper bound");
+	cr_assert_str_eq(iter_walk(it, "a", 1, 1), "", "seek_for_prev below the lower bound");
+	/* Setting bounds unpositions the iterator. */
+	cr_assert_eq(flexdb_iter_seek(it, NULL, 0), 0);
+	cr_assert(flexdb_iter_valid(it));
+	cr_assert_eq(flexdb_iter_set_bounds(it, "a", 1, NULL, 0), 0);
+	cr_assert_eq(flexdb_iter_valid(it), 0);
+	cr_assert_eq(flexdb_iter_next(it), -EINVAL);
+	/* One side only; bounds beyond the last key or before the first. */
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "a,b,c,ff,fffe,ffff,ffff01");
+	cr_assert_eq(flexdb_iter_set_bounds(it, NULL, 0, "b", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "a");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "\xff\xff\x02", 3, NULL, 0), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "\xff\xff\x02", 3, "\xff\xff\xff", 3), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "\x00", 1, "\x01", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "\x00", 1, "\xff\xff\xff", 3), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "ffff01,ffff,fffe,ff,c,b,a");
+	/* NULL/0 on both sides: unbounded (a non-NULL pointer with length 0
+	 * is unbounded too). */
+	cr_assert_eq(flexdb_iter_set_bounds(it, "x", 0, NULL, 0), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "ffff01,ffff,fffe,ff,c,b,a");
+
+	/* Prefixes of 0xff bytes: no upper end. */
+	cr_assert_eq(flexdb_iter_set_prefix(it, "\xff", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "ff,fffe,ffff,ffff01");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "ffff01,ffff,fffe,ff");
+	cr_assert_eq(flexdb_iter_set_prefix(it, "\xff\xff", 2), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "ffff,ffff01");
+	cr_assert_str_eq(iter_walk(it, "\xff\xff\x00", 3, 1), "ffff");
+	cr_assert_str_eq(iter_walk(it, "\xff", 1, 0), "ffff,ffff01");
+	cr_assert_eq(flexdb_iter_set_prefix(it, "\xff\xfe", 2), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "fffe");
+	cr_assert_eq(flexdb_iter_set_prefix(it, "\xff\xff\xff", 3), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "");
+	/* Prefix and bounds together: both apply. */
+	cr_assert_eq(flexdb_iter_set_prefix(it, "\xff", 1), 0);
+	cr_assert_eq(flexdb_iter_set_bounds(it, "\xff\xfe", 2, "\xff\xff\x01", 3), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "fffe,ffff");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "a", 1, "c", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "", "disjoint prefix and bounds");
+	cr_assert_eq(flexdb_iter_set_prefix(it, NULL, 0), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "a,b");
+	cr_assert_eq(flexdb_iter_set_prefix(it, "b", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "b");
+	flexdb_iter_close(it);
+
+	/* Deleted keys at the bound, and committed pairs (reopened). */
+	cr_assert_eq(flexdb_close(db), 0);
+	cr_assert_eq(flexdb_open(p, &o, &db), 0);
+	cr_assert_eq(flexdb_delete(db, "b", 1), 0);
+	cr_assert_eq(flexdb_iter_open(db, &it), 0);
+	cr_assert_eq(flexdb_iter_set_bounds(it, "b", 1, "c", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "a", 1, "\xff\xff", 2), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "a,c,ff,fffe");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "fffe,ff,c,a");
+	flexdb_iter_close(it);
+	cr_assert_eq(flexdb_close(db), 0);
+	tmp_free(&d);
+}
+
 Test(api_edges, flexdb_options_and_paths)
 {
 	struct tmpdir d;
@@ -970,6 +1100,8 @@ static const char *const exported_covered[] = {
     "flexdb_iter_valid",     "flexdb_iter_next",
     "flexdb_iter_prev",	     "flexdb_iter_key",
     "flexdb_iter_value",     "flexdb_iter_close",
+    "flexdb_iter_set_bounds",
+    "flexdb_iter_set_prefix",
     "flexdb_check",	     "flexdb_stats",
     "flex_killpoint",	     "flex_ident_probe",
     "flex_ident_write",	     "flex_ident_encode",
