@@ -183,8 +183,9 @@ static int cmd_get(struct cli_app *app, struct cli_token *a, size_t n)
 /* Walks [start, end) in key order, or in descending order when reverse
  * (empty start: from the first key; NULL end: to the last), at most limit
  * pairs (0: no limit), calling fn for each; fn returns nonzero to stop.
- * prefix, when non-NULL, also stops at the first key without it (forward
- * only).  Returns 0 or a library status. */
+ * prefix, when non-NULL, also limits it to the keys starting with it.  The
+ * iterator's bounds do the limiting, so that it reads no further.  Returns
+ * 0 or a library status. */
 struct walk {
 	const unsigned char *start, *end, *prefix;
 	size_t slen, elen, plen;
@@ -196,34 +197,25 @@ struct walk {
 	void *arg;
 };
 
-/* Places a reverse walk at the last key below end (end is exclusive). */
-static int seek_last(struct flexdb_iter *it, const struct walk *w)
-{
-	int rc = flexdb_iter_seek_for_prev(it, w->end, w->end ? w->elen : 0);
-	if (!rc && w->end && flexdb_iter_valid(it)) {
-		size_t kl;
-		const void *k = flexdb_iter_key(it, &kl);
-		if (!key_cmp(k, kl, w->end, w->elen))
-			rc = flexdb_iter_prev(it);
-	}
-	return rc;
-}
-
 static int walk(struct flexdb *db, struct walk *w)
 {
+	/* An inverted or empty range holds nothing (the library refuses it
+	 * as bounds). */
+	if (w->slen && w->end && key_cmp(w->start, w->slen, w->end, w->elen) >= 0)
+		return 0;
 	struct flexdb_iter *it;
 	int rc = flexdb_iter_open(db, &it);
 	if (rc)
 		return rc;
-	rc = w->reverse ? seek_last(it, w) : flexdb_iter_seek(it, w->start, w->slen);
+	rc = flexdb_iter_set_bounds(it, w->start, w->slen, w->end, w->end ? w->elen : 0);
+	if (!rc && w->prefix)
+		rc = flexdb_iter_set_prefix(it, w->prefix, w->plen);
+	if (!rc)
+		rc = w->reverse ? flexdb_iter_seek_for_prev(it, NULL, 0)
+				: flexdb_iter_seek(it, NULL, 0);
 	while (!rc && flexdb_iter_valid(it)) {
 		size_t kl, vl;
 		const void *k = flexdb_iter_key(it, &kl);
-		if (w->reverse ? w->slen && key_cmp(k, kl, w->start, w->slen) < 0
-			       : w->end && key_cmp(k, kl, w->end, w->elen) >= 0)
-			break;
-		if (w->prefix && (kl < w->plen || memcmp(k, w->prefix, w->plen)))
-			break;
 		const void *v = flexdb_iter_value(it, &vl);
 		if (w->fn && w->fn(w->arg, k, kl, v, vl)) {
 			rc = 1;
@@ -367,8 +359,8 @@ static int cmd_prefix(struct cli_app *app, struct cli_token *a, size_t n)
 	struct walk w = {0};
 	if (n == 3 && cli_number(app, &a[2], "LIMIT", &w.limit))
 		return 1;
-	w.start = w.prefix = a[1].data;
-	w.slen = w.plen = a[1].len;
+	w.prefix = a[1].data;
+	w.plen = a[1].len;
 	return print_walk(app, &w, 0);
 }
 

@@ -512,11 +512,15 @@ Test(cli, db_scan_prefix_count)
 	       "10 7\na 1\nab 2\nabc 3\nb 4\nc 5\nd 6\n");
 	golden(dbcli, db,
 	       "prefix a\nprefix ab 1\nprefix abcd\nprefix 1\n"
-	       "count\ncount b\ncount ab c\ncount \"\" b\ncount x\n",
+	       "count\ncount b\ncount ab c\ncount \"\" b\ncount x\n"
+	       "count c a\ncount c c\nscan --reverse --from c --to ab\nprefix \"\" 2\n",
 	       "a 1\nab 2\nabc 3\n"
 	       "ab 2\n"
 	       "10 7\n"
-	       "7\n3\n3\n4\n0\n");
+	       "7\n3\n3\n4\n0\n"
+	       /* an inverted or empty range holds nothing; prefix "" is all */
+	       "0\n0\n"
+	       "10 7\na 1\n");
 }
 
 /* tool OPT DIR -c CMDS: a global output option before the directory */
