@@ -1231,6 +1231,9 @@ struct cli_driver {
 	 * "cannot open DIR"), or a positive value for a failure it has
 	 * reported itself, or that has nothing to report. */
 	int (*open)(struct cli_app *app, const char *dir);
+	/* After open failed with FLEX_EOPTION: the name of the options field
+	 * out of range (flexdb_options_check), or NULL.  May be NULL. */
+	const char *(*bad_option)(struct cli_app *app);
 	/* After the commands, before close; may be NULL. */
 	void (*finish)(struct cli_app *app);
 	/* Closes and frees what open made.  Returns 0 or a library status. */
@@ -1368,6 +1371,9 @@ CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, c
 				dir, flex_strerror(rc),
 				app->only_reads ? "; the commands only read, so none was created"
 						: "");
+		else if (rc == FLEX_EOPTION && d->bad_option && d->bad_option(app))
+			fprintf(stderr, "%s: cannot open %s: %s: %s\n", app->prog, dir,
+				d->bad_option(app), flex_strerror(rc));
 		else if (rc < 0)
 			fprintf(stderr, "%s: cannot open %s: %s\n", app->prog, dir,
 				flex_strerror(rc));

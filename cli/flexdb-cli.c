@@ -794,6 +794,13 @@ static int db_open(struct cli_app *app, const char *dir)
 	return rc;
 }
 
+static const char *db_bad_option(struct cli_app *app)
+{
+	const char *field = NULL;
+	flexdb_options_check(&ctx_of(app)->opt, &field);
+	return field;
+}
+
 /* A batch still open at the end is dropped, and fails a script. */
 static void db_finish(struct cli_app *app)
 {
@@ -840,6 +847,7 @@ int main(int argc, char **argv)
 		       "(scan, count and dump take --from, --to and more); the details are in\n"
 		       "docs/CLI.md.\n",
 	    .open = db_open,
+	    .bad_option = db_bad_option,
 	    .finish = db_finish,
 	    .close = db_close,
 	};

@@ -466,6 +466,13 @@ static int fs_open(struct cli_app *app, const char *dir)
 	return rc;
 }
 
+static const char *fs_bad_option(struct cli_app *app)
+{
+	const char *field = NULL;
+	flexspace_options_check(&((struct fs_ctx *)app->ctx)->opt, &field);
+	return field;
+}
+
 static int fs_close(struct cli_app *app)
 {
 	struct fs_ctx *c = app->ctx;
@@ -495,6 +502,7 @@ int main(int argc, char **argv)
 		      "suffix (powers of 1024).\n",
 	    .details = "\nDetails: help CMD, and docs/CLI.md.\n",
 	    .open = fs_open,
+	    .bad_option = fs_bad_option,
 	    .close = fs_close,
 	};
 	struct cli_app app = {

@@ -1314,6 +1314,37 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	return rc;
 }
 
+int flexdb_options_check(const struct flexdb_options *opt, const char **field)
+{
+	/* The FlexSpace's names, as fields of flexdb_options. */
+	static const char *const space_fields[][2] = {
+	    {"segment_size", "space.segment_size"},
+	    {"log_limit", "space.log_limit"},
+	    {"gc_ratio", "space.gc_ratio"},
+	    {"max_data_size", "space.max_data_size"},
+	};
+	const char *f = NULL, *sf = NULL;
+	if (opt) {
+		uint64_t cache = opt->cache_size ? opt->cache_size : FDB_DEFAULT_CACHE;
+		uint64_t mt = opt->memtable_size;
+		if (cache < (1u << 20) || cache > ((uint64_t)1 << 40))
+			f = "cache_size";
+		else if (mt && (mt < (64u << 10) || mt > ((uint64_t)4 << 30)))
+			f = "memtable_size";
+		else if (opt->space.tree_cache_size > cache / 2)
+			f = "space.tree_cache_size";
+		else if (flexspace_options_check(&opt->space, &sf)) {
+			f = "space";
+			for (size_t i = 0; i < sizeof(space_fields) / sizeof(space_fields[0]); i++)
+				if (!strcmp(sf, space_fields[i][0]))
+					f = space_fields[i][1];
+		}
+	}
+	if (field)
+		*field = f;
+	return f ? FLEX_EOPTION : 0;
+}
+
 int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb **out)
 {
 	if (!out)
@@ -1324,11 +1355,9 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	struct flexdb_options o = {0};
 	if (opt)
 		o = *opt;
-	if ((o.cache_size && (o.cache_size < (1u << 20) || o.cache_size > ((uint64_t)1 << 40))) ||
-	    (o.memtable_size &&
-	     (o.memtable_size < (64u << 10) || o.memtable_size > ((uint64_t)4 << 30))) ||
-	    o.space.tree_cache_size > (o.cache_size ? o.cache_size : FDB_DEFAULT_CACHE) / 2)
-		return FLEX_EOPTION;
+	int rc = flexdb_options_check(&o, NULL);
+	if (rc)
+		return rc;
 	struct flexdb *db = calloc(1, sizeof(*db));
 	if (!db)
 		return -ENOMEM;
@@ -1351,7 +1380,7 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	pthread_cond_init(&db->mtcond, NULL);
 	pthread_mutex_init(&db->syncmu, NULL);
 	pthread_cond_init(&db->synccond, NULL);
-	int rc = db->dir ? db_open(db, dir, &o) : -ENOMEM;
+	rc = db->dir ? db_open(db, dir, &o) : -ENOMEM;
 	if (rc) {
 		if (db->active) {
 			unlink(db->active->wal->path);

@@ -115,11 +115,21 @@ struct flexdb_stats {
  *   FLEX_EKIND_SPACE  it is a FlexSpace (open it with flexspace_open)
  *   -ENOENT           missing or empty, and no_create is set
  * Other returns: 0 and *out, FLEX_EBUSY (held by another handle or
- * process), FLEX_EOPTION, FLEX_ECORRUPT, FLEX_EVERSION, -errno.  On
- * failure *out is NULL.  A store made before identities gets its
- * IDENTITY (and space/ its own) when opened without no_create. */
+ * process), FLEX_EOPTION (before anything is touched;
+ * flexdb_options_check names the field), FLEX_ECORRUPT, FLEX_EVERSION,
+ * -errno.  On failure *out is NULL.  A store made before identities gets
+ * its IDENTITY (and space/ its own) when opened without no_create. */
 FLEX_EXPORT int flexdb_open(const char *dir, const struct flexdb_options *opt,
 			    struct flexdb **out);
+
+/* The check flexdb_open makes of its options: 0 when every field is in its
+ * documented range (opt NULL: the defaults, which are), else FLEX_EOPTION
+ * with *field set to the first field out of range, by its name in struct
+ * flexdb_options ("cache_size", "memtable_size", and for the FlexSpace's
+ * "space.tree_cache_size" (over half of cache_size), "space.segment_size",
+ * "space.log_limit", "space.gc_ratio", "space.max_data_size"; a static
+ * string), and to NULL on success.  field may be NULL.  Touches no file. */
+FLEX_EXPORT int flexdb_options_check(const struct flexdb_options *opt, const char **field);
 
 /* Commits the memtables, syncs and frees the handle (even on error, whose
  * status it returns).  Iterators must be closed first.  NULL: no-op, 0. */

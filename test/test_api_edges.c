@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -731,6 +732,144 @@ Test(api_edges, flexspace_options_and_paths)
 	tmp_free(&d);
 }
 
+/* A field name, or "(none)", for messages. */
+static const char *fname(const char *f)
+{
+	return f ? f : "(none)";
+}
+
+Test(api_edges, flexspace_options_check_names_the_field)
+{
+	const char *f = "unset";
+	cr_assert_eq(flexspace_options_check(NULL, &f), 0);
+	cr_assert_null(f);
+	cr_assert_eq(flexspace_options_check(NULL, NULL), 0);
+	struct flexspace_options z = {0};
+	f = "unset";
+	cr_assert_eq(flexspace_options_check(&z, &f), 0);
+	cr_assert_null(f);
+	/* Each field just outside its range, and at both ends of it. */
+	static const struct {
+		struct flexspace_options o;
+		const char *field; /* NULL: in range */
+	} cases[] = {
+	    {{.segment_size = 1000}, "segment_size"},
+	    {{.segment_size = (64u << 10) - 1}, "segment_size"},
+	    {{.segment_size = 32u << 10}, "segment_size"},
+	    {{.segment_size = 512u << 20}, "segment_size"},
+	    {{.segment_size = (128u << 10) + 4096}, "segment_size"},
+	    {{.segment_size = 64u << 10}, NULL},
+	    {{.segment_size = 256u << 20}, NULL},
+	    {{.log_limit = 1}, "log_limit"},
+	    {{.log_limit = (64u << 10) - 1}, "log_limit"},
+	    {{.log_limit = ((uint64_t)1 << 30) + 1}, "log_limit"},
+	    {{.log_limit = (uint64_t)1 << 40}, "log_limit"},
+	    {{.log_limit = 64u << 10}, NULL},
+	    {{.log_limit = (uint64_t)1 << 30}, NULL},
+	    {{.gc_ratio = 0.5}, "gc_ratio"},
+	    {{.gc_ratio = 1.09}, "gc_ratio"},
+	    {{.gc_ratio = -2.0}, "gc_ratio"},
+	    {{.gc_ratio = 100.5}, "gc_ratio"},
+	    {{.gc_ratio = NAN}, "gc_ratio"},
+	    {{.gc_ratio = INFINITY}, "gc_ratio"},
+	    {{.gc_ratio = 1.1}, NULL},
+	    {{.gc_ratio = 100.0}, NULL},
+	    {{.max_data_size = FLEXSPACE_MAX_SIZE + 1}, "max_data_size"},
+	    {{.max_data_size = UINT64_MAX}, "max_data_size"},
+	    {{.max_data_size = FLEXSPACE_MAX_SIZE}, NULL},
+	    {{.max_data_size = 1}, NULL},
+	    /* The first field out of range is the one named. */
+	    {{.segment_size = 3, .gc_ratio = 0.5}, "segment_size"},
+	    {{.log_limit = 3, .max_data_size = UINT64_MAX}, "log_limit"},
+	    /* Fields without a range. */
+	    {{.tree_cache_size = UINT64_MAX, .no_mmap = 7, .create = -1}, NULL},
+	};
+	struct tmpdir d;
+	tmp_make(&d, "spaceopt");
+	char p[PATH_MAX];
+	join(p, sizeof(p), d.path, "s");
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		f = "unset";
+		int rc = flexspace_options_check(&cases[i].o, &f);
+		cr_assert_eq(rc, cases[i].field ? FLEX_EOPTION : 0, "case %zu: %d", i, rc);
+		cr_assert_eq(cases[i].field ? strcmp(fname(f), cases[i].field) : f != NULL, 0,
+			     "case %zu: field %s, expected %s", i, fname(f), fname(cases[i].field));
+		cr_assert_eq(flexspace_options_check(&cases[i].o, NULL), rc);
+		if (!rc)
+			continue;
+		/* open refuses them the same way, before touching anything */
+		struct flexspace_options o = cases[i].o;
+		o.create = 1;
+		struct flexspace *fs = (struct flexspace *)&d;
+		cr_assert_eq(flexspace_open(p, &o, &fs), FLEX_EOPTION, "case %zu", i);
+		cr_assert_null(fs);
+		cr_assert_eq(access(p, F_OK), -1, "case %zu: open created %s", i, p);
+	}
+	tmp_free(&d);
+}
+
+Test(api_edges, flexdb_options_check_names_the_field)
+{
+	const char *f = "unset";
+	cr_assert_eq(flexdb_options_check(NULL, &f), 0);
+	cr_assert_null(f);
+	cr_assert_eq(flexdb_options_check(NULL, NULL), 0);
+	struct flexdb_options z = {0};
+	f = "unset";
+	cr_assert_eq(flexdb_options_check(&z, &f), 0);
+	cr_assert_null(f);
+	static const struct {
+		struct flexdb_options o;
+		const char *field;
+	} cases[] = {
+	    {{.cache_size = 1}, "cache_size"},
+	    {{.cache_size = (1u << 20) - 1}, "cache_size"},
+	    {{.cache_size = ((uint64_t)1 << 40) + 1}, "cache_size"},
+	    {{.cache_size = UINT64_MAX}, "cache_size"},
+	    {{.cache_size = 1u << 20}, NULL},
+	    {{.cache_size = (uint64_t)1 << 40}, NULL},
+	    {{.memtable_size = 1}, "memtable_size"},
+	    {{.memtable_size = (64u << 10) - 1}, "memtable_size"},
+	    {{.memtable_size = ((uint64_t)4 << 30) + 1}, "memtable_size"},
+	    {{.memtable_size = 64u << 10}, NULL},
+	    {{.memtable_size = (uint64_t)4 << 30}, NULL},
+	    /* The tree's cache is at most half of cache_size (64 MiB when 0). */
+	    {{.space.tree_cache_size = (32u << 20) + 1}, "space.tree_cache_size"},
+	    {{.space.tree_cache_size = 32u << 20}, NULL},
+	    {{.cache_size = 4u << 20, .space.tree_cache_size = (2u << 20) + 1},
+	     "space.tree_cache_size"},
+	    {{.cache_size = 4u << 20, .space.tree_cache_size = 2u << 20}, NULL},
+	    /* The FlexSpace's own, named as fields of flexdb_options. */
+	    {{.space.segment_size = 3}, "space.segment_size"},
+	    {{.space.log_limit = 1}, "space.log_limit"},
+	    {{.space.gc_ratio = 1000.0}, "space.gc_ratio"},
+	    {{.space.max_data_size = UINT64_MAX}, "space.max_data_size"},
+	    {{.space.segment_size = 64u << 10, .space.gc_ratio = 1.1}, NULL},
+	    /* The first field out of range is the one named. */
+	    {{.cache_size = 1, .memtable_size = 1}, "cache_size"},
+	    {{.memtable_size = 1, .space.segment_size = 3}, "memtable_size"},
+	    {{.sync_writes = 5, .no_create = -1}, NULL},
+	};
+	struct tmpdir d;
+	tmp_make(&d, "dbopt");
+	char p[PATH_MAX];
+	join(p, sizeof(p), d.path, "db");
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		f = "unset";
+		int rc = flexdb_options_check(&cases[i].o, &f);
+		cr_assert_eq(rc, cases[i].field ? FLEX_EOPTION : 0, "case %zu: %d", i, rc);
+		cr_assert_eq(cases[i].field ? strcmp(fname(f), cases[i].field) : f != NULL, 0,
+			     "case %zu: field %s, expected %s", i, fname(f), fname(cases[i].field));
+		if (!rc)
+			continue;
+		struct flexdb *db = (struct flexdb *)&d;
+		cr_assert_eq(flexdb_open(p, &cases[i].o, &db), FLEX_EOPTION, "case %zu", i);
+		cr_assert_null(db);
+		cr_assert_eq(access(p, F_OK), -1, "case %zu: open created %s", i, p);
+	}
+	tmp_free(&d);
+}
+
 /* ---- flexdb ------------------------------------------------------------------------- */
 
 Test(api_edges, flexdb_null_handles)
@@ -1081,6 +1220,7 @@ static const char *const exported_covered[] = {
     "flextree_commit",	     "flextree_check",
     "flextree_stats",	     "flextree_pressure",
     "flexspace_open",
+    "flexspace_options_check",
     "flexspace_close",	     "flexspace_read",
     "flexspace_write",	     "flexspace_insert",
     "flexspace_collapse",    "flexspace_truncate",
@@ -1102,6 +1242,7 @@ static const char *const exported_covered[] = {
     "flexdb_iter_value",     "flexdb_iter_close",
     "flexdb_iter_set_bounds",
     "flexdb_iter_set_prefix",
+    "flexdb_options_check",
     "flexdb_check",	     "flexdb_stats",
     "flex_killpoint",	     "flex_ident_probe",
     "flex_ident_write",	     "flex_ident_encode",
