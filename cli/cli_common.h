@@ -684,12 +684,46 @@ CLI_FN int cli_number(struct cli_app *app, const struct cli_token *t, const char
 	return 0;
 }
 
+/* The status of the last failed C library call: -errno, or -EIO when it
+ * left errno unset (a stdio stream that failed earlier). */
+CLI_FN int cli_errno(void)
+{
+	return errno ? -errno : -EIO;
+}
+
+/* Reports an error about the file at path: its name, escaped and clipped
+ * as a token is (cli_clip: a name may be long or hold any byte), then the
+ * text.  Returns 1. */
+CLI_FN int cli_file_error(struct cli_app *app, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+CLI_FN int cli_file_error(struct cli_app *app, const char *path, const char *fmt, ...)
+{
+	struct cli_buf b = {0};
+	char text[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	cli_error(app, "%s: %s", cli_clip(&b, path, strlen(path)), text);
+	cli_buf_free(&b);
+	return 1;
+}
+
+/* The same with the reason of status rc (-errno or a library status). */
+CLI_FN int cli_file_status(struct cli_app *app, const char *path, int rc)
+{
+	return cli_file_error(app, path, "%s", flex_strerror(rc));
+}
+
 /* A file name argument: its bytes as a C string, or NULL after an error
  * when they hold a NUL byte. */
 CLI_FN const char *cli_path(struct cli_app *app, const struct cli_token *t)
 {
 	if (strlen((const char *)t->data) != t->len) {
-		cli_error(app, "a file name cannot contain a NUL byte");
+		struct cli_buf b = {0};
+		cli_error(app, "%s: a file name cannot contain a NUL byte",
+			  cli_clip(&b, t->data, t->len));
+		cli_buf_free(&b);
 		return NULL;
 	}
 	return (const char *)t->data;
@@ -756,11 +790,11 @@ CLI_FN int cli_bytes_arg(struct cli_app *app, const struct cli_token *t, const c
 		}
 		FILE *f = fopen(path, "rb");
 		if (!f)
-			return cli_status(app, path, -errno);
+			return cli_file_status(app, path, cli_errno());
 		int rc = cli_read_all(f, b, limit);
 		fclose(f);
 		if (rc)
-			return cli_status(app, path, rc);
+			return cli_file_status(app, path, rc);
 	} else {
 		return 0;
 	}

@@ -101,9 +101,13 @@ static int cmd_put(struct cli_app *app, struct cli_token *a, size_t n)
 		goto fail;
 	if (vl > FLEXDB_MAX_VALUE) {
 		/* a file or stdin is read only one byte past the limit */
-		if (b.p && v == b.p)
-			cli_error(app, "value of more than %u bytes: %s", FLEXDB_MAX_VALUE,
-				  flex_strerror(FLEX_ETOOBIG));
+		if (b.p && v == b.p && a[2].data[0] == '@')
+			cli_file_error(app, (const char *)a[2].data + 1,
+				       "value of more than %u bytes: %s", FLEXDB_MAX_VALUE,
+				       flex_strerror(FLEX_ETOOBIG));
+		else if (b.p && v == b.p)
+			cli_error(app, "standard input: value of more than %u bytes: %s",
+				  FLEXDB_MAX_VALUE, flex_strerror(FLEX_ETOOBIG));
 		else
 			cli_error(app, "value of %zu bytes: %s (limit %u)", vl,
 				  flex_strerror(FLEX_ETOOBIG), FLEXDB_MAX_VALUE);
@@ -491,27 +495,31 @@ static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
  * starting with '#' are ignored.  The "end" line guards against a
  * truncated file. */
 
+struct dumper {
+	FILE *f;
+	struct cli_buf b;
+	int err; /* the first write error, -errno */
+};
+
 static int dump_pair(void *arg, const void *k, size_t kl, const void *v, size_t vl)
 {
-	struct {
-		FILE *f;
-		struct cli_buf b;
-	} *d = arg;
+	struct dumper *d = arg;
 	d->b.len = 0;
 	cli_escape(&d->b, k, kl);
 	cli_buf_addc(&d->b, '\t');
 	cli_escape(&d->b, v, vl);
 	cli_buf_addc(&d->b, '\n');
-	return fwrite(d->b.p, 1, d->b.len, d->f) != d->b.len;
+	errno = 0;
+	if (fwrite(d->b.p, 1, d->b.len, d->f) == d->b.len)
+		return 0;
+	d->err = cli_errno();
+	return 1;
 }
 
 static int cmd_dump(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct db_ctx *c = ctx_of(app);
-	struct {
-		FILE *f;
-		struct cli_buf b;
-	} d = {stdout, {0}};
+	struct dumper d = {stdout, {0}, 0};
 	const char *path = NULL;
 	struct walk w = {0};
 	if (n == 2 && !(path = cli_path(app, &a[1])))
@@ -519,7 +527,7 @@ static int cmd_dump(struct cli_app *app, struct cli_token *a, size_t n)
 	if (set_range(app, &w, a, 0, app->opt[OPT_LIMIT]))
 		return 1;
 	if (path && !(d.f = fopen(path, "w")))
-		return cli_status(app, path, -errno);
+		return cli_file_status(app, path, cli_errno());
 	fprintf(d.f, "%s\n", DUMP_MAGIC);
 	w.fn = dump_pair;
 	w.arg = &d;
@@ -528,14 +536,22 @@ static int cmd_dump(struct cli_app *app, struct cli_token *a, size_t n)
 	cli_buf_free(&d.b);
 	if (rc == 0)
 		fprintf(d.f, "end %" PRIu64 "\n", w.seen);
-	int werr = ferror(d.f) || fflush(d.f);
-	if (path && fclose(d.f))
-		werr = 1;
+	/* The error of the first write that failed, else of the flush or
+	 * close that found it. */
+	errno = 0;
+	if (!d.err && (ferror(d.f) || fflush(d.f)))
+		d.err = cli_errno();
+	errno = 0;
+	if (path && fclose(d.f) && !d.err)
+		d.err = cli_errno();
 	if (rc < 0)
 		return cli_status(app, NULL, rc);
-	if (rc > 0 || werr) {
-		cli_error(app, "writing %s failed: %s", path ? path : "the output",
-			  strerror(errno));
+	if (rc > 0 || d.err) {
+		if (path)
+			return cli_file_error(app, path, "writing failed: %s",
+					      flex_strerror(d.err ? d.err : -EIO));
+		cli_error(app, "writing the output failed: %s",
+			  flex_strerror(d.err ? d.err : -EIO));
 		return 1;
 	}
 	if (path)
@@ -660,7 +676,7 @@ static int cmd_load(struct cli_app *app, struct cli_token *a, size_t n)
 	    !(l.path = cli_path(app, &a[1])))
 		return 1;
 	if (!(l.f = fopen(l.path, "r")))
-		return cli_status(app, l.path, -errno);
+		return cli_file_status(app, l.path, cli_errno());
 	if (load_open(&l, err, sizeof(err)))
 		goto bad;
 	while ((rc = load_next(&l, &end, err, sizeof(err))) == 1) {
@@ -703,12 +719,12 @@ static int cmd_load(struct cli_app *app, struct cli_token *a, size_t n)
 	if (applied >= PROGRESS_EVERY)
 		cli_progress(NULL, 0, NULL);
 	if (rc < 0) {
-		cli_error(app, "%s: %s (the pairs before line %ld may have been loaded)", l.path,
-			  flex_strerror(rc), l.lineno);
+		cli_file_error(app, l.path, "%s (the pairs before line %ld may have been loaded)",
+			       flex_strerror(rc), l.lineno);
 		goto out;
 	}
 	if (rc > 0 || applied != pairs) {
-		cli_error(app, "%s changed while loading", l.path);
+		cli_file_error(app, l.path, "changed while loading");
 		goto out;
 	}
 	printf("loaded %" PRIu64 " pairs\n", pairs);
@@ -717,7 +733,7 @@ static int cmd_load(struct cli_app *app, struct cli_token *a, size_t n)
 bad:
 	if (pairs >= PROGRESS_EVERY)
 		cli_progress(NULL, 0, NULL);
-	cli_error(app, "%s: %s (nothing loaded)", l.path, err);
+	cli_file_error(app, l.path, "%s (nothing loaded)", err);
 out:
 	fclose(l.f);
 	free(l.line);

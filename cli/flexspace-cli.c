@@ -47,11 +47,10 @@ static int cmd_import(struct cli_app *app, struct cli_token *a, size_t n)
 		return 1;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return cli_status(app, path, -errno);
+		return cli_file_status(app, path, cli_errno());
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
 		close(fd);
-		cli_error(app, "%s: not a regular file", path);
-		return 1;
+		return cli_file_error(app, path, "not a regular file");
 	}
 	uint64_t off = 0;
 	for (;;) {
@@ -61,9 +60,8 @@ static int cmd_import(struct cli_app *app, struct cli_token *a, size_t n)
 		if (r < 0) {
 			int e = -errno;
 			close(fd);
-			cli_error(app, "%s: %s (the space holds a partial copy)", path,
-				  flex_strerror(e));
-			return 1;
+			return cli_file_error(app, path, "%s (the space holds a partial copy)",
+					      flex_strerror(e));
 		}
 		if (r == 0)
 			break;
@@ -95,7 +93,7 @@ static int cmd_export(struct cli_app *app, struct cli_token *a, size_t n)
 		return 1;
 	FILE *f = fopen(path, "w");
 	if (!f)
-		return cli_status(app, path, -errno);
+		return cli_file_status(app, path, cli_errno());
 	uint64_t off = 0;
 	int ret = 0;
 	for (;;) {
@@ -106,8 +104,9 @@ static int cmd_export(struct cli_app *app, struct cli_token *a, size_t n)
 		}
 		if (r == 0)
 			break;
+		errno = 0;
 		if (fwrite(c->buf, 1, (size_t)r, f) != (size_t)r) {
-			ret = cli_status(app, path, -errno);
+			ret = cli_file_status(app, path, cli_errno());
 			break;
 		}
 		off += (uint64_t)r;
@@ -116,8 +115,9 @@ static int cmd_export(struct cli_app *app, struct cli_token *a, size_t n)
 	}
 	if (off >= PROGRESS_BYTES)
 		cli_progress(NULL, 0, NULL);
+	errno = 0;
 	if (fclose(f) && !ret)
-		ret = cli_status(app, path, -errno);
+		ret = cli_file_status(app, path, cli_errno());
 	if (!ret)
 		printf("exported %" PRIu64 " bytes\n", off);
 	return ret;
@@ -192,7 +192,7 @@ static int cmd_read(struct cli_app *app, struct cli_token *a, size_t n)
 		if (!(path = cli_path(app, out)))
 			return 1;
 		if (!(f = fopen(path, "wb")))
-			return cli_status(app, path, -errno);
+			return cli_file_status(app, path, cli_errno());
 		mode = 'r';
 	}
 	struct cli_buf esc = {0};
@@ -210,8 +210,10 @@ static int cmd_read(struct cli_app *app, struct cli_token *a, size_t n)
 		if (r == 0)
 			break;
 		if (mode == 'r') {
+			errno = 0;
 			if (fwrite(c->buf, 1, (size_t)r, f) != (size_t)r) {
-				ret = cli_status(app, path ? path : "standard output", -errno);
+				ret = path ? cli_file_status(app, path, cli_errno())
+					   : cli_status(app, "standard output", cli_errno());
 				break;
 			}
 		} else if (mode == 's' || mode == 'h') {
@@ -223,8 +225,9 @@ static int cmd_read(struct cli_app *app, struct cli_token *a, size_t n)
 		}
 		done += (uint64_t)r;
 	}
+	errno = 0;
 	if (path && fclose(f) && !ret)
-		ret = cli_status(app, path, -errno);
+		ret = cli_file_status(app, path, cli_errno());
 	if (!ret && path)
 		printf("read %" PRIu64 " bytes\n", done);
 	if (!ret && (mode == 's' || mode == 'h')) {
@@ -253,7 +256,12 @@ static int data_arg(struct cli_app *app, const struct cli_token *t, struct cli_b
 	if (cli_bytes_arg(app, t, "DATA", DATA_MAX, b, v, vl))
 		return 1;
 	if (*vl > DATA_MAX) {
-		cli_error(app, "DATA of more than %zu bytes (use import)", DATA_MAX);
+		/* only a file or standard input can be this long */
+		if (t->data[0] == '@')
+			return cli_file_error(app, (const char *)t->data + 1,
+					      "DATA of more than %zu bytes (use import)", DATA_MAX);
+		cli_error(app, "standard input: DATA of more than %zu bytes (use import)",
+			  DATA_MAX);
 		return 1;
 	}
 	return 0;

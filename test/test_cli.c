@@ -714,6 +714,67 @@ Test(cli, db_output_hex_raw)
 	free(plain);
 }
 
+/* Errors about a file name it, escaped and clipped to its first 32 bytes
+ * as a token is, and say why: in both tools, for files read and written. */
+Test(cli, file_errors_name_the_file_and_the_reason)
+{
+	need_tools();
+	const char *db = path("db"), *sp = path("sp");
+	/* a long name: its first 32 bytes, then "..." */
+	char longname[200], clipped[64], cmds[1024], want[512];
+	snprintf(longname, sizeof(longname), "%s/no-such-directory-with-a-long-name/file", tmp);
+	snprintf(clipped, sizeof(clipped), "%.32s...", longname);
+	const char *rs = flex_strerror(-ENOENT);
+	struct {
+		const char *tool, *dir, *before, *after, *verb; /* the name between */
+	} cases[] = {
+	    {dbcli, db, "put k @", "", "put"},	     {dbcli, db, "load ", "", "load"},
+	    {dbcli, db, "dump ", "", "dump"},	     {fscli, sp, "write 0 @", "", "write"},
+	    {fscli, sp, "insert 0 @", "", "insert"}, {fscli, sp, "import ", "", "import"},
+	    {fscli, sp, "export ", "", "export"},    {fscli, sp, "read --out ", " 0 1", "read"},
+	};
+	struct run r;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(cmds, sizeof(cmds), "%s%s%s", cases[i].before, longname, cases[i].after);
+		cmdline(cases[i].tool, cases[i].dir, cmds, &r);
+		snprintf(want, sizeof(want), "error: %s: %s: %s\n", cases[i].verb, clipped, rs);
+		cr_expect(strstr(r.err, want), "%s: %s", cmds, r.err);
+		cr_expect_eq(code(&r), 1, "%s", cmds);
+		run_free(&r);
+	}
+	/* a name with a newline is escaped: one line, pasteable */
+	cmdline(dbcli, db, "put k \"@a\\nb\"", &r);
+	snprintf(want, sizeof(want), "flexdb-cli: error: put: \"a\\nb\": %s\n", rs);
+	cr_expect_str_eq(r.err, want);
+	run_free(&r);
+	/* write errors: the device is full */
+	if (access("/dev/full", W_OK) == 0) {
+		const char *full = flex_strerror(-ENOSPC);
+		cmdline(dbcli, db, "put a 1; dump /dev/full", &r);
+		snprintf(want, sizeof(want),
+			 "flexdb-cli: error: dump: /dev/full: writing failed: %s\n", full);
+		cr_expect_str_eq(r.err, want);
+		run_free(&r);
+		cmdline(fscli, sp, "write 0 abc; export /dev/full; read --out /dev/full 0 3", &r);
+		snprintf(want, sizeof(want),
+			 "flexspace-cli: error: export: /dev/full: %s\n"
+			 "flexspace-cli: error: read: /dev/full: %s\n",
+			 full, full);
+		cr_expect_str_eq(r.err, want);
+		run_free(&r);
+	}
+	/* not a regular file; a file that is not a dump */
+	cmdline(fscli, sp, "import /", &r);
+	cr_expect_str_eq(r.err, "flexspace-cli: error: import: /: not a regular file\n");
+	run_free(&r);
+	write_file(path("notadump"), "hello\n", 6);
+	snprintf(cmds, sizeof(cmds), "load %s", path("notadump"));
+	cmdline(dbcli, db, cmds, &r);
+	snprintf(want, sizeof(want), "flexdb-cli: error: load: %s: not a dump", path("notadump"));
+	cr_expect(strstr(r.err, want), "%s", r.err);
+	run_free(&r);
+}
+
 Test(cli, db_put_from_file_and_stdin)
 {
 	need_tools();
@@ -749,14 +810,15 @@ Test(cli, db_put_from_file_and_stdin)
 	cmdline(dbcli, db, cmds, &r);
 	cr_expect_eq(code(&r), 1);
 	cr_expect_str_eq(r.out, "(not found)\n");
-	cr_expect(strstr(r.err, "put: value of more than 1048576 bytes"), "%s", r.err);
+	char want[512];
+	snprintf(want, sizeof(want), "put: %s: value of more than 1048576 bytes", path("huge"));
+	cr_expect(strstr(r.err, want), "%s", r.err);
 	run_free(&r);
 	/* an empty file is an empty value; a missing one an error */
 	write_file(path("empty"), "", 0);
 	snprintf(cmds, sizeof(cmds), "put e @%s; get e; put m @%s", path("empty"), path("missing"));
 	cmdline(dbcli, db, cmds, &r);
 	cr_expect_str_eq(r.out, "\"\"\n");
-	char want[512];
 	snprintf(want, sizeof(want), "flexdb-cli: error: put: %s: %s\n", path("missing"),
 		 flex_strerror(-ENOENT));
 	cr_expect_str_eq(r.err, want);
