@@ -1254,9 +1254,18 @@ struct cli_flag {
 	const char *help; /* its line in --help */
 };
 
+/* An option of one tool that takes a number (decimal or 0x hex, with an
+ * optional K/M/G/T suffix): given, it stores it in *num. */
+struct cli_numflag {
+	const char *name;
+	uint64_t *num;
+	const char *help; /* its line in --help */
+};
+
 /* What cli_main needs from a tool besides its struct cli_app. */
 struct cli_driver {
 	const struct cli_flag *flags; /* ends with a NULL name */
+	const struct cli_numflag *numflags; /* ends with a NULL name; may be NULL */
 	/* --help, around the parts both tools share: */
 	const char *about;   /* what DIR holds, up to "with -c it runs" */
 	const char *status;  /* after the options: the exit statuses and more */
@@ -1286,6 +1295,14 @@ CLI_FN void cli_usage(FILE *f, const struct cli_app *app, const struct cli_drive
 		   "  --bail          stop at the first failing command\n");
 	for (const struct cli_flag *f1 = d->flags; f1->name; f1++)
 		fprintf(f, "  %-15s %s\n", f1->name, f1->help);
+	for (const struct cli_numflag *n1 = d->numflags; n1 && n1->name; n1++) {
+		char head[64];
+		snprintf(head, sizeof(head), "%s N", n1->name);
+		if (strlen(head) > 15)
+			fprintf(f, "  %s\n  %-15s %s\n", head, "", n1->help);
+		else
+			fprintf(f, "  %-15s %s\n", head, n1->help);
+	}
 	fprintf(f, "  --version       print the version\n"
 		   "  --help          this text\n"
 		   "\n"
@@ -1366,6 +1383,9 @@ CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, c
 		const struct cli_flag *f = d->flags;
 		while (f->name && strcmp(f->name, s))
 			f++;
+		const struct cli_numflag *nf = d->numflags;
+		while (nf && nf->name && strcmp(nf->name, s))
+			nf++;
 		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
 			cli_usage(stdout, app, d);
 			return 0;
@@ -1381,6 +1401,20 @@ CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, c
 			cmds[ncmds++] = argv[i];
 		} else if (!strcmp(s, "--bail")) {
 			app->bail = 1;
+		} else if (nf && nf->name) {
+			if (++i == argc) {
+				fprintf(stderr, "%s: %s needs a value (%s N)\n", app->prog, s, s);
+				return 2;
+			}
+			struct cli_token t = {.kind = CLI_BARE,
+					      .text = argv[i],
+					      .data = (unsigned char *)argv[i],
+					      .len = strlen(argv[i])};
+			char err[128];
+			if (cli_parse_u64(&t, nf->num, err, sizeof(err))) {
+				fprintf(stderr, "%s: %s: %s\n", app->prog, s, err);
+				return 2;
+			}
 		} else if (f->name) {
 			*f->var = f->value;
 		} else if (s[0] == '-' && s[1]) {

@@ -850,8 +850,15 @@ int main(int argc, char **argv)
 	    {"--raw", &c.out, OUT_RAW, "print keys and values as they are (get: no newline)"},
 	    {NULL, NULL, 0, NULL},
 	};
+	const struct cli_numflag numflags[] = {
+	    {"--cache-size", &c.opt.cache_size, "bytes of cache (default 64M; 1M .. 1T)"},
+	    {"--memtable-size", &c.opt.memtable_size,
+	     "bytes of a memtable (default 32M; 64K .. 4G)"},
+	    {NULL, NULL, NULL},
+	};
 	const struct cli_driver driver = {
 	    .flags = flags,
+	    .numflags = numflags,
 	    .about = "Opens (or creates) the FlexDB store in directory DIR.  On a terminal it\n"
 		     "starts an interactive shell (prompt \"flexdb> \", line editing, history in\n"
 		     "$HOME/.flexdb_history, tab completion of commands;\n"

@@ -28,6 +28,7 @@
 
 struct fs_ctx {
 	struct flexspace_options opt; /* set by the command-line flags */
+	uint64_t segment_size;	      /* --segment-size, for opt */
 	struct flexspace *fs;
 	unsigned char *buf; /* CHUNK bytes */
 };
@@ -468,6 +469,8 @@ static int fs_open(struct cli_app *app, const char *dir)
 		return 1;
 	if (app->only_reads)
 		c->opt.create = 0;
+	/* beyond 32 bits: out of range, as flexspace_open says */
+	c->opt.segment_size = c->segment_size > UINT32_MAX ? UINT32_MAX : (uint32_t)c->segment_size;
 	int rc = flexspace_open(dir, &c->opt, &c->fs);
 	if (rc)
 		free(c->buf);
@@ -498,8 +501,14 @@ int main(int argc, char **argv)
 	    {"--raw", &read_mode, 'r', "read prints the raw bytes by default"},
 	    {NULL, NULL, 0, NULL},
 	};
+	const struct cli_numflag numflags[] = {
+	    {"--segment-size", &c.segment_size,
+	     "of a new space: a power of two, 64K .. 256M (default 4M)"},
+	    {NULL, NULL, NULL},
+	};
 	const struct cli_driver driver = {
 	    .flags = flags,
+	    .numflags = numflags,
 	    .about = "Opens (or creates) the FlexSpace in directory DIR.  On a terminal it\n"
 		     "starts an interactive shell (prompt \"flexspace> \", line editing, history\n"
 		     "in $HOME/.flexspace_history, tab completion of commands;\n"

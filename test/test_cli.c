@@ -2005,6 +2005,70 @@ Test(cli, read_commands_on_a_missing_path_create_nothing)
 	run_free(&r);
 }
 
+/* Options with a value: in range they reach the library, out of range the
+ * open fails with the field named and nothing is created. */
+Test(cli, size_options_and_the_field_out_of_range)
+{
+	need_tools();
+	struct run r;
+	char want[512];
+	const char *opt = flex_strerror(FLEX_EOPTION);
+	static const struct {
+		int db;
+		const char *flag, *value, *field;
+	} bad[] = {
+	    {1, "--cache-size", "1", "cache_size"},
+	    {1, "--cache-size", "2T", "cache_size"},
+	    {1, "--memtable-size", "63K", "memtable_size"},
+	    {1, "--memtable-size", "0x100000001", "memtable_size"},
+	    {0, "--segment-size", "1000", "segment_size"},
+	    {0, "--segment-size", "512M", "segment_size"},
+	    {0, "--segment-size", "8G", "segment_size"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *d = path("optbad");
+		char *argv[] = {bad[i].db ? dbcli : fscli,
+				(char *)bad[i].flag,
+				(char *)bad[i].value,
+				(char *)d,
+				"-c",
+				"sync",
+				NULL};
+		run_argv(argv, "", 0, &r);
+		cr_expect_eq(code(&r), 2, "%s %s: status %d", bad[i].flag, bad[i].value, code(&r));
+		snprintf(want, sizeof(want), "%s: cannot open %s: %s: %s\n",
+			 bad[i].db ? "flexdb-cli" : "flexspace-cli", d, bad[i].field, opt);
+		cr_expect_str_eq(r.err, want);
+		cr_expect_neq(access(d, F_OK), 0, "%s %s created %s", bad[i].flag, bad[i].value, d);
+		run_free(&r);
+	}
+	/* not a number, or no value */
+	char *nan[] = {dbcli, "--cache-size", "lots", (char *)path("x"), NULL};
+	run_argv(nan, "", 0, &r);
+	cr_expect_eq(code(&r), 2);
+	cr_expect(strstr(r.err, "flexdb-cli: --cache-size: "), "%s", r.err);
+	run_free(&r);
+	char *none[] = {fscli, (char *)path("x"), "--segment-size", NULL};
+	run_argv(none, "", 0, &r);
+	cr_expect_eq(code(&r), 2);
+	cr_expect_str_eq(r.err, "flexspace-cli: --segment-size needs a value (--segment-size N)\n");
+	run_free(&r);
+	/* in range: used */
+	const char *db = path("optdb"), *sp = path("optsp");
+	char *good[] = {dbcli, "--cache-size",	 "2M", "--memtable-size", "64K", (char *)db,
+			"-c",  "put a 1; get a", NULL};
+	run_argv(good, "", 0, &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.out, "1\n");
+	run_free(&r);
+	char *seg[] = {fscli, "--segment-size",	  "0x10000", (char *)sp,
+		       "-c",  "write 0 x; stats", NULL};
+	run_argv(seg, "", 0, &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect(strstr(r.out, "\nsegment_size") && strstr(r.out, " 65536\n"), "%s", r.out);
+	run_free(&r);
+}
+
 /* A user's file named like a store's is neither truncated nor rewritten,
  * and the tool says why it refused. */
 Test(cli, a_users_file_named_like_a_stores_is_untouched)
