@@ -684,12 +684,46 @@ CLI_FN int cli_number(struct cli_app *app, const struct cli_token *t, const char
 	return 0;
 }
 
+/* The status of the last failed C library call: -errno, or -EIO when it
+ * left errno unset (a stdio stream that failed earlier). */
+CLI_FN int cli_errno(void)
+{
+	return errno ? -errno : -EIO;
+}
+
+/* Reports an error about the file at path: its name, escaped and clipped
+ * as a token is (cli_clip: a name may be long or hold any byte), then the
+ * text.  Returns 1. */
+CLI_FN int cli_file_error(struct cli_app *app, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+CLI_FN int cli_file_error(struct cli_app *app, const char *path, const char *fmt, ...)
+{
+	struct cli_buf b = {0};
+	char text[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	cli_error(app, "%s: %s", cli_clip(&b, path, strlen(path)), text);
+	cli_buf_free(&b);
+	return 1;
+}
+
+/* The same with the reason of status rc (-errno or a library status). */
+CLI_FN int cli_file_status(struct cli_app *app, const char *path, int rc)
+{
+	return cli_file_error(app, path, "%s", flex_strerror(rc));
+}
+
 /* A file name argument: its bytes as a C string, or NULL after an error
  * when they hold a NUL byte. */
 CLI_FN const char *cli_path(struct cli_app *app, const struct cli_token *t)
 {
 	if (strlen((const char *)t->data) != t->len) {
-		cli_error(app, "a file name cannot contain a NUL byte");
+		struct cli_buf b = {0};
+		cli_error(app, "%s: a file name cannot contain a NUL byte",
+			  cli_clip(&b, t->data, t->len));
+		cli_buf_free(&b);
 		return NULL;
 	}
 	return (const char *)t->data;
@@ -756,11 +790,11 @@ CLI_FN int cli_bytes_arg(struct cli_app *app, const struct cli_token *t, const c
 		}
 		FILE *f = fopen(path, "rb");
 		if (!f)
-			return cli_status(app, path, -errno);
+			return cli_file_status(app, path, cli_errno());
 		int rc = cli_read_all(f, b, limit);
 		fclose(f);
 		if (rc)
-			return cli_status(app, path, rc);
+			return cli_file_status(app, path, rc);
 	} else {
 		return 0;
 	}
@@ -1220,9 +1254,18 @@ struct cli_flag {
 	const char *help; /* its line in --help */
 };
 
+/* An option of one tool that takes a number (decimal or 0x hex, with an
+ * optional K/M/G/T suffix): given, it stores it in *num. */
+struct cli_numflag {
+	const char *name;
+	uint64_t *num;
+	const char *help; /* its line in --help */
+};
+
 /* What cli_main needs from a tool besides its struct cli_app. */
 struct cli_driver {
 	const struct cli_flag *flags; /* ends with a NULL name */
+	const struct cli_numflag *numflags; /* ends with a NULL name; may be NULL */
 	/* --help, around the parts both tools share: */
 	const char *about;   /* what DIR holds, up to "with -c it runs" */
 	const char *status;  /* after the options: the exit statuses and more */
@@ -1231,6 +1274,9 @@ struct cli_driver {
 	 * "cannot open DIR"), or a positive value for a failure it has
 	 * reported itself, or that has nothing to report. */
 	int (*open)(struct cli_app *app, const char *dir);
+	/* After open failed with FLEX_EOPTION: the name of the options field
+	 * out of range (flexdb_options_check), or NULL.  May be NULL. */
+	const char *(*bad_option)(struct cli_app *app);
 	/* After the commands, before close; may be NULL. */
 	void (*finish)(struct cli_app *app);
 	/* Closes and frees what open made.  Returns 0 or a library status. */
@@ -1249,6 +1295,14 @@ CLI_FN void cli_usage(FILE *f, const struct cli_app *app, const struct cli_drive
 		   "  --bail          stop at the first failing command\n");
 	for (const struct cli_flag *f1 = d->flags; f1->name; f1++)
 		fprintf(f, "  %-15s %s\n", f1->name, f1->help);
+	for (const struct cli_numflag *n1 = d->numflags; n1 && n1->name; n1++) {
+		char head[64];
+		snprintf(head, sizeof(head), "%s N", n1->name);
+		if (strlen(head) > 15)
+			fprintf(f, "  %s\n  %-15s %s\n", head, "", n1->help);
+		else
+			fprintf(f, "  %-15s %s\n", head, n1->help);
+	}
 	fprintf(f, "  --version       print the version\n"
 		   "  --help          this text\n"
 		   "\n"
@@ -1329,6 +1383,9 @@ CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, c
 		const struct cli_flag *f = d->flags;
 		while (f->name && strcmp(f->name, s))
 			f++;
+		const struct cli_numflag *nf = d->numflags;
+		while (nf && nf->name && strcmp(nf->name, s))
+			nf++;
 		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
 			cli_usage(stdout, app, d);
 			return 0;
@@ -1344,6 +1401,20 @@ CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, c
 			cmds[ncmds++] = argv[i];
 		} else if (!strcmp(s, "--bail")) {
 			app->bail = 1;
+		} else if (nf && nf->name) {
+			if (++i == argc) {
+				fprintf(stderr, "%s: %s needs a value (%s N)\n", app->prog, s, s);
+				return 2;
+			}
+			struct cli_token t = {.kind = CLI_BARE,
+					      .text = argv[i],
+					      .data = (unsigned char *)argv[i],
+					      .len = strlen(argv[i])};
+			char err[128];
+			if (cli_parse_u64(&t, nf->num, err, sizeof(err))) {
+				fprintf(stderr, "%s: %s: %s\n", app->prog, s, err);
+				return 2;
+			}
 		} else if (f->name) {
 			*f->var = f->value;
 		} else if (s[0] == '-' && s[1]) {
@@ -1368,6 +1439,9 @@ CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, c
 				dir, flex_strerror(rc),
 				app->only_reads ? "; the commands only read, so none was created"
 						: "");
+		else if (rc == FLEX_EOPTION && d->bad_option && d->bad_option(app))
+			fprintf(stderr, "%s: cannot open %s: %s: %s\n", app->prog, dir,
+				d->bad_option(app), flex_strerror(rc));
 		else if (rc < 0)
 			fprintf(stderr, "%s: cannot open %s: %s\n", app->prog, dir,
 				flex_strerror(rc));

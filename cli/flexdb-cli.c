@@ -101,9 +101,13 @@ static int cmd_put(struct cli_app *app, struct cli_token *a, size_t n)
 		goto fail;
 	if (vl > FLEXDB_MAX_VALUE) {
 		/* a file or stdin is read only one byte past the limit */
-		if (b.p && v == b.p)
-			cli_error(app, "value of more than %u bytes: %s", FLEXDB_MAX_VALUE,
-				  flex_strerror(FLEX_ETOOBIG));
+		if (b.p && v == b.p && a[2].data[0] == '@')
+			cli_file_error(app, (const char *)a[2].data + 1,
+				       "value of more than %u bytes: %s", FLEXDB_MAX_VALUE,
+				       flex_strerror(FLEX_ETOOBIG));
+		else if (b.p && v == b.p)
+			cli_error(app, "standard input: value of more than %u bytes: %s",
+				  FLEXDB_MAX_VALUE, flex_strerror(FLEX_ETOOBIG));
 		else
 			cli_error(app, "value of %zu bytes: %s (limit %u)", vl,
 				  flex_strerror(FLEX_ETOOBIG), FLEXDB_MAX_VALUE);
@@ -183,8 +187,9 @@ static int cmd_get(struct cli_app *app, struct cli_token *a, size_t n)
 /* Walks [start, end) in key order, or in descending order when reverse
  * (empty start: from the first key; NULL end: to the last), at most limit
  * pairs (0: no limit), calling fn for each; fn returns nonzero to stop.
- * prefix, when non-NULL, also stops at the first key without it (forward
- * only).  Returns 0 or a library status. */
+ * prefix, when non-NULL, also limits it to the keys starting with it.  The
+ * iterator's bounds do the limiting, so that it reads no further.  Returns
+ * 0 or a library status. */
 struct walk {
 	const unsigned char *start, *end, *prefix;
 	size_t slen, elen, plen;
@@ -196,34 +201,25 @@ struct walk {
 	void *arg;
 };
 
-/* Places a reverse walk at the last key below end (end is exclusive). */
-static int seek_last(struct flexdb_iter *it, const struct walk *w)
-{
-	int rc = flexdb_iter_seek_for_prev(it, w->end, w->end ? w->elen : 0);
-	if (!rc && w->end && flexdb_iter_valid(it)) {
-		size_t kl;
-		const void *k = flexdb_iter_key(it, &kl);
-		if (!key_cmp(k, kl, w->end, w->elen))
-			rc = flexdb_iter_prev(it);
-	}
-	return rc;
-}
-
 static int walk(struct flexdb *db, struct walk *w)
 {
+	/* An inverted or empty range holds nothing (the library refuses it
+	 * as bounds). */
+	if (w->slen && w->end && key_cmp(w->start, w->slen, w->end, w->elen) >= 0)
+		return 0;
 	struct flexdb_iter *it;
 	int rc = flexdb_iter_open(db, &it);
 	if (rc)
 		return rc;
-	rc = w->reverse ? seek_last(it, w) : flexdb_iter_seek(it, w->start, w->slen);
+	rc = flexdb_iter_set_bounds(it, w->start, w->slen, w->end, w->end ? w->elen : 0);
+	if (!rc && w->prefix)
+		rc = flexdb_iter_set_prefix(it, w->prefix, w->plen);
+	if (!rc)
+		rc = w->reverse ? flexdb_iter_seek_for_prev(it, NULL, 0)
+				: flexdb_iter_seek(it, NULL, 0);
 	while (!rc && flexdb_iter_valid(it)) {
 		size_t kl, vl;
 		const void *k = flexdb_iter_key(it, &kl);
-		if (w->reverse ? w->slen && key_cmp(k, kl, w->start, w->slen) < 0
-			       : w->end && key_cmp(k, kl, w->end, w->elen) >= 0)
-			break;
-		if (w->prefix && (kl < w->plen || memcmp(k, w->prefix, w->plen)))
-			break;
 		const void *v = flexdb_iter_value(it, &vl);
 		if (w->fn && w->fn(w->arg, k, kl, v, vl)) {
 			rc = 1;
@@ -367,8 +363,8 @@ static int cmd_prefix(struct cli_app *app, struct cli_token *a, size_t n)
 	struct walk w = {0};
 	if (n == 3 && cli_number(app, &a[2], "LIMIT", &w.limit))
 		return 1;
-	w.start = w.prefix = a[1].data;
-	w.slen = w.plen = a[1].len;
+	w.prefix = a[1].data;
+	w.plen = a[1].len;
 	return print_walk(app, &w, 0);
 }
 
@@ -500,27 +496,31 @@ static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
  * starting with '#' are ignored.  The "end" line guards against a
  * truncated file. */
 
+struct dumper {
+	FILE *f;
+	struct cli_buf b;
+	int err; /* the first write error, -errno */
+};
+
 static int dump_pair(void *arg, const void *k, size_t kl, const void *v, size_t vl)
 {
-	struct {
-		FILE *f;
-		struct cli_buf b;
-	} *d = arg;
+	struct dumper *d = arg;
 	d->b.len = 0;
 	cli_escape(&d->b, k, kl);
 	cli_buf_addc(&d->b, '\t');
 	cli_escape(&d->b, v, vl);
 	cli_buf_addc(&d->b, '\n');
-	return fwrite(d->b.p, 1, d->b.len, d->f) != d->b.len;
+	errno = 0;
+	if (fwrite(d->b.p, 1, d->b.len, d->f) == d->b.len)
+		return 0;
+	d->err = cli_errno();
+	return 1;
 }
 
 static int cmd_dump(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct db_ctx *c = ctx_of(app);
-	struct {
-		FILE *f;
-		struct cli_buf b;
-	} d = {stdout, {0}};
+	struct dumper d = {stdout, {0}, 0};
 	const char *path = NULL;
 	struct walk w = {0};
 	if (n == 2 && !(path = cli_path(app, &a[1])))
@@ -528,7 +528,7 @@ static int cmd_dump(struct cli_app *app, struct cli_token *a, size_t n)
 	if (set_range(app, &w, a, 0, app->opt[OPT_LIMIT]))
 		return 1;
 	if (path && !(d.f = fopen(path, "w")))
-		return cli_status(app, path, -errno);
+		return cli_file_status(app, path, cli_errno());
 	fprintf(d.f, "%s\n", DUMP_MAGIC);
 	w.fn = dump_pair;
 	w.arg = &d;
@@ -537,14 +537,22 @@ static int cmd_dump(struct cli_app *app, struct cli_token *a, size_t n)
 	cli_buf_free(&d.b);
 	if (rc == 0)
 		fprintf(d.f, "end %" PRIu64 "\n", w.seen);
-	int werr = ferror(d.f) || fflush(d.f);
-	if (path && fclose(d.f))
-		werr = 1;
+	/* The error of the first write that failed, else of the flush or
+	 * close that found it. */
+	errno = 0;
+	if (!d.err && (ferror(d.f) || fflush(d.f)))
+		d.err = cli_errno();
+	errno = 0;
+	if (path && fclose(d.f) && !d.err)
+		d.err = cli_errno();
 	if (rc < 0)
 		return cli_status(app, NULL, rc);
-	if (rc > 0 || werr) {
-		cli_error(app, "writing %s failed: %s", path ? path : "the output",
-			  strerror(errno));
+	if (rc > 0 || d.err) {
+		if (path)
+			return cli_file_error(app, path, "writing failed: %s",
+					      flex_strerror(d.err ? d.err : -EIO));
+		cli_error(app, "writing the output failed: %s",
+			  flex_strerror(d.err ? d.err : -EIO));
 		return 1;
 	}
 	if (path)
@@ -669,7 +677,7 @@ static int cmd_load(struct cli_app *app, struct cli_token *a, size_t n)
 	    !(l.path = cli_path(app, &a[1])))
 		return 1;
 	if (!(l.f = fopen(l.path, "r")))
-		return cli_status(app, l.path, -errno);
+		return cli_file_status(app, l.path, cli_errno());
 	if (load_open(&l, err, sizeof(err)))
 		goto bad;
 	while ((rc = load_next(&l, &end, err, sizeof(err))) == 1) {
@@ -712,12 +720,12 @@ static int cmd_load(struct cli_app *app, struct cli_token *a, size_t n)
 	if (applied >= PROGRESS_EVERY)
 		cli_progress(NULL, 0, NULL);
 	if (rc < 0) {
-		cli_error(app, "%s: %s (the pairs before line %ld may have been loaded)", l.path,
-			  flex_strerror(rc), l.lineno);
+		cli_file_error(app, l.path, "%s (the pairs before line %ld may have been loaded)",
+			       flex_strerror(rc), l.lineno);
 		goto out;
 	}
 	if (rc > 0 || applied != pairs) {
-		cli_error(app, "%s changed while loading", l.path);
+		cli_file_error(app, l.path, "changed while loading");
 		goto out;
 	}
 	printf("loaded %" PRIu64 " pairs\n", pairs);
@@ -726,7 +734,7 @@ static int cmd_load(struct cli_app *app, struct cli_token *a, size_t n)
 bad:
 	if (pairs >= PROGRESS_EVERY)
 		cli_progress(NULL, 0, NULL);
-	cli_error(app, "%s: %s (nothing loaded)", l.path, err);
+	cli_file_error(app, l.path, "%s (nothing loaded)", err);
 out:
 	fclose(l.f);
 	free(l.line);
@@ -803,6 +811,13 @@ static int db_open(struct cli_app *app, const char *dir)
 	return rc;
 }
 
+static const char *db_bad_option(struct cli_app *app)
+{
+	const char *field = NULL;
+	flexdb_options_check(&ctx_of(app)->opt, &field);
+	return field;
+}
+
 /* A batch still open at the end is dropped, and fails a script. */
 static void db_finish(struct cli_app *app)
 {
@@ -836,8 +851,15 @@ int main(int argc, char **argv)
 	    {"--raw", &c.out, OUT_RAW, "print keys and values as they are (get: no newline)"},
 	    {NULL, NULL, 0, NULL},
 	};
+	const struct cli_numflag numflags[] = {
+	    {"--cache-size", &c.opt.cache_size, "bytes of cache (default 64M; 1M .. 1T)"},
+	    {"--memtable-size", &c.opt.memtable_size,
+	     "bytes of a memtable (default 32M; 64K .. 4G)"},
+	    {NULL, NULL, NULL},
+	};
 	const struct cli_driver driver = {
 	    .flags = flags,
+	    .numflags = numflags,
 	    .about = "Opens (or creates) the FlexDB store in directory DIR.  On a terminal it\n"
 		     "starts an interactive shell (prompt \"flexdb> \", line editing, history in\n"
 		     "$HOME/.flexdb_history, tab completion of commands;\n"
@@ -849,6 +871,7 @@ int main(int argc, char **argv)
 		       "(scan, count and dump take --from, --to and more); the details are in\n"
 		       "docs/CLI.md.\n",
 	    .open = db_open,
+	    .bad_option = db_bad_option,
 	    .finish = db_finish,
 	    .close = db_close,
 	};

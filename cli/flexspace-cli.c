@@ -28,6 +28,7 @@
 
 struct fs_ctx {
 	struct flexspace_options opt; /* set by the command-line flags */
+	uint64_t segment_size;	      /* --segment-size, for opt */
 	struct flexspace *fs;
 	unsigned char *buf; /* CHUNK bytes */
 };
@@ -47,11 +48,10 @@ static int cmd_import(struct cli_app *app, struct cli_token *a, size_t n)
 		return 1;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return cli_status(app, path, -errno);
+		return cli_file_status(app, path, cli_errno());
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
 		close(fd);
-		cli_error(app, "%s: not a regular file", path);
-		return 1;
+		return cli_file_error(app, path, "not a regular file");
 	}
 	uint64_t off = 0;
 	for (;;) {
@@ -61,9 +61,8 @@ static int cmd_import(struct cli_app *app, struct cli_token *a, size_t n)
 		if (r < 0) {
 			int e = -errno;
 			close(fd);
-			cli_error(app, "%s: %s (the space holds a partial copy)", path,
-				  flex_strerror(e));
-			return 1;
+			return cli_file_error(app, path, "%s (the space holds a partial copy)",
+					      flex_strerror(e));
 		}
 		if (r == 0)
 			break;
@@ -95,7 +94,7 @@ static int cmd_export(struct cli_app *app, struct cli_token *a, size_t n)
 		return 1;
 	FILE *f = fopen(path, "w");
 	if (!f)
-		return cli_status(app, path, -errno);
+		return cli_file_status(app, path, cli_errno());
 	uint64_t off = 0;
 	int ret = 0;
 	for (;;) {
@@ -106,8 +105,9 @@ static int cmd_export(struct cli_app *app, struct cli_token *a, size_t n)
 		}
 		if (r == 0)
 			break;
+		errno = 0;
 		if (fwrite(c->buf, 1, (size_t)r, f) != (size_t)r) {
-			ret = cli_status(app, path, -errno);
+			ret = cli_file_status(app, path, cli_errno());
 			break;
 		}
 		off += (uint64_t)r;
@@ -116,8 +116,9 @@ static int cmd_export(struct cli_app *app, struct cli_token *a, size_t n)
 	}
 	if (off >= PROGRESS_BYTES)
 		cli_progress(NULL, 0, NULL);
+	errno = 0;
 	if (fclose(f) && !ret)
-		ret = cli_status(app, path, -errno);
+		ret = cli_file_status(app, path, cli_errno());
 	if (!ret)
 		printf("exported %" PRIu64 " bytes\n", off);
 	return ret;
@@ -192,7 +193,7 @@ static int cmd_read(struct cli_app *app, struct cli_token *a, size_t n)
 		if (!(path = cli_path(app, out)))
 			return 1;
 		if (!(f = fopen(path, "wb")))
-			return cli_status(app, path, -errno);
+			return cli_file_status(app, path, cli_errno());
 		mode = 'r';
 	}
 	struct cli_buf esc = {0};
@@ -210,8 +211,10 @@ static int cmd_read(struct cli_app *app, struct cli_token *a, size_t n)
 		if (r == 0)
 			break;
 		if (mode == 'r') {
+			errno = 0;
 			if (fwrite(c->buf, 1, (size_t)r, f) != (size_t)r) {
-				ret = cli_status(app, path ? path : "standard output", -errno);
+				ret = path ? cli_file_status(app, path, cli_errno())
+					   : cli_status(app, "standard output", cli_errno());
 				break;
 			}
 		} else if (mode == 's' || mode == 'h') {
@@ -223,8 +226,9 @@ static int cmd_read(struct cli_app *app, struct cli_token *a, size_t n)
 		}
 		done += (uint64_t)r;
 	}
+	errno = 0;
 	if (path && fclose(f) && !ret)
-		ret = cli_status(app, path, -errno);
+		ret = cli_file_status(app, path, cli_errno());
 	if (!ret && path)
 		printf("read %" PRIu64 " bytes\n", done);
 	if (!ret && (mode == 's' || mode == 'h')) {
@@ -253,7 +257,12 @@ static int data_arg(struct cli_app *app, const struct cli_token *t, struct cli_b
 	if (cli_bytes_arg(app, t, "DATA", DATA_MAX, b, v, vl))
 		return 1;
 	if (*vl > DATA_MAX) {
-		cli_error(app, "DATA of more than %zu bytes (use import)", DATA_MAX);
+		/* only a file or standard input can be this long */
+		if (t->data[0] == '@')
+			return cli_file_error(app, (const char *)t->data + 1,
+					      "DATA of more than %zu bytes (use import)", DATA_MAX);
+		cli_error(app, "standard input: DATA of more than %zu bytes (use import)",
+			  DATA_MAX);
 		return 1;
 	}
 	return 0;
@@ -460,10 +469,19 @@ static int fs_open(struct cli_app *app, const char *dir)
 		return 1;
 	if (app->only_reads)
 		c->opt.create = 0;
+	/* beyond 32 bits: out of range, as flexspace_open says */
+	c->opt.segment_size = c->segment_size > UINT32_MAX ? UINT32_MAX : (uint32_t)c->segment_size;
 	int rc = flexspace_open(dir, &c->opt, &c->fs);
 	if (rc)
 		free(c->buf);
 	return rc;
+}
+
+static const char *fs_bad_option(struct cli_app *app)
+{
+	const char *field = NULL;
+	flexspace_options_check(&((struct fs_ctx *)app->ctx)->opt, &field);
+	return field;
 }
 
 static int fs_close(struct cli_app *app)
@@ -483,8 +501,14 @@ int main(int argc, char **argv)
 	    {"--raw", &read_mode, 'r', "read prints the raw bytes by default"},
 	    {NULL, NULL, 0, NULL},
 	};
+	const struct cli_numflag numflags[] = {
+	    {"--segment-size", &c.segment_size,
+	     "of a new space: a power of two, 64K .. 256M (default 4M)"},
+	    {NULL, NULL, NULL},
+	};
 	const struct cli_driver driver = {
 	    .flags = flags,
+	    .numflags = numflags,
 	    .about = "Opens (or creates) the FlexSpace in directory DIR.  On a terminal it\n"
 		     "starts an interactive shell (prompt \"flexspace> \", line editing, history\n"
 		     "in $HOME/.flexspace_history, tab completion of commands;\n"
@@ -495,6 +519,7 @@ int main(int argc, char **argv)
 		      "suffix (powers of 1024).\n",
 	    .details = "\nDetails: help CMD, and docs/CLI.md.\n",
 	    .open = fs_open,
+	    .bad_option = fs_bad_option,
 	    .close = fs_close,
 	};
 	struct cli_app app = {

@@ -392,11 +392,13 @@ struct fdb_pair {
  * order starting at the
  * first key >= from (> from unless inclusive), or with reverse, in
  * descending order from the last key <= from (< from unless inclusive);
- * flen 0 starts at the first (last) key.  Uncached intervals read are
- * offered in cands. */
-int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inclusive,
-		   int reverse, struct fdb_pair *out, int max, int *n, struct fdb_ar *ar,
-		   struct fdb_cands *cands);
+ * flen 0 starts at the first (last) key.  A non-NULL lim ends the scan
+ * before the first key >= lim (with reverse, < lim), and no interval
+ * wholly past it is read.  Uncached intervals read are offered in
+ * cands. */
+int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inclusive, int reverse,
+		   const void *lim, uint32_t limlen, struct fdb_pair *out, int max, int *n,
+		   struct fdb_ar *ar, struct fdb_cands *cands);
 int fdb_store_check(struct fdb_store *s);
 
 #endif /* FDB_INT_H */

@@ -1703,7 +1703,8 @@ struct scan_run {
 /* Reads the uncached intervals from p's on (backwards with reverse) that
  * the scan will probably need (`want` more pairs) into r. */
 static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const struct fdb_ival *iv,
-			 int reverse, int want, struct scan_run *r, struct fdb_ar *ar)
+			 int reverse, int want, const void *lim, uint32_t limlen,
+			 struct scan_run *r, struct fdb_ar *ar)
 {
 	struct fdb_ipath q = *p;
 	uint64_t lo = fdb_index_offset(p), hi = lo + iv->size;
@@ -1715,10 +1716,16 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 		pairs += count != FDB_COUNT_UNKNOWN ? count : x->size / 128 + 1;
 		if (pairs > (uint64_t)want)
 			break;
+		/* Nor past the limit: the keys before an interval are below
+		 * its key, and its own are not. */
+		if (lim && reverse && fdb_keycmp(x->key, x->klen, lim, limlen) <= 0)
+			break;
 		x = reverse ? fdb_index_prev(&q) : fdb_index_next(&q);
 		/* Cached intervals in between are read too: cheaper than
 		 * splitting the read. */
 		if (!x || hi - lo + x->size > FDB_SCAN_READ_BYTES)
+			break;
+		if (lim && !reverse && fdb_keycmp(x->key, x->klen, lim, limlen) >= 0)
 			break;
 		if (reverse)
 			lo = fdb_index_offset(&q);
@@ -1740,9 +1747,20 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 	return 0;
 }
 
-int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inclusive,
-		   int reverse, struct fdb_pair *out, int max, int *n, struct fdb_ar *ar,
-		   struct fdb_cands *cands)
+/* Whether key lies past a scan's limit: at or above it forwards, below it
+ * in reverse. */
+static int scan_beyond(const void *key, uint32_t klen, const void *lim, uint32_t limlen,
+		       int reverse)
+{
+	if (!lim)
+		return 0;
+	int c = fdb_keycmp(key, klen, lim, limlen);
+	return reverse ? c < 0 : c >= 0;
+}
+
+int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inclusive, int reverse,
+		   const void *lim, uint32_t limlen, struct fdb_pair *out, int max, int *n,
+		   struct fdb_ar *ar, struct fdb_cands *cands)
 {
 	*n = 0;
 	if (s->failed)
@@ -1755,8 +1773,11 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		iv = reverse ? fdb_index_last(s->index, &p) : fdb_index_first(s->index, &p);
 	struct scan_run run = {0};
 	struct ref_vec refs = {0};
-	int first = 1, rc = 0;
-	while (iv && *n < max && !rc) {
+	int first = 1, rc = 0, past = 0;
+	while (iv && *n < max && !rc && !past) {
+		/* An interval's keys are at or above its key. */
+		if (lim && !reverse && fdb_keycmp(iv->key, iv->klen, lim, limlen) >= 0)
+			break;
 		const struct fdb_cent *c = ival_cent(iv);
 		/* Later intervals' entries are somewhere in memory, each a
 		 * chain of pointers (interval, entry, bytes): start fetching
@@ -1791,10 +1812,14 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 				const uint8_t *k, *v;
 				uint32_t kl, vl, sz;
 				cent_pair(c, (uint32_t)i, &k, &kl, &v, &vl, &sz);
+				if ((past = scan_beyond(k, kl, lim, limlen, reverse)) != 0)
+					break;
 				if ((rc = pair_set(&out[*n], k, kl, v, vl, ar)) != 0)
 					break;
 				(*n)++;
 			}
+			if (lim && reverse && fdb_keycmp(iv->key, iv->klen, lim, limlen) <= 0)
+				break; /* the keys before it are below the limit */
 			iv = reverse ? fdb_index_prev(&p) : fdb_index_next(&p);
 			continue;
 		}
@@ -1804,7 +1829,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		uint64_t off = fdb_index_offset(&p);
 		const uint8_t *raw = (const uint8_t *)""; /* an empty interval */
 		if (iv->size && (off < run.off || off + iv->size > run.off + run.len))
-			rc = scan_read_run(s, &p, iv, reverse, max - *n, &run, ar);
+			rc = scan_read_run(s, &p, iv, reverse, max - *n, lim, limlen, &run, ar);
 		if (iv->size && !rc)
 			raw = run.buf + (off - run.off);
 		if (!rc)
@@ -1830,6 +1855,9 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		}
 		first = 0;
 		for (; i >= 0 && i < refs.n && *n < max; i += reverse ? -1 : 1) {
+			if ((past = scan_beyond(refs.v[i].key, refs.v[i].klen, lim, limlen,
+						reverse)) != 0)
+				break;
 			/* Key then value, as pair_set would copy them. */
 			struct fdb_pair *o = &out[(*n)++];
 			o->key = (uint8_t *)refs.v[i].key;
@@ -1837,6 +1865,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			o->vlen = refs.v[i].vlen;
 			o->tomb = 0;
 		}
+		if (lim && reverse && fdb_keycmp(iv->key, iv->klen, lim, limlen) <= 0)
+			break;
 		iv = reverse ? fdb_index_prev(&p) : fdb_index_next(&p);
 	}
 	free(refs.v);

@@ -630,6 +630,14 @@ struct flexdb_iter {
 	uint8_t *bound;	 /* last key the chunk covers (when not exhausted) */
 	uint32_t boundlen;
 	int err;
+	/* The bounds and the prefix (owned copies; NULL: none), and the range
+	 * they leave: keys in [lo, hi), each end NULL when open.  pfx_end is
+	 * the first key above every key with the prefix (NULL when the prefix
+	 * is all 0xff bytes: no key is). */
+	uint8_t *lower, *upper, *pfx, *pfx_end;
+	uint32_t lowerlen, upperlen, pfxlen, pfx_endlen;
+	const uint8_t *lo, *hi;
+	uint32_t lolen, hilen;
 	struct fdb_ar ar;     /* the chunk's keys and values */
 	struct fdb_ar spare;  /* the previous chunk's, emptied, for the next */
 	struct fdb_pair *src; /* 3 x FDB_ITER_CHUNK: what each source gave */
@@ -665,9 +673,11 @@ int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
 	return 0;
 }
 
-/* Collects up to FDB_ITER_CHUNK memtable entries from `from`. */
+/* Collects up to FDB_ITER_CHUNK memtable entries from `from`, stopping
+ * before the first key past lim (fdb_store_scan). */
 static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, int inclusive,
-		      int reverse, uint64_t vis, struct fdb_pair *out, int *n, struct fdb_ar *ar)
+		      int reverse, const void *lim, uint32_t limlen, uint64_t vis,
+		      struct fdb_pair *out, int *n, struct fdb_ar *ar)
 {
 	struct fdb_mt_iter mi;
 	*n = 0;
@@ -678,6 +688,11 @@ static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, 
 	while (fdb_mt_valid(&mi) && *n < FDB_ITER_CHUNK) {
 		uint32_t klen;
 		const uint8_t *k = fdb_mt_key(&mi, &klen);
+		if (lim) {
+			int c = fdb_keycmp(k, klen, lim, limlen);
+			if (reverse ? c < 0 : c >= 0)
+				break;
+		}
 		if (!inclusive && flen && fdb_keycmp(k, klen, from, flen) == 0) {
 			if (reverse)
 				fdb_mt_prev(&mi);
@@ -721,6 +736,29 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 	struct fdb_pair *src[3];
 	int cnt[3] = {0, 0, 0};
 	int rc = 0;
+	/* Bounds: a start before the near end moves to it, a start past the
+	 * far end finds nothing, and no source reads past the far end (lim),
+	 * so that a short bounded scan reads a few pairs, not whole chunks. */
+	if (!reverse && it->lo && (!flen || fdb_keycmp(from, flen, it->lo, it->lolen) < 0)) {
+		from = it->lo;
+		flen = it->lolen;
+		inclusive = 1;
+	} else if (reverse && it->hi && (!flen || fdb_keycmp(from, flen, it->hi, it->hilen) >= 0)) {
+		from = it->hi;
+		flen = it->hilen;
+		inclusive = 0;
+	}
+	const uint8_t *lim = reverse ? it->lo : it->hi;
+	uint32_t limlen = reverse ? it->lolen : it->hilen;
+	if (lim && flen) {
+		int c = fdb_keycmp(from, flen, lim, limlen);
+		if (reverse ? c < 0 || (c == 0 && !inclusive) : c >= 0) {
+			iter_reset(it);
+			it->reverse = reverse;
+			it->exhausted = 1;
+			return 0;
+		}
+	}
 	/* `from` may point into the previous chunk: its arena is freed only
 	 * once the new chunk has been read. */
 	struct fdb_ar old = it->ar;
@@ -735,18 +773,18 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		if (!rc) {
 			uint64_t vis = atomic_load(&db->visible);
 			memrefs_get(db, &a, &im);
-			rc = mt_collect(a->mt, from, flen, inclusive, reverse, vis, src[0], &cnt[0],
-					&it->ar);
+			rc = mt_collect(a->mt, from, flen, inclusive, reverse, lim, limlen, vis,
+					src[0], &cnt[0], &it->ar);
 			if (!rc && im)
-				rc = mt_collect(im->mt, from, flen, inclusive, reverse, vis, src[1],
-						&cnt[1], &it->ar);
+				rc = mt_collect(im->mt, from, flen, inclusive, reverse, lim, limlen,
+						vis, src[1], &cnt[1], &it->ar);
 		}
 		if (!rc) {
 			struct fdb_cands cands;
 			pthread_rwlock_rdlock(&db->lock);
 			fdb_cands_init(&db->store, &cands, NULL, 0);
-			rc = fdb_store_scan(&db->store, from, flen, inclusive, reverse, src[2],
-					    FDB_ITER_CHUNK, &cnt[2], &it->ar, &cands);
+			rc = fdb_store_scan(&db->store, from, flen, inclusive, reverse, lim, limlen,
+					    src[2], FDB_ITER_CHUNK, &cnt[2], &it->ar, &cands);
 			fdb_store_admit(&db->store, &cands, 1);
 			pthread_rwlock_unlock(&db->lock);
 			cache_reap(db);
@@ -841,6 +879,97 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 	return rc;
 }
 
+/* The range the bounds and the prefix leave: the higher lower end and the
+ * lower upper end.  It may be empty (lo >= hi): then no key is in it. */
+static void iter_range(struct flexdb_iter *it)
+{
+	it->lo = it->lower;
+	it->lolen = it->lowerlen;
+	if (it->pfx && (!it->lo || fdb_keycmp(it->pfx, it->pfxlen, it->lo, it->lolen) > 0)) {
+		it->lo = it->pfx;
+		it->lolen = it->pfxlen;
+	}
+	it->hi = it->upper;
+	it->hilen = it->upperlen;
+	if (it->pfx_end &&
+	    (!it->hi || fdb_keycmp(it->pfx_end, it->pfx_endlen, it->hi, it->hilen) < 0)) {
+		it->hi = it->pfx_end;
+		it->hilen = it->pfx_endlen;
+	}
+	/* Moved bounds may exclude the current pair: seek again. */
+	iter_reset(it);
+	it->exhausted = 1;
+}
+
+/* A copy of n bytes (NULL for none), in *out; 0 or -ENOMEM. */
+static int iter_dup(const void *p, size_t n, uint8_t **out)
+{
+	*out = NULL;
+	if (!n)
+		return 0;
+	*out = malloc(n);
+	if (!*out)
+		return -ENOMEM;
+	memcpy(*out, p, n);
+	return 0;
+}
+
+int flexdb_iter_set_bounds(struct flexdb_iter *it, const void *lower, size_t llen,
+			   const void *upper, size_t ulen)
+{
+	if (!it || (llen && !lower) || (ulen && !upper))
+		return -EINVAL;
+	if (llen > FLEXDB_MAX_KEY || ulen > FLEXDB_MAX_KEY)
+		return FLEX_ETOOBIG;
+	if (llen && ulen && fdb_keycmp(lower, (uint32_t)llen, upper, (uint32_t)ulen) >= 0)
+		return -EINVAL;
+	uint8_t *l, *u;
+	if (iter_dup(lower, llen, &l))
+		return -ENOMEM;
+	if (iter_dup(upper, ulen, &u)) {
+		free(l);
+		return -ENOMEM;
+	}
+	free(it->lower);
+	free(it->upper);
+	it->lower = l;
+	it->lowerlen = (uint32_t)llen;
+	it->upper = u;
+	it->upperlen = (uint32_t)ulen;
+	iter_range(it);
+	return 0;
+}
+
+int flexdb_iter_set_prefix(struct flexdb_iter *it, const void *prefix, size_t plen)
+{
+	if (!it || (plen && !prefix))
+		return -EINVAL;
+	if (plen > FLEXDB_MAX_KEY)
+		return FLEX_ETOOBIG;
+	uint8_t *p, *e;
+	if (iter_dup(prefix, plen, &p))
+		return -ENOMEM;
+	/* The first key above all that start with the prefix: the prefix
+	 * less its trailing 0xff bytes, its last byte incremented. */
+	size_t elen = plen;
+	while (elen && p[elen - 1] == 0xff)
+		elen--;
+	if (iter_dup(prefix, elen, &e)) {
+		free(p);
+		return -ENOMEM;
+	}
+	if (elen)
+		e[elen - 1]++;
+	free(it->pfx);
+	free(it->pfx_end);
+	it->pfx = p;
+	it->pfxlen = (uint32_t)plen;
+	it->pfx_end = e;
+	it->pfx_endlen = (uint32_t)elen;
+	iter_range(it);
+	return 0;
+}
+
 int flexdb_iter_seek(struct flexdb_iter *it, const void *key, size_t klen)
 {
 	if (!it || (klen && !key))
@@ -929,6 +1058,10 @@ void flexdb_iter_close(struct flexdb_iter *it)
 	fdb_ar_free(&it->spare);
 	free(it->src);
 	free(it->pairs);
+	free(it->lower);
+	free(it->upper);
+	free(it->pfx);
+	free(it->pfx_end);
 	free(it);
 }
 
@@ -1181,6 +1314,37 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	return rc;
 }
 
+int flexdb_options_check(const struct flexdb_options *opt, const char **field)
+{
+	/* The FlexSpace's names, as fields of flexdb_options. */
+	static const char *const space_fields[][2] = {
+	    {"segment_size", "space.segment_size"},
+	    {"log_limit", "space.log_limit"},
+	    {"gc_ratio", "space.gc_ratio"},
+	    {"max_data_size", "space.max_data_size"},
+	};
+	const char *f = NULL, *sf = NULL;
+	if (opt) {
+		uint64_t cache = opt->cache_size ? opt->cache_size : FDB_DEFAULT_CACHE;
+		uint64_t mt = opt->memtable_size;
+		if (cache < (1u << 20) || cache > ((uint64_t)1 << 40))
+			f = "cache_size";
+		else if (mt && (mt < (64u << 10) || mt > ((uint64_t)4 << 30)))
+			f = "memtable_size";
+		else if (opt->space.tree_cache_size > cache / 2)
+			f = "space.tree_cache_size";
+		else if (flexspace_options_check(&opt->space, &sf)) {
+			f = "space";
+			for (size_t i = 0; i < sizeof(space_fields) / sizeof(space_fields[0]); i++)
+				if (!strcmp(sf, space_fields[i][0]))
+					f = space_fields[i][1];
+		}
+	}
+	if (field)
+		*field = f;
+	return f ? FLEX_EOPTION : 0;
+}
+
 int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb **out)
 {
 	if (!out)
@@ -1191,11 +1355,9 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	struct flexdb_options o = {0};
 	if (opt)
 		o = *opt;
-	if ((o.cache_size && (o.cache_size < (1u << 20) || o.cache_size > ((uint64_t)1 << 40))) ||
-	    (o.memtable_size &&
-	     (o.memtable_size < (64u << 10) || o.memtable_size > ((uint64_t)4 << 30))) ||
-	    o.space.tree_cache_size > (o.cache_size ? o.cache_size : FDB_DEFAULT_CACHE) / 2)
-		return FLEX_EOPTION;
+	int rc = flexdb_options_check(&o, NULL);
+	if (rc)
+		return rc;
 	struct flexdb *db = calloc(1, sizeof(*db));
 	if (!db)
 		return -ENOMEM;
@@ -1218,7 +1380,7 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	pthread_cond_init(&db->mtcond, NULL);
 	pthread_mutex_init(&db->syncmu, NULL);
 	pthread_cond_init(&db->synccond, NULL);
-	int rc = db->dir ? db_open(db, dir, &o) : -ENOMEM;
+	rc = db->dir ? db_open(db, dir, &o) : -ENOMEM;
 	if (rc) {
 		if (db->active) {
 			unlink(db->active->wal->path);

@@ -49,8 +49,32 @@ static int fs_path(char *out, const char *dir, const char *name)
 	return n < 0 || n >= PATH_MAX ? -ENAMETOOLONG : 0;
 }
 
+int flexspace_options_check(const struct flexspace_options *opt, const char **field)
+{
+	const char *f = NULL;
+	if (opt) {
+		uint64_t seg = opt->segment_size ? opt->segment_size : FS_DEFAULT_SEGMENT;
+		uint64_t log = opt->log_limit ? opt->log_limit : FS_DEFAULT_LOG_LIMIT;
+		double gc = opt->gc_ratio != 0.0 ? opt->gc_ratio : FS_DEFAULT_GC_RATIO;
+		if (seg < (64u << 10) || seg > (256u << 20) || (seg & (seg - 1)))
+			f = "segment_size";
+		else if (log < (64u << 10) || log > ((uint64_t)1 << 30))
+			f = "log_limit";
+		else if (!(gc >= 1.1 && gc <= 100.0)) /* NaN too */
+			f = "gc_ratio";
+		else if (opt->max_data_size > FLEXSPACE_MAX_SIZE)
+			f = "max_data_size";
+	}
+	if (field)
+		*field = f;
+	return f ? FLEX_EOPTION : 0;
+}
+
 static int fs_options(const struct flexspace_options *opt, struct flexspace *fs, int *create)
 {
+	int rc = flexspace_options_check(opt, NULL);
+	if (rc)
+		return rc;
 	struct flexspace_options o = {0};
 	if (opt)
 		o = *opt;
@@ -58,18 +82,9 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 		o.create = 1;
 	fs->io = o.io ? o.io : flex_io_posix();
 	fs->seg_size = o.segment_size ? o.segment_size : FS_DEFAULT_SEGMENT;
-	if (fs->seg_size < (64u << 10) || fs->seg_size > (256u << 20) ||
-	    (fs->seg_size & (fs->seg_size - 1)))
-		return FLEX_EOPTION;
 	fs->log_limit = o.log_limit ? o.log_limit : FS_DEFAULT_LOG_LIMIT;
-	if (fs->log_limit < (64u << 10) || fs->log_limit > ((uint64_t)1 << 30))
-		return FLEX_EOPTION;
 	fs->gc_ratio = o.gc_ratio != 0.0 ? o.gc_ratio : FS_DEFAULT_GC_RATIO;
-	if (!(fs->gc_ratio >= 1.1 && fs->gc_ratio <= 100.0))
-		return FLEX_EOPTION;
 	fs->max_data = o.max_data_size ? o.max_data_size : FLEXSPACE_MAX_SIZE;
-	if (fs->max_data > FLEXSPACE_MAX_SIZE)
-		return FLEX_EOPTION;
 	fs->tree_cache = o.tree_cache_size;
 	*create = o.create;
 	fs->no_mmap = o.no_mmap || fs->io != flex_io_posix();

@@ -118,11 +118,21 @@ struct flexdb_stats {
  *   FLEX_EKIND_SPACE  it is a FlexSpace (open it with flexspace_open)
  *   -ENOENT           missing or empty, and no_create is set
  * Other returns: 0 and *out, FLEX_EBUSY (held by another handle or
- * process), FLEX_EOPTION, FLEX_ECORRUPT, FLEX_EVERSION, -errno.  On
- * failure *out is NULL.  A store made before identities gets its
- * IDENTITY (and space/ its own) when opened without no_create. */
+ * process), FLEX_EOPTION (before anything is touched;
+ * flexdb_options_check names the field), FLEX_ECORRUPT, FLEX_EVERSION,
+ * -errno.  On failure *out is NULL.  A store made before identities gets
+ * its IDENTITY (and space/ its own) when opened without no_create. */
 FLEX_EXPORT int flexdb_open(const char *dir, const struct flexdb_options *opt,
 			    struct flexdb **out);
+
+/* The check flexdb_open makes of its options: 0 when every field is in its
+ * documented range (opt NULL: the defaults, which are), else FLEX_EOPTION
+ * with *field set to the first field out of range, by its name in struct
+ * flexdb_options ("cache_size", "memtable_size", and for the FlexSpace's
+ * "space.tree_cache_size" (over half of cache_size), "space.segment_size",
+ * "space.log_limit", "space.gc_ratio", "space.max_data_size"; a static
+ * string), and to NULL on success.  field may be NULL.  Touches no file. */
+FLEX_EXPORT int flexdb_options_check(const struct flexdb_options *opt, const char **field);
 
 /* Commits the memtables, syncs and frees the handle (even on error, whose
  * status it returns).  Iterators must be closed first.  NULL: no-op, 0. */
@@ -178,13 +188,43 @@ FLEX_EXPORT int flexdb_write(struct flexdb *db, struct flexdb_batch *b);
  * by flexdb_iter_key/value stay valid until the iterator moves or is
  * closed. */
 FLEX_EXPORT int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out);
-/* Positions at the first key >= key (klen 0: the first key).  Returns 0
- * or a negative error. */
+
+/* Limits the iterator to the keys in [lower, upper): lower inclusive,
+ * upper exclusive, either side unbounded when its length is 0 (its
+ * pointer may then be NULL); both NULL/0 removes the bounds.  The library
+ * copies the keys.  Every positioning call and step honours them: an
+ * iterator whose next key lies outside is simply not valid, seek before
+ * lower starts at the first key >= lower, seek_for_prev at or past upper
+ * (or with klen 0) at the last key < upper.  No read goes past the far
+ * bound by more than the interval of the store holding it, so a short
+ * bounded scan stays short in a large store.  Bounds and prefix
+ * (flexdb_iter_set_prefix) apply together: keys must satisfy both.
+ * Leaves the iterator unpositioned (not valid): seek again.  Returns 0,
+ * -EINVAL (it NULL, a NULL key with a nonzero length, or lower >= upper
+ * when both are set: an inverted or empty range), FLEX_ETOOBIG (a bound
+ * over FLEXDB_MAX_KEY), -ENOMEM.  On error nothing changes. */
+FLEX_EXPORT int flexdb_iter_set_bounds(struct flexdb_iter *it, const void *lower, size_t llen,
+				       const void *upper, size_t ulen);
+/* Prefix mode: only keys starting with the plen bytes at prefix are seen
+ * (plen 0 turns it off).  The same as bounds of [prefix, the first key
+ * above every key with the prefix), the upper one open when the prefix is
+ * all 0xff bytes; the library copies it.  Leaves the iterator unpositioned.
+ * Returns 0, -EINVAL (it NULL, or prefix NULL with a nonzero plen),
+ * FLEX_ETOOBIG (plen over FLEXDB_MAX_KEY), -ENOMEM; on error nothing
+ * changes. */
+FLEX_EXPORT int flexdb_iter_set_prefix(struct flexdb_iter *it, const void *prefix, size_t plen);
+
+/* Positions at the first key >= key (klen 0: the first key), within the
+ * bounds.  Returns 0 or a negative error: -EINVAL (it NULL, key NULL with
+ * a nonzero klen), FLEX_ETOOBIG, FLEX_ECORRUPT, FLEX_EFAILED, -errno. */
 FLEX_EXPORT int flexdb_iter_seek(struct flexdb_iter *it, const void *key, size_t klen);
-/* Positions at the last key <= key (klen 0: the last key). */
+/* Positions at the last key <= key (klen 0: the last key), within the
+ * bounds.  Returns as flexdb_iter_seek. */
 FLEX_EXPORT int flexdb_iter_seek_for_prev(struct flexdb_iter *it, const void *key, size_t klen);
 FLEX_EXPORT int flexdb_iter_valid(const struct flexdb_iter *it);
-/* Next / previous key; returns 0, or a negative error (then invalid). */
+/* Next / previous key within the bounds; returns 0 (then invalid past the
+ * last key or a bound), -EINVAL when not valid, or another negative error
+ * (then invalid). */
 FLEX_EXPORT int flexdb_iter_next(struct flexdb_iter *it);
 FLEX_EXPORT int flexdb_iter_prev(struct flexdb_iter *it);
 FLEX_EXPORT const void *flexdb_iter_key(const struct flexdb_iter *it, size_t *klen);

@@ -145,12 +145,21 @@ struct flexspace_stats {
  *   FLEX_EKIND_DB     it is a FlexDB store (open it with flexdb_open)
  *   -ENOENT           missing or empty, and create is 0
  * Other returns: 0 and *out, FLEX_EBUSY (another handle or process holds
- * it), FLEX_ECORRUPT, FLEX_EVERSION, FLEX_EOPTION, -ENOTDIR, -errno.  On
- * failure *out is NULL.  Replays the log if the last session did not
+ * it), FLEX_ECORRUPT, FLEX_EVERSION, FLEX_EOPTION (before anything is
+ * touched; flexspace_options_check names the field), -ENOTDIR, -errno.
+ * On failure *out is NULL.  Replays the log if the last session did not
  * close cleanly; a space made before identities gets its IDENTITY when
  * opened with create. */
 FLEX_EXPORT int flexspace_open(const char *dir, const struct flexspace_options *opt,
 			       struct flexspace **out);
+
+/* The check flexspace_open makes of its options: 0 when every field is in
+ * its documented range (opt NULL: the defaults, which are), else
+ * FLEX_EOPTION with *field set to the first field out of range, by its
+ * name in struct flexspace_options ("segment_size", "log_limit",
+ * "gc_ratio", "max_data_size"; a static string), and to NULL on success.
+ * field may be NULL.  Touches no file. */
+FLEX_EXPORT int flexspace_options_check(const struct flexspace_options *opt, const char **field);
 
 /* Syncs, commits the tree, resets the log and frees the handle (even on
  * error, whose status it returns).  NULL is a no-op returning 0. */

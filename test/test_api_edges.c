@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -731,6 +732,144 @@ Test(api_edges, flexspace_options_and_paths)
 	tmp_free(&d);
 }
 
+/* A field name, or "(none)", for messages. */
+static const char *fname(const char *f)
+{
+	return f ? f : "(none)";
+}
+
+Test(api_edges, flexspace_options_check_names_the_field)
+{
+	const char *f = "unset";
+	cr_assert_eq(flexspace_options_check(NULL, &f), 0);
+	cr_assert_null(f);
+	cr_assert_eq(flexspace_options_check(NULL, NULL), 0);
+	struct flexspace_options z = {0};
+	f = "unset";
+	cr_assert_eq(flexspace_options_check(&z, &f), 0);
+	cr_assert_null(f);
+	/* Each field just outside its range, and at both ends of it. */
+	static const struct {
+		struct flexspace_options o;
+		const char *field; /* NULL: in range */
+	} cases[] = {
+	    {{.segment_size = 1000}, "segment_size"},
+	    {{.segment_size = (64u << 10) - 1}, "segment_size"},
+	    {{.segment_size = 32u << 10}, "segment_size"},
+	    {{.segment_size = 512u << 20}, "segment_size"},
+	    {{.segment_size = (128u << 10) + 4096}, "segment_size"},
+	    {{.segment_size = 64u << 10}, NULL},
+	    {{.segment_size = 256u << 20}, NULL},
+	    {{.log_limit = 1}, "log_limit"},
+	    {{.log_limit = (64u << 10) - 1}, "log_limit"},
+	    {{.log_limit = ((uint64_t)1 << 30) + 1}, "log_limit"},
+	    {{.log_limit = (uint64_t)1 << 40}, "log_limit"},
+	    {{.log_limit = 64u << 10}, NULL},
+	    {{.log_limit = (uint64_t)1 << 30}, NULL},
+	    {{.gc_ratio = 0.5}, "gc_ratio"},
+	    {{.gc_ratio = 1.09}, "gc_ratio"},
+	    {{.gc_ratio = -2.0}, "gc_ratio"},
+	    {{.gc_ratio = 100.5}, "gc_ratio"},
+	    {{.gc_ratio = NAN}, "gc_ratio"},
+	    {{.gc_ratio = INFINITY}, "gc_ratio"},
+	    {{.gc_ratio = 1.1}, NULL},
+	    {{.gc_ratio = 100.0}, NULL},
+	    {{.max_data_size = FLEXSPACE_MAX_SIZE + 1}, "max_data_size"},
+	    {{.max_data_size = UINT64_MAX}, "max_data_size"},
+	    {{.max_data_size = FLEXSPACE_MAX_SIZE}, NULL},
+	    {{.max_data_size = 1}, NULL},
+	    /* The first field out of range is the one named. */
+	    {{.segment_size = 3, .gc_ratio = 0.5}, "segment_size"},
+	    {{.log_limit = 3, .max_data_size = UINT64_MAX}, "log_limit"},
+	    /* Fields without a range. */
+	    {{.tree_cache_size = UINT64_MAX, .no_mmap = 7, .create = -1}, NULL},
+	};
+	struct tmpdir d;
+	tmp_make(&d, "spaceopt");
+	char p[PATH_MAX];
+	join(p, sizeof(p), d.path, "s");
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		f = "unset";
+		int rc = flexspace_options_check(&cases[i].o, &f);
+		cr_assert_eq(rc, cases[i].field ? FLEX_EOPTION : 0, "case %zu: %d", i, rc);
+		cr_assert_eq(cases[i].field ? strcmp(fname(f), cases[i].field) : f != NULL, 0,
+			     "case %zu: field %s, expected %s", i, fname(f), fname(cases[i].field));
+		cr_assert_eq(flexspace_options_check(&cases[i].o, NULL), rc);
+		if (!rc)
+			continue;
+		/* open refuses them the same way, before touching anything */
+		struct flexspace_options o = cases[i].o;
+		o.create = 1;
+		struct flexspace *fs = (struct flexspace *)&d;
+		cr_assert_eq(flexspace_open(p, &o, &fs), FLEX_EOPTION, "case %zu", i);
+		cr_assert_null(fs);
+		cr_assert_eq(access(p, F_OK), -1, "case %zu: open created %s", i, p);
+	}
+	tmp_free(&d);
+}
+
+Test(api_edges, flexdb_options_check_names_the_field)
+{
+	const char *f = "unset";
+	cr_assert_eq(flexdb_options_check(NULL, &f), 0);
+	cr_assert_null(f);
+	cr_assert_eq(flexdb_options_check(NULL, NULL), 0);
+	struct flexdb_options z = {0};
+	f = "unset";
+	cr_assert_eq(flexdb_options_check(&z, &f), 0);
+	cr_assert_null(f);
+	static const struct {
+		struct flexdb_options o;
+		const char *field;
+	} cases[] = {
+	    {{.cache_size = 1}, "cache_size"},
+	    {{.cache_size = (1u << 20) - 1}, "cache_size"},
+	    {{.cache_size = ((uint64_t)1 << 40) + 1}, "cache_size"},
+	    {{.cache_size = UINT64_MAX}, "cache_size"},
+	    {{.cache_size = 1u << 20}, NULL},
+	    {{.cache_size = (uint64_t)1 << 40}, NULL},
+	    {{.memtable_size = 1}, "memtable_size"},
+	    {{.memtable_size = (64u << 10) - 1}, "memtable_size"},
+	    {{.memtable_size = ((uint64_t)4 << 30) + 1}, "memtable_size"},
+	    {{.memtable_size = 64u << 10}, NULL},
+	    {{.memtable_size = (uint64_t)4 << 30}, NULL},
+	    /* The tree's cache is at most half of cache_size (64 MiB when 0). */
+	    {{.space.tree_cache_size = (32u << 20) + 1}, "space.tree_cache_size"},
+	    {{.space.tree_cache_size = 32u << 20}, NULL},
+	    {{.cache_size = 4u << 20, .space.tree_cache_size = (2u << 20) + 1},
+	     "space.tree_cache_size"},
+	    {{.cache_size = 4u << 20, .space.tree_cache_size = 2u << 20}, NULL},
+	    /* The FlexSpace's own, named as fields of flexdb_options. */
+	    {{.space.segment_size = 3}, "space.segment_size"},
+	    {{.space.log_limit = 1}, "space.log_limit"},
+	    {{.space.gc_ratio = 1000.0}, "space.gc_ratio"},
+	    {{.space.max_data_size = UINT64_MAX}, "space.max_data_size"},
+	    {{.space.segment_size = 64u << 10, .space.gc_ratio = 1.1}, NULL},
+	    /* The first field out of range is the one named. */
+	    {{.cache_size = 1, .memtable_size = 1}, "cache_size"},
+	    {{.memtable_size = 1, .space.segment_size = 3}, "memtable_size"},
+	    {{.sync_writes = 5, .no_create = -1}, NULL},
+	};
+	struct tmpdir d;
+	tmp_make(&d, "dbopt");
+	char p[PATH_MAX];
+	join(p, sizeof(p), d.path, "db");
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		f = "unset";
+		int rc = flexdb_options_check(&cases[i].o, &f);
+		cr_assert_eq(rc, cases[i].field ? FLEX_EOPTION : 0, "case %zu: %d", i, rc);
+		cr_assert_eq(cases[i].field ? strcmp(fname(f), cases[i].field) : f != NULL, 0,
+			     "case %zu: field %s, expected %s", i, fname(f), fname(cases[i].field));
+		if (!rc)
+			continue;
+		struct flexdb *db = (struct flexdb *)&d;
+		cr_assert_eq(flexdb_open(p, &cases[i].o, &db), FLEX_EOPTION, "case %zu", i);
+		cr_assert_null(db);
+		cr_assert_eq(access(p, F_OK), -1, "case %zu: open created %s", i, p);
+	}
+	tmp_free(&d);
+}
+
 /* ---- flexdb ------------------------------------------------------------------------- */
 
 Test(api_edges, flexdb_null_handles)
@@ -870,6 +1009,136 @@ Test(api_edges, flexdb_bad_arguments)
 	tmp_free(&d);
 }
 
+/* The keys an iterator sees from a seek (forwards) or seek_for_prev
+ * (backwards) to key, joined with ',' (empty keys cannot exist). */
+static const char *iter_walk(struct flexdb_iter *it, const char *key, size_t klen, int reverse)
+{
+	static char out[256];
+	size_t o = 0;
+	int rc =
+	    reverse ? flexdb_iter_seek_for_prev(it, key, klen) : flexdb_iter_seek(it, key, klen);
+	while (!rc && flexdb_iter_valid(it) && o + 16 < sizeof(out)) {
+		size_t kl;
+		const char *k = flexdb_iter_key(it, &kl);
+		if (o)
+			out[o++] = ',';
+		for (size_t i = 0; i < kl; i++)
+			o += (size_t)snprintf(
+			    out + o, sizeof(out) - o,
+			    (unsigned char)k[i] < 0x20 || (unsigned char)k[i] >= 0x7f ? "%02x"
+										      : "%c",
+			    (unsigned char)k[i]);
+		rc = reverse ? flexdb_iter_prev(it) : flexdb_iter_next(it);
+	}
+	cr_assert_eq(rc, 0, "walk: %s", flex_strerror(rc));
+	out[o] = '\0';
+	return out;
+}
+
+Test(api_edges, flexdb_iter_bounds_and_prefix)
+{
+	cr_assert_eq(flexdb_iter_set_bounds(NULL, "a", 1, "b", 1), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_bounds(NULL, NULL, 0, NULL, 0), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_prefix(NULL, "a", 1), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_prefix(NULL, NULL, 0), -EINVAL);
+
+	struct tmpdir d;
+	tmp_make(&d, "bounds");
+	char p[PATH_MAX];
+	join(p, sizeof(p), d.path, "db");
+	struct flexdb_options o = small_db();
+	struct flexdb *db = NULL;
+	cr_assert_eq(flexdb_open(p, &o, &db), 0);
+	static const char *const keys[] = {"a",	       "b",	   "c",		  "\xff",
+					   "\xff\xfe", "\xff\xff", "\xff\xff\x01"};
+	for (size_t i = 0; i < 7; i++)
+		cr_assert_eq(flexdb_put(db, keys[i], strlen(keys[i]), "v", 1), 0);
+	struct flexdb_iter *it = NULL;
+	cr_assert_eq(flexdb_iter_open(db, &it), 0);
+	static uint8_t big[FLEXDB_MAX_KEY + 1];
+
+	/* Bad arguments change nothing: [b, c) stays. */
+	cr_assert_eq(flexdb_iter_set_bounds(it, "b", 1, "c", 1), 0);
+	cr_assert_eq(flexdb_iter_set_bounds(it, NULL, 1, "c", 1), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_bounds(it, "b", 1, NULL, 1), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_bounds(it, "c", 1, "b", 1), -EINVAL, "inverted");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "b", 1, "b", 1), -EINVAL, "empty");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "b\0", 2, "b", 1), -EINVAL, "inverted by length");
+	cr_assert_eq(flexdb_iter_set_bounds(it, big, FLEXDB_MAX_KEY + 1, NULL, 0), FLEX_ETOOBIG);
+	cr_assert_eq(flexdb_iter_set_bounds(it, NULL, 0, "c", SIZE_MAX), FLEX_ETOOBIG);
+	cr_assert_eq(flexdb_iter_set_prefix(it, NULL, 1), -EINVAL);
+	cr_assert_eq(flexdb_iter_set_prefix(it, big, FLEXDB_MAX_KEY + 1), FLEX_ETOOBIG);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "b");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "b");
+	cr_assert_str_eq(iter_walk(it, "a", 1, 0), "b", "seek below the lower bound");
+	cr_assert_str_eq(iter_walk(it, "z", 1, 1), "b", "seek_for_prev past the upper bound");
+	cr_assert_str_eq(iter_walk(it, "c", 1, 0), "", "seek to the upper bound");
+	cr_assert_str_eq(iter_walk(it, "a", 1, 1), "", "seek_for_prev below the lower bound");
+	/* Setting bounds unpositions the iterator. */
+	cr_assert_eq(flexdb_iter_seek(it, NULL, 0), 0);
+	cr_assert(flexdb_iter_valid(it));
+	cr_assert_eq(flexdb_iter_set_bounds(it, "a", 1, NULL, 0), 0);
+	cr_assert_eq(flexdb_iter_valid(it), 0);
+	cr_assert_eq(flexdb_iter_next(it), -EINVAL);
+	/* One side only; bounds beyond the last key or before the first. */
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "a,b,c,ff,fffe,ffff,ffff01");
+	cr_assert_eq(flexdb_iter_set_bounds(it, NULL, 0, "b", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "a");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "\xff\xff\x02", 3, NULL, 0), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "\xff\xff\x02", 3, "\xff\xff\xff", 3), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "\x00", 1, "\x01", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "\x00", 1, "\xff\xff\xff", 3), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "ffff01,ffff,fffe,ff,c,b,a");
+	/* NULL/0 on both sides: unbounded (a non-NULL pointer with length 0
+	 * is unbounded too). */
+	cr_assert_eq(flexdb_iter_set_bounds(it, "x", 0, NULL, 0), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "ffff01,ffff,fffe,ff,c,b,a");
+
+	/* Prefixes of 0xff bytes: no upper end. */
+	cr_assert_eq(flexdb_iter_set_prefix(it, "\xff", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "ff,fffe,ffff,ffff01");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "ffff01,ffff,fffe,ff");
+	cr_assert_eq(flexdb_iter_set_prefix(it, "\xff\xff", 2), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "ffff,ffff01");
+	cr_assert_str_eq(iter_walk(it, "\xff\xff\x00", 3, 1), "ffff");
+	cr_assert_str_eq(iter_walk(it, "\xff", 1, 0), "ffff,ffff01");
+	cr_assert_eq(flexdb_iter_set_prefix(it, "\xff\xfe", 2), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "fffe");
+	cr_assert_eq(flexdb_iter_set_prefix(it, "\xff\xff\xff", 3), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "");
+	/* Prefix and bounds together: both apply. */
+	cr_assert_eq(flexdb_iter_set_prefix(it, "\xff", 1), 0);
+	cr_assert_eq(flexdb_iter_set_bounds(it, "\xff\xfe", 2, "\xff\xff\x01", 3), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "fffe,ffff");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "a", 1, "c", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "", "disjoint prefix and bounds");
+	cr_assert_eq(flexdb_iter_set_prefix(it, NULL, 0), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "a,b");
+	cr_assert_eq(flexdb_iter_set_prefix(it, "b", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "b");
+	flexdb_iter_close(it);
+
+	/* Deleted keys at the bound, and committed pairs (reopened). */
+	cr_assert_eq(flexdb_close(db), 0);
+	cr_assert_eq(flexdb_open(p, &o, &db), 0);
+	cr_assert_eq(flexdb_delete(db, "b", 1), 0);
+	cr_assert_eq(flexdb_iter_open(db, &it), 0);
+	cr_assert_eq(flexdb_iter_set_bounds(it, "b", 1, "c", 1), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "");
+	cr_assert_eq(flexdb_iter_set_bounds(it, "a", 1, "\xff\xff", 2), 0);
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 0), "a,c,ff,fffe");
+	cr_assert_str_eq(iter_walk(it, NULL, 0, 1), "fffe,ff,c,a");
+	flexdb_iter_close(it);
+	cr_assert_eq(flexdb_close(db), 0);
+	tmp_free(&d);
+}
+
 Test(api_edges, flexdb_options_and_paths)
 {
 	struct tmpdir d;
@@ -951,6 +1220,7 @@ static const char *const exported_covered[] = {
     "flextree_commit",	     "flextree_check",
     "flextree_stats",	     "flextree_pressure",
     "flexspace_open",
+    "flexspace_options_check",
     "flexspace_close",	     "flexspace_read",
     "flexspace_write",	     "flexspace_insert",
     "flexspace_collapse",    "flexspace_truncate",
@@ -970,6 +1240,9 @@ static const char *const exported_covered[] = {
     "flexdb_iter_valid",     "flexdb_iter_next",
     "flexdb_iter_prev",	     "flexdb_iter_key",
     "flexdb_iter_value",     "flexdb_iter_close",
+    "flexdb_iter_set_bounds",
+    "flexdb_iter_set_prefix",
+    "flexdb_options_check",
     "flexdb_check",	     "flexdb_stats",
     "flex_killpoint",	     "flex_ident_probe",
     "flex_ident_write",	     "flex_ident_encode",

@@ -512,11 +512,15 @@ Test(cli, db_scan_prefix_count)
 	       "10 7\na 1\nab 2\nabc 3\nb 4\nc 5\nd 6\n");
 	golden(dbcli, db,
 	       "prefix a\nprefix ab 1\nprefix abcd\nprefix 1\n"
-	       "count\ncount b\ncount ab c\ncount \"\" b\ncount x\n",
+	       "count\ncount b\ncount ab c\ncount \"\" b\ncount x\n"
+	       "count c a\ncount c c\nscan --reverse --from c --to ab\nprefix \"\" 2\n",
 	       "a 1\nab 2\nabc 3\n"
 	       "ab 2\n"
 	       "10 7\n"
-	       "7\n3\n3\n4\n0\n");
+	       "7\n3\n3\n4\n0\n"
+	       /* an inverted or empty range holds nothing; prefix "" is all */
+	       "0\n0\n"
+	       "10 7\na 1\n");
 }
 
 /* tool OPT DIR -c CMDS: a global output option before the directory */
@@ -710,6 +714,67 @@ Test(cli, db_output_hex_raw)
 	free(plain);
 }
 
+/* Errors about a file name it, escaped and clipped to its first 32 bytes
+ * as a token is, and say why: in both tools, for files read and written. */
+Test(cli, file_errors_name_the_file_and_the_reason)
+{
+	need_tools();
+	const char *db = path("db"), *sp = path("sp");
+	/* a long name: its first 32 bytes, then "..." */
+	char longname[200], clipped[64], cmds[1024], want[512];
+	snprintf(longname, sizeof(longname), "%s/no-such-directory-with-a-long-name/file", tmp);
+	snprintf(clipped, sizeof(clipped), "%.32s...", longname);
+	const char *rs = flex_strerror(-ENOENT);
+	struct {
+		const char *tool, *dir, *before, *after, *verb; /* the name between */
+	} cases[] = {
+	    {dbcli, db, "put k @", "", "put"},	     {dbcli, db, "load ", "", "load"},
+	    {dbcli, db, "dump ", "", "dump"},	     {fscli, sp, "write 0 @", "", "write"},
+	    {fscli, sp, "insert 0 @", "", "insert"}, {fscli, sp, "import ", "", "import"},
+	    {fscli, sp, "export ", "", "export"},    {fscli, sp, "read --out ", " 0 1", "read"},
+	};
+	struct run r;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(cmds, sizeof(cmds), "%s%s%s", cases[i].before, longname, cases[i].after);
+		cmdline(cases[i].tool, cases[i].dir, cmds, &r);
+		snprintf(want, sizeof(want), "error: %s: %s: %s\n", cases[i].verb, clipped, rs);
+		cr_expect(strstr(r.err, want), "%s: %s", cmds, r.err);
+		cr_expect_eq(code(&r), 1, "%s", cmds);
+		run_free(&r);
+	}
+	/* a name with a newline is escaped: one line, pasteable */
+	cmdline(dbcli, db, "put k \"@a\\nb\"", &r);
+	snprintf(want, sizeof(want), "flexdb-cli: error: put: \"a\\nb\": %s\n", rs);
+	cr_expect_str_eq(r.err, want);
+	run_free(&r);
+	/* write errors: the device is full */
+	if (access("/dev/full", W_OK) == 0) {
+		const char *full = flex_strerror(-ENOSPC);
+		cmdline(dbcli, db, "put a 1; dump /dev/full", &r);
+		snprintf(want, sizeof(want),
+			 "flexdb-cli: error: dump: /dev/full: writing failed: %s\n", full);
+		cr_expect_str_eq(r.err, want);
+		run_free(&r);
+		cmdline(fscli, sp, "write 0 abc; export /dev/full; read --out /dev/full 0 3", &r);
+		snprintf(want, sizeof(want),
+			 "flexspace-cli: error: export: /dev/full: %s\n"
+			 "flexspace-cli: error: read: /dev/full: %s\n",
+			 full, full);
+		cr_expect_str_eq(r.err, want);
+		run_free(&r);
+	}
+	/* not a regular file; a file that is not a dump */
+	cmdline(fscli, sp, "import /", &r);
+	cr_expect_str_eq(r.err, "flexspace-cli: error: import: /: not a regular file\n");
+	run_free(&r);
+	write_file(path("notadump"), "hello\n", 6);
+	snprintf(cmds, sizeof(cmds), "load %s", path("notadump"));
+	cmdline(dbcli, db, cmds, &r);
+	snprintf(want, sizeof(want), "flexdb-cli: error: load: %s: not a dump", path("notadump"));
+	cr_expect(strstr(r.err, want), "%s", r.err);
+	run_free(&r);
+}
+
 Test(cli, db_put_from_file_and_stdin)
 {
 	need_tools();
@@ -745,14 +810,15 @@ Test(cli, db_put_from_file_and_stdin)
 	cmdline(dbcli, db, cmds, &r);
 	cr_expect_eq(code(&r), 1);
 	cr_expect_str_eq(r.out, "(not found)\n");
-	cr_expect(strstr(r.err, "put: value of more than 1048576 bytes"), "%s", r.err);
+	char want[512];
+	snprintf(want, sizeof(want), "put: %s: value of more than 1048576 bytes", path("huge"));
+	cr_expect(strstr(r.err, want), "%s", r.err);
 	run_free(&r);
 	/* an empty file is an empty value; a missing one an error */
 	write_file(path("empty"), "", 0);
 	snprintf(cmds, sizeof(cmds), "put e @%s; get e; put m @%s", path("empty"), path("missing"));
 	cmdline(dbcli, db, cmds, &r);
 	cr_expect_str_eq(r.out, "\"\"\n");
-	char want[512];
 	snprintf(want, sizeof(want), "flexdb-cli: error: put: %s: %s\n", path("missing"),
 		 flex_strerror(-ENOENT));
 	cr_expect_str_eq(r.err, want);
@@ -1936,6 +2002,70 @@ Test(cli, read_commands_on_a_missing_path_create_nothing)
 	run_free(&r);
 	cmdline(dbcli, db, "get a", &r);
 	cr_expect_str_eq(r.out, "1\n");
+	run_free(&r);
+}
+
+/* Options with a value: in range they reach the library, out of range the
+ * open fails with the field named and nothing is created. */
+Test(cli, size_options_and_the_field_out_of_range)
+{
+	need_tools();
+	struct run r;
+	char want[512];
+	const char *opt = flex_strerror(FLEX_EOPTION);
+	static const struct {
+		int db;
+		const char *flag, *value, *field;
+	} bad[] = {
+	    {1, "--cache-size", "1", "cache_size"},
+	    {1, "--cache-size", "2T", "cache_size"},
+	    {1, "--memtable-size", "63K", "memtable_size"},
+	    {1, "--memtable-size", "0x100000001", "memtable_size"},
+	    {0, "--segment-size", "1000", "segment_size"},
+	    {0, "--segment-size", "512M", "segment_size"},
+	    {0, "--segment-size", "8G", "segment_size"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *d = path("optbad");
+		char *argv[] = {bad[i].db ? dbcli : fscli,
+				(char *)bad[i].flag,
+				(char *)bad[i].value,
+				(char *)d,
+				"-c",
+				"sync",
+				NULL};
+		run_argv(argv, "", 0, &r);
+		cr_expect_eq(code(&r), 2, "%s %s: status %d", bad[i].flag, bad[i].value, code(&r));
+		snprintf(want, sizeof(want), "%s: cannot open %s: %s: %s\n",
+			 bad[i].db ? "flexdb-cli" : "flexspace-cli", d, bad[i].field, opt);
+		cr_expect_str_eq(r.err, want);
+		cr_expect_neq(access(d, F_OK), 0, "%s %s created %s", bad[i].flag, bad[i].value, d);
+		run_free(&r);
+	}
+	/* not a number, or no value */
+	char *nan[] = {dbcli, "--cache-size", "lots", (char *)path("x"), NULL};
+	run_argv(nan, "", 0, &r);
+	cr_expect_eq(code(&r), 2);
+	cr_expect(strstr(r.err, "flexdb-cli: --cache-size: "), "%s", r.err);
+	run_free(&r);
+	char *none[] = {fscli, (char *)path("x"), "--segment-size", NULL};
+	run_argv(none, "", 0, &r);
+	cr_expect_eq(code(&r), 2);
+	cr_expect_str_eq(r.err, "flexspace-cli: --segment-size needs a value (--segment-size N)\n");
+	run_free(&r);
+	/* in range: used */
+	const char *db = path("optdb"), *sp = path("optsp");
+	char *good[] = {dbcli, "--cache-size",	 "2M", "--memtable-size", "64K", (char *)db,
+			"-c",  "put a 1; get a", NULL};
+	run_argv(good, "", 0, &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.out, "1\n");
+	run_free(&r);
+	char *seg[] = {fscli, "--segment-size",	  "0x10000", (char *)sp,
+		       "-c",  "write 0 x; stats", NULL};
+	run_argv(seg, "", 0, &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect(strstr(r.out, "\nsegment_size") && strstr(r.out, " 65536\n"), "%s", r.out);
 	run_free(&r);
 }
 

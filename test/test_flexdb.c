@@ -744,10 +744,11 @@ struct mrun {
 	struct fmodel m;
 	struct keypool pool;
 	uint8_t *vbuf, *gbuf, *kbuf;
+	uint8_t *bbuf[3]; /* a bounded scan's lower, upper and prefix */
 	long op;
 	uint64_t sess_committer, sess_gc, sess_tree, sess_thin, sess_located;
 	uint64_t committer_runs, gc_runs, tree_commits, max_cache, scans, scan_steps, turns,
-	    batches, gets, checks, thin_hits, thin_located;
+	    batches, gets, checks, thin_hits, thin_located, bounded_scans;
 };
 
 #define MFAIL(mr, ...)                                                                             \
@@ -896,12 +897,105 @@ static void m_iter_cmp(struct mrun *mr, struct flexdb_iter *it, long pos, const 
 		      key_desc(e->k, e->kn, kd, sizeof(kd)), vn, e->vn);
 }
 
+/* The model's range [lo, hi) for an iterator's bounds and prefix. */
+struct mrange {
+	uint8_t *lower, *upper, *pfx;
+	uint32_t ln, un, pn;
+	size_t lo, hi;
+	int set; /* bounds or a prefix were set */
+};
+
+/* A key for a bound: from the model, the pool or random bytes. */
+static uint32_t m_bound_key(struct mrun *mr, uint8_t *out)
+{
+	uint32_t kn;
+	const uint8_t *k = rnd_below(&mr->r, 2) ? m_existing(mr, &kn) : m_key(mr, &kn);
+	memcpy(out, k, kn);
+	return kn;
+}
+
+/* Sets random bounds and/or a prefix on it, a third of the time, and
+ * computes the range they leave in the model. */
+static void m_set_range(struct mrun *mr, struct flexdb_iter *it, struct mrange *g)
+{
+	char kd[128], kd2[128];
+	g->ln = g->un = g->pn = 0;
+	g->lo = 0;
+	g->hi = mr->m.n;
+	g->set = rnd_below(&mr->r, 3) == 0;
+	if (!g->set)
+		return;
+	uint64_t how = rnd_below(&mr->r, 8);
+	if (how < 5) {
+		if (rnd_below(&mr->r, 4))
+			g->ln = m_bound_key(mr, g->lower);
+		if (rnd_below(&mr->r, 4))
+			g->un = m_bound_key(mr, g->upper);
+		if (g->ln && g->un && fkey_cmp(g->lower, g->ln, g->upper, g->un) >= 0) {
+			/* Inverted or empty: refused, and nothing changes. */
+			int rc = flexdb_iter_set_bounds(it, g->lower, g->ln, g->upper, g->un);
+			if (rc != -EINVAL)
+				MFAIL(mr, "set_bounds [%s, %s): %d, expected -EINVAL",
+				      key_desc(g->lower, g->ln, kd, sizeof(kd)),
+				      key_desc(g->upper, g->un, kd2, sizeof(kd2)), rc);
+			uint8_t *t = g->lower;
+			uint32_t tn = g->ln;
+			g->lower = g->upper;
+			g->ln = g->un;
+			g->upper = t;
+			g->un = tn;
+			if (fkey_cmp(g->lower, g->ln, g->upper, g->un) == 0)
+				g->un = 0;
+		}
+		int rc = flexdb_iter_set_bounds(it, g->ln ? g->lower : NULL, g->ln,
+						g->un ? g->upper : NULL, g->un);
+		if (rc)
+			MFAIL(mr, "set_bounds: %s (%d)", flex_strerror(rc), rc);
+	}
+	if (how >= 3) {
+		/* A key's first bytes, or a short run of edge bytes. */
+		if (rnd_below(&mr->r, 3)) {
+			uint32_t kn;
+			const uint8_t *k = m_existing(mr, &kn);
+			g->pn = 1 + (uint32_t)rnd_below(&mr->r, kn < 6 ? kn : 6);
+			memcpy(g->pfx, k, g->pn);
+		} else {
+			static const uint8_t alpha[4] = {0x00, 'k', 0xfe, 0xff};
+			g->pn = 1 + (uint32_t)rnd_below(&mr->r, 3);
+			for (uint32_t i = 0; i < g->pn; i++)
+				g->pfx[i] = alpha[rnd_below(&mr->r, 4)];
+		}
+		int rc = flexdb_iter_set_prefix(it, g->pfx, g->pn);
+		if (rc)
+			MFAIL(mr, "set_prefix: %s (%d)", flex_strerror(rc), rc);
+	}
+	if (g->ln)
+		g->lo = fm_lower(&mr->m, g->lower, g->ln);
+	if (g->un)
+		g->hi = fm_lower(&mr->m, g->upper, g->un);
+	if (g->pn) {
+		/* The keys with the prefix: a run from the first >= it. */
+		size_t a = fm_lower(&mr->m, g->pfx, g->pn), b = a;
+		while (b < mr->m.n && mr->m.e[b].kn >= g->pn &&
+		       !memcmp(mr->m.e[b].k, g->pfx, g->pn))
+			b++;
+		if (a > g->lo)
+			g->lo = a;
+		if (b < g->hi)
+			g->hi = b;
+	}
+}
+
 static void m_scan(struct mrun *mr)
 {
 	struct flexdb_iter *it;
 	int rc = flexdb_iter_open(mr->db, &it);
 	if (rc)
 		MFAIL(mr, "flexdb_iter_open: %s", flex_strerror(rc));
+	struct mrange g = {.lower = mr->bbuf[0], .upper = mr->bbuf[1], .pfx = mr->bbuf[2]};
+	m_set_range(mr, it, &g);
+	if (flexdb_iter_valid(it))
+		MFAIL(mr, "iterator valid before its first seek");
 	uint32_t kn = 0;
 	const uint8_t *k = NULL;
 	uint64_t how = rnd_below(&mr->r, 10);
@@ -930,9 +1024,18 @@ static void m_scan(struct mrun *mr)
 	}
 	if (rc)
 		MFAIL(mr, "%s: %s (%d)", rev ? "seek_for_prev" : "seek", flex_strerror(rc), rc);
-	m_iter_cmp(mr, it, pos, rev ? "seek_for_prev" : "seek");
+	/* Within the range: a seek before it starts at its first key, one
+	 * past it (backwards) at its last. */
+	if (!rev && pos < (long)g.lo)
+		pos = (long)g.lo;
+	if (rev && pos >= (long)g.hi)
+		pos = (long)g.hi - 1;
+#define M_IN(p) ((p) >= (long)g.lo && (p) < (long)g.hi ? (p) : -1)
+	const char *what = g.set ? (rev ? "bounded seek_for_prev" : "bounded seek")
+				 : (rev ? "seek_for_prev" : "seek");
+	m_iter_cmp(mr, it, M_IN(pos), what);
 	long steps = rnd_below(&mr->r, 8) == 0 ? 300 : 1 + (long)rnd_below(&mr->r, 40);
-	for (long s = 0; s < steps && pos >= 0 && pos < (long)mr->m.n; s++) {
+	for (long s = 0; s < steps && M_IN(pos) >= 0; s++) {
 		if (rnd_below(&mr->r, 100) < 12) {
 			rev = !rev;
 			mr->turns++;
@@ -941,11 +1044,15 @@ static void m_scan(struct mrun *mr)
 		if (rc)
 			MFAIL(mr, "%s: %s (%d)", rev ? "prev" : "next", flex_strerror(rc), rc);
 		pos += rev ? -1 : 1;
-		m_iter_cmp(mr, it, pos, rev ? "prev" : "next");
+		m_iter_cmp(mr, it, M_IN(pos),
+			   g.set ? (rev ? "bounded prev" : "bounded next")
+				 : (rev ? "prev" : "next"));
 		mr->scan_steps++;
 	}
+#undef M_IN
 	flexdb_iter_close(it);
 	mr->scans++;
+	mr->bounded_scans += g.set;
 }
 
 /* Everything: a full scan against the model, every key by get, check. */
@@ -1065,6 +1172,8 @@ static void model_run(const char *name, struct flexdb_options opt, long nops, in
 	mr->vbuf = malloc(FLEXDB_MAX_VALUE);
 	mr->gbuf = malloc(FLEXDB_MAX_VALUE);
 	mr->kbuf = malloc(FLEXDB_MAX_KEY + 1);
+	for (int i = 0; i < 3; i++)
+		mr->bbuf[i] = malloc(FLEXDB_MAX_KEY + 1);
 	struct flexdb_batch *b = flexdb_batch_new();
 	cr_assert(b);
 	m_open(mr);
@@ -1126,13 +1235,14 @@ static void model_run(const char *name, struct flexdb_options opt, long nops, in
 	flexdb_stats(mr->db, &st);
 	fprintf(stderr,
 		"  %s: %ld ops in %.1f s, %zu keys, %" PRIu64 " gets, %" PRIu64 " scans (%" PRIu64
-		" steps, %" PRIu64 " turns), %" PRIu64 " batches, %" PRIu64
+		" bounded, %" PRIu64 " steps, %" PRIu64 " turns), %" PRIu64 " batches, %" PRIu64
 		" checks; committer runs %" PRIu64 ", max cache %" PRIu64 ", intervals %" PRIu64
 		", GC runs %" PRIu64 ", tree commits %" PRIu64 ", thin-entry lookups %" PRIu64
 		" (%" PRIu64 " located)\n",
-		name, nops, now_sec() - t0, mr->m.n, mr->gets, mr->scans, mr->scan_steps, mr->turns,
-		mr->batches, mr->checks, mr->committer_runs, mr->max_cache, st.intervals,
-		mr->gc_runs, mr->tree_commits, mr->thin_hits, mr->thin_located);
+		name, nops, now_sec() - t0, mr->m.n, mr->gets, mr->scans, mr->bounded_scans,
+		mr->scan_steps, mr->turns, mr->batches, mr->checks, mr->committer_runs,
+		mr->max_cache, st.intervals, mr->gc_runs, mr->tree_commits, mr->thin_hits,
+		mr->thin_located);
 	/* A cache far smaller than the store keeps most intervals thin. */
 	if (opt.cache_size && opt.cache_size <= FDB_TINY_CACHE)
 		cr_expect(mr->thin_hits > 0, "%s: no lookup went through a thin entry", name);
@@ -1146,6 +1256,8 @@ static void model_run(const char *name, struct flexdb_options opt, long nops, in
 	free(mr->vbuf);
 	free(mr->gbuf);
 	free(mr->kbuf);
+	for (int i = 0; i < 3; i++)
+		free(mr->bbuf[i]);
 	free(mr);
 }
 
@@ -2053,6 +2165,109 @@ Test(flexdb, open_iterator_never_blocks_writes_sync_or_committer_on_its_thread, 
 
 /* More deleted keys in a row than the iterator reads per chunk, in the
  * memtable over pairs in the FlexSpace and the other way round. */
+/* Bytes read from the FlexSpace's DATA file through the io table (a table
+ * other than flex_io_posix() turns the mapping off: every read is seen). */
+static atomic_int ra_data_fd = -1;
+static atomic_ullong ra_bytes;
+
+static int ra_open(const struct flex_io *io, const char *path, int flags, mode_t mode)
+{
+	(void)io;
+	int fd = flex_io_posix()->open(flex_io_posix(), path, flags, mode);
+	size_t n = strlen(path);
+	if (fd >= 0 && n >= 5 && !strcmp(path + n - 5, "/DATA"))
+		atomic_store(&ra_data_fd, fd);
+	return fd;
+}
+
+static ssize_t ra_pread(const struct flex_io *io, int fd, void *buf, size_t len, uint64_t off)
+{
+	(void)io;
+	ssize_t r = flex_io_posix()->pread(flex_io_posix(), fd, buf, len, off);
+	if (r > 0 && fd == atomic_load(&ra_data_fd))
+		atomic_fetch_add(&ra_bytes, (unsigned long long)r);
+	return r;
+}
+
+static int ra_read_batch(const struct flex_io *io, int fd, const struct flex_iovec *v, int n)
+{
+	(void)io;
+	if (fd == atomic_load(&ra_data_fd))
+		for (int i = 0; i < n; i++)
+			atomic_fetch_add(&ra_bytes, (unsigned long long)v[i].len);
+	return flex_io_posix()->read_batch(flex_io_posix(), fd, v, n);
+}
+
+/* Walks from a cold cache: forwards from the lower bound or backwards from
+ * the upper; returns the keys seen and the DATA bytes read. */
+static int ra_walk(struct tdb *t, const struct flexdb_options *o, const char *lower,
+		   const char *upper, int reverse, uint64_t *bytes)
+{
+	tdb_reopen(t, o);
+	struct flexdb_iter *it;
+	cr_assert_eq(flexdb_iter_open(t->db, &it), 0);
+	if (lower || upper)
+		cr_assert_eq(flexdb_iter_set_bounds(it, lower, lower ? strlen(lower) : 0, upper,
+						    upper ? strlen(upper) : 0),
+			     0);
+	atomic_store(&ra_bytes, 0);
+	int rc = reverse ? flexdb_iter_seek_for_prev(it, NULL, 0)
+			 : flexdb_iter_seek(it, lower, lower ? strlen(lower) : 0);
+	int n = 0;
+	while (!rc && flexdb_iter_valid(it) && n < 10) {
+		n++;
+		rc = reverse ? flexdb_iter_prev(it) : flexdb_iter_next(it);
+	}
+	cr_assert_eq(rc, 0, "%s", flex_strerror(rc));
+	*bytes = atomic_load(&ra_bytes);
+	flexdb_iter_close(it);
+	return n;
+}
+
+/* A scan of 10 keys between bounds, from a cold cache, reads about the
+ * intervals that hold them: not a chunk of 64 pairs beyond the bound (nor
+ * before it, backwards). */
+Test(flexdb, bounded_scan_reads_no_chunk_past_its_bound)
+{
+	struct flex_io io = *flex_io_posix();
+	io.open = ra_open;
+	io.pread = ra_pread;
+	io.read_batch = ra_read_batch;
+	struct flexdb_options o = fdb_default_opts();
+	o.space.io = &io;
+	struct tdb t;
+	tdb_open(&t, "readahead", &o);
+	char k[32];
+	uint8_t v[200];
+	memset(v, 'v', sizeof(v));
+	for (int i = 0; i < 20000; i++) {
+		snprintf(k, sizeof(k), "r%06d", i);
+		cr_assert_eq(flexdb_put(t.db, k, strlen(k), v, sizeof(v)), 0);
+	}
+	struct flexdb_stats st;
+	tdb_reopen(&t, &o);
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	uint64_t ival = st.bytes / (st.intervals ? st.intervals : 1);
+	uint64_t fwd, rev, open_fwd, open_rev;
+	cr_assert_eq(ra_walk(&t, &o, "r010000", "r010010", 0, &fwd), 10);
+	cr_assert_eq(ra_walk(&t, &o, "r010000", "r010010", 1, &rev), 10);
+	/* The same keys without bounds, for scale. */
+	cr_assert_eq(ra_walk(&t, &o, "r010000", NULL, 0, &open_fwd), 10);
+	cr_assert_eq(ra_walk(&t, &o, NULL, "r010010", 1, &open_rev), 10);
+	fprintf(stderr,
+		"  bounded scans of 10 keys read %" PRIu64 " / %" PRIu64
+		" bytes (forwards / backwards), unbounded %" PRIu64 " / %" PRIu64
+		"; an interval holds %" PRIu64 " bytes\n",
+		fwd, rev, open_fwd, open_rev, ival);
+	/* 10 pairs of ~210 bytes lie in one or two intervals of about this
+	 * size; an unbounded chunk of 64 pairs reads four or five. */
+	cr_expect_leq(fwd, 2 * ival, "a forward bounded scan read %" PRIu64 " bytes", fwd);
+	cr_expect_leq(rev, 2 * ival, "a backward bounded scan read %" PRIu64 " bytes", rev);
+	cr_expect_lt(fwd, open_fwd);
+	cr_expect_lt(rev, open_rev);
+	tdb_done(&t);
+}
+
 Test(flexdb, iterator_skips_long_runs_of_deleted_keys)
 {
 	struct tdb t;
