@@ -719,6 +719,44 @@ Test(api_edges, flexspace_options_and_paths)
 	cr_assert_eq(flexspace_open(p, &nocreate, &fs), 0);
 	cr_assert_eq(flexspace_close(fs), 0);
 
+	/* Read-only: never creates (create is ignored), shares with readers,
+	 * excludes a writer both ways; arguments are still checked first. */
+	char q[PATH_MAX];
+	struct flexspace_options ro = {.read_only = 1, .create = 1};
+	join(q, sizeof(q), d.path, "ro-missing");
+	cr_assert_eq(flexspace_open(q, &ro, &fs), -ENOENT);
+	cr_assert_null(fs);
+	cr_assert_neq(access(q, F_OK), 0, "a read-only open created the directory");
+	cr_assert_eq(mkdir(q, 0755), 0);
+	cr_assert_eq(flexspace_open(q, &ro, &fs), -ENOENT);
+	cr_assert_eq(rmdir(q), 0, "a read-only open wrote into an empty directory");
+	cr_assert_eq(flexspace_open(p, &o, &fs), 0);
+	cr_assert_eq(flexspace_open(p, &ro, &fs2), FLEX_EBUSY);
+	cr_assert_null(fs2);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(p, &ro, &fs), 0);
+	cr_assert_eq(flexspace_open(p, &ro, &fs2), 0);
+	struct flexspace *w = (struct flexspace *)&d;
+	cr_assert_eq(flexspace_open(p, &o, &w), FLEX_EBUSY);
+	cr_assert_null(w);
+	uint8_t b1[4] = {0};
+	cr_assert_eq(flexspace_write(fs, NULL, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_write(fs, b1, FLEXSPACE_MAX_SIZE, 1), FLEX_ETOOBIG);
+	cr_assert_eq(flexspace_write(fs, b1, 0, 0), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_insert(fs, b1, 0, 0), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_insert(fs, b1, 0, 1), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_collapse(fs, 0, 0), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_truncate(fs, 0), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_truncate(fs, FLEXSPACE_MAX_SIZE + 1), FLEX_ETOOBIG);
+	cr_assert_eq(flexspace_defrag(fs, 0, 0), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_sync(fs), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_maintain(fs), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_read(fs, NULL, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_read(fs, b1, 0, sizeof(b1)), 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs2), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+
 	/* An unreadable directory. */
 	if (permissions_enforced(d.path)) {
 		chmod(p, 0);
