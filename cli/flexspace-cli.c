@@ -460,6 +460,7 @@ static int fs_open(struct cli_app *app, const char *dir)
 		return 1;
 	if (app->only_reads)
 		c->opt.create = 0;
+	app->read_only = c->opt.read_only;
 	int rc = flexspace_open(dir, &c->opt, &c->fs);
 	if (rc)
 		free(c->buf);
@@ -479,6 +480,8 @@ int main(int argc, char **argv)
 	struct fs_ctx c = {.opt = {.create = 1}};
 	const struct cli_flag flags[] = {
 	    {"--no-create", &c.opt.create, 0, "fail when DIR holds no space"},
+	    {"--readonly", &c.opt.read_only, 1,
+	     "open read-only (shared with other readers, never written; changes fail)"},
 	    {"--hex", &read_mode, 'h', "read prints one 0x hex string by default"},
 	    {"--raw", &read_mode, 'r', "read prints the raw bytes by default"},
 	    {NULL, NULL, 0, NULL},
