@@ -18,7 +18,10 @@
  *
  * Open replays the log on the last committed tree, recomputes the live
  * bytes of every segment from the tree, and commits, so that a recovered
- * space starts clean.  A failed write or sync leaves the handle failed:
+ * space starts clean.  A read-only handle stops short of the commit: its
+ * files are opened O_RDONLY, the replayed tree lives in memory only
+ * (flextree's volatile_changes), and every change is refused before it
+ * takes a lock.  A failed write or sync leaves the handle failed:
  * reads go on, changes return FLEX_EFAILED, and close discards the
  * unsynced state instead of committing it.
  */
