@@ -1752,14 +1752,19 @@ Test(flexdb, creation_cut_short_is_finished)
 			put_file(sp, FLEX_IDENT_NAME, spid, 5);
 		}
 		char *before = dir_snapshot(d);
-		struct flexdb_options o = fdb_tiny_opts();
-		o.no_create = 1;
-		struct flexdb *db;
-		cr_expect_eq(flexdb_open(d, &o, &db), -ENOENT, "step %d", step);
-		char *after = dir_snapshot(d);
-		cr_expect_str_eq(after, before, "step %d: open without create changed it", step);
+		for (int ro = 0; ro < 2; ro++) {
+			struct flexdb_options o = fdb_tiny_opts();
+			o.no_create = !ro;
+			o.read_only = ro;
+			struct flexdb *db;
+			cr_expect_eq(flexdb_open(d, &o, &db), -ENOENT, "step %d, read-only %d",
+				     step, ro);
+			char *after = dir_snapshot(d);
+			cr_expect_str_eq(after, before, "step %d, read-only %d: open changed it",
+					 step, ro);
+			free(after);
+		}
 		free(before);
-		free(after);
 		db_put_close(d, "k", "finished");
 		db_has(d, 1, "k", "finished");
 		cr_expect(has_ident(d, FLEX_KIND_DB) && has_ident(sp, FLEX_KIND_SPACE));

@@ -1709,16 +1709,20 @@ Test(flexspace, creation_cut_short_after_the_identity_is_finished)
 		if (step >= 4)
 			put_file(dir, "TREE", "", 0);
 		char *before = dir_snapshot(dir);
-		struct flexspace_options o = tiny_options();
-		o.create = 0;
-		struct flexspace *fs;
-		int rc = flexspace_open(dir, &o, &fs);
-		cr_expect(rc == -ENOENT || rc == FLEX_ECORRUPT, "step %d, create 0: %s", step,
-			  flex_strerror(rc));
-		char *after = dir_snapshot(dir);
-		cr_expect_str_eq(after, before, "step %d: open without create changed it", step);
+		for (int ro = 0; ro < 2; ro++) {
+			struct flexspace_options o = tiny_options();
+			o.create = 0;
+			o.read_only = ro;
+			struct flexspace *fs;
+			int rc = flexspace_open(dir, &o, &fs);
+			cr_expect(rc == -ENOENT || rc == FLEX_ECORRUPT, "step %d, read-only %d: %s",
+				  step, ro, flex_strerror(rc));
+			char *after = dir_snapshot(dir);
+			cr_expect_str_eq(after, before, "step %d, read-only %d: open changed it",
+					 step, ro);
+			free(after);
+		}
 		free(before);
-		free(after);
 		space_write(dir, "finished");
 		space_has(dir, 0, "finished");
 	}
