@@ -617,6 +617,9 @@ struct cli_app {
 	int failed; /* some command failed */
 	/* The -c commands only read: the tool opens without creating. */
 	int only_reads;
+	/* Opened read-only (--readonly): commands that change the store are
+	 * refused before they run. */
+	int read_only;
 	long lineno;
 	const char *cur; /* command being run */
 	/* While a command with options runs: opt[i] is the argument of its
@@ -983,6 +986,10 @@ static int cli_run_command(struct cli_app *app, struct cli_command *cmd)
 	const struct cli_cmd *c = cli_resolve(app, cmd);
 	if (!c)
 		return 1;
+	if (app->read_only && c->fn && !c->reads) {
+		cli_error(app, "opened read-only (--readonly): nothing can be changed");
+		return 1;
+	}
 	const char *name = c->name;
 	if (c->fn && c->opts) {
 		/* the handler sees only the arguments that are not options */
@@ -1437,11 +1444,16 @@ CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, c
 		if (rc == -ENOENT)
 			fprintf(stderr, "%s: cannot open %s: no store there (%s)%s\n", app->prog,
 				dir, flex_strerror(rc),
-				app->only_reads ? "; the commands only read, so none was created"
-						: "");
+				app->read_only	  ? "; --readonly creates none"
+				: app->only_reads ? "; the commands only read, so none was created"
+						  : "");
 		else if (rc == FLEX_EOPTION && d->bad_option && d->bad_option(app))
 			fprintf(stderr, "%s: cannot open %s: %s: %s\n", app->prog, dir,
 				d->bad_option(app), flex_strerror(rc));
+		else if (rc == -EACCES && !app->read_only)
+			fprintf(stderr,
+				"%s: cannot open %s: %s (--readonly needs only read access)\n",
+				app->prog, dir, flex_strerror(rc));
 		else if (rc < 0)
 			fprintf(stderr, "%s: cannot open %s: %s\n", app->prog, dir,
 				flex_strerror(rc));

@@ -805,6 +805,7 @@ static int db_open(struct cli_app *app, const char *dir)
 		return 1;
 	if (app->only_reads)
 		c->opt.no_create = 1;
+	app->read_only = c->opt.read_only;
 	int rc = flexdb_open(dir, &c->opt, &c->db);
 	if (rc)
 		free(c->val);
@@ -847,6 +848,8 @@ int main(int argc, char **argv)
 	    {"--sync-writes", &c.opt.sync_writes, 1,
 	     "make every put/del/commit durable before it returns"},
 	    {"--no-create", &c.opt.no_create, 1, "fail when DIR holds no store"},
+	    {"--readonly", &c.opt.read_only, 1,
+	     "open read-only (shared with other readers, never written; changes fail)"},
 	    {"--hex", &c.out, OUT_HEX, "print keys and values as 0x hex"},
 	    {"--raw", &c.out, OUT_RAW, "print keys and values as they are (get: no newline)"},
 	    {NULL, NULL, 0, NULL},

@@ -471,6 +471,7 @@ static int fs_open(struct cli_app *app, const char *dir)
 		c->opt.create = 0;
 	/* beyond 32 bits: out of range, as flexspace_open says */
 	c->opt.segment_size = c->segment_size > UINT32_MAX ? UINT32_MAX : (uint32_t)c->segment_size;
+	app->read_only = c->opt.read_only;
 	int rc = flexspace_open(dir, &c->opt, &c->fs);
 	if (rc)
 		free(c->buf);
@@ -497,6 +498,8 @@ int main(int argc, char **argv)
 	struct fs_ctx c = {.opt = {.create = 1}};
 	const struct cli_flag flags[] = {
 	    {"--no-create", &c.opt.create, 0, "fail when DIR holds no space"},
+	    {"--readonly", &c.opt.read_only, 1,
+	     "open read-only (shared with other readers, never written; changes fail)"},
 	    {"--hex", &read_mode, 'h', "read prints one 0x hex string by default"},
 	    {"--raw", &read_mode, 'r', "read prints the raw bytes by default"},
 	    {NULL, NULL, 0, NULL},

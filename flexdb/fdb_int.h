@@ -175,13 +175,14 @@ typedef int (*fdb_wal_fn)(void *arg, uint64_t seq, const uint8_t *payload, size_
  * is cut off.  *last_seq is the previous file's last sequence number on
  * entry and this file's on return; *nrec gets the records replayed.
  * `newest`: no later file exists; space[2]: the point the FlexSpace
- * recovered to.  FLEX_ECORRUPT when a record that was synced is missing
+ * recovered to; read_only: the file is opened O_RDONLY and neither cut
+ * nor synced.  FLEX_ECORRUPT when a record that was synced is missing
  * or damaged, or the FlexSpace is older than when the file was created
  * (see fdb_wal.c). */
 int fdb_wal_list(const char *dir, uint64_t **gens, size_t *n);
 int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int newest,
-		   const uint64_t space[2], fdb_wal_fn fn, void *arg, uint64_t *last_seq,
-		   uint64_t *nrec);
+		   const uint64_t space[2], int read_only, fdb_wal_fn fn, void *arg,
+		   uint64_t *last_seq, uint64_t *nrec);
 
 /* A batch payload: u32 count, then per op: u8 op, varint klen, [varint
  * vlen], key, [value]. */

@@ -294,13 +294,13 @@ static int wal_window_get(struct wal_window *w, uint64_t off, size_t n, const ui
 }
 
 int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int newest,
-		   const uint64_t space[2], fdb_wal_fn fn, void *arg, uint64_t *last_seq,
-		   uint64_t *nrec)
+		   const uint64_t space[2], int read_only, fdb_wal_fn fn, void *arg,
+		   uint64_t *last_seq, uint64_t *nrec)
 {
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/WAL-%016" PRIx64, dir, gen);
 	*nrec = 0;
-	int fd = io->open(io, path, O_RDWR | O_CLOEXEC, 0);
+	int fd = io->open(io, path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
 	if (fd < 0)
 		return fd;
 	uint64_t size;
@@ -371,11 +371,13 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 	}
 	if (!rc && format >= 2 && !newest && (off != size || !*nrec))
 		rc = FLEX_ECORRUPT; /* synced whole before the next file */
-	if (!rc && off < size)
+	/* A read-only replay leaves the file as it is, torn tail and all:
+	 * the next writable open judges it the same way. */
+	if (!rc && off < size && !read_only)
 		rc = io->ftruncate(io, fd, off); /* the torn tail */
 	/* What is replayed must stay durable: it may never have been synced
 	 * by the session that wrote it. */
-	if (!rc) {
+	if (!rc && !read_only) {
 		FLEX_KILLPOINT("fdb.replay.sync.before");
 		rc = io->fdatasync(io, fd);
 	}

@@ -31,7 +31,9 @@
  * anchor tags (fdb_store.c); the WAL files left are replayed in
  * generation and sequence order straight into the FlexSpace (re-applying
  * a committed put or delete is harmless), the FlexSpace is synced and the
- * WALs removed.
+ * WALs removed.  A read-only handle replays them the same way into a
+ * memtable it keeps as the immutable one for its whole life; it has no
+ * WAL of its own and no committer, and refuses writes before taking wmu.
  *
  * Lock order: wmu -> mtmu; syncmu and db->lock are never held with another
  * of these except mtmu briefly to take references.
@@ -101,6 +103,7 @@ struct flexdb {
 
 	uint64_t memtable_size;
 	int sync_writes;
+	int read_only; /* the option: no WAL, no committer, nothing written */
 
 	_Atomic uint64_t writer_stalls, wal_syncs, committer_runs, committed_pairs;
 	uint64_t recovered_ops;
@@ -115,6 +118,22 @@ static int db_fail(struct flexdb *db, int rc)
 }
 
 /* ---- memtable references ------------------------------------------------------ */
+
+/* A memtable without a WAL: the one rebuilt from the WALs at open, and a
+ * read-only handle's active one, which stays empty. */
+static struct fdb_memref *memref_bare(void)
+{
+	struct fdb_memref *m = calloc(1, sizeof(*m));
+	if (!m)
+		return NULL;
+	m->mt = fdb_mt_new();
+	if (!m->mt) {
+		free(m);
+		return NULL;
+	}
+	atomic_init(&m->refs, 1);
+	return m;
+}
 
 static struct fdb_memref *memref_new(struct flexdb *db, uint64_t gen, int *rc)
 {
@@ -481,6 +500,8 @@ static int sync_to(struct flexdb *db, uint64_t seq)
 
 static int db_write(struct flexdb *db, const uint8_t *payload, size_t len)
 {
+	if (db->read_only)
+		return FLEX_EREADONLY;
 	pthread_mutex_lock(&db->wmu);
 	int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
 	if (!rc && fdb_mt_bytes(db->active->mt) >= db->memtable_size)
@@ -518,6 +539,8 @@ int flexdb_write(struct flexdb *db, struct flexdb_batch *b)
 {
 	if (!db || !b)
 		return -EINVAL;
+	if (db->read_only)
+		return FLEX_EREADONLY;
 	if (b->count == 0)
 		return 0;
 	return db_write(db, b->buf, b->len);
@@ -563,6 +586,8 @@ int flexdb_sync(struct flexdb *db)
 {
 	if (!db)
 		return -EINVAL;
+	if (db->read_only)
+		return FLEX_EREADONLY;
 	if (atomic_load(&db->failed))
 		return FLEX_EFAILED;
 	pthread_mutex_lock(&db->wmu);
@@ -1169,13 +1194,8 @@ static int db_recover(struct flexdb *db)
 	if (rc)
 		return rc;
 	uint64_t last = 0;
-	if (n) {
-		db->imm = calloc(1, sizeof(*db->imm));
-		if (!db->imm || !(db->imm->mt = fdb_mt_new()))
-			rc = -ENOMEM;
-		else
-			atomic_init(&db->imm->refs, 1);
-	}
+	if (n && !(db->imm = memref_bare()))
+		rc = -ENOMEM;
 	uint64_t nrec = 0;
 	struct flexspace_stats st = {0};
 	if (!rc)
@@ -1183,12 +1203,23 @@ static int db_recover(struct flexdb *db)
 	uint64_t space[2] = {st.recovered_version, st.recovered_batches};
 	struct replay r = {.db = db};
 	for (size_t i = 0; i < n && !rc; i++)
-		rc = fdb_wal_replay(db->io, db->dir, gens[i], i + 1 == n, space, replay_record, &r,
-				    &last, &nrec);
+		rc = fdb_wal_replay(db->io, db->dir, gens[i], i + 1 == n, space, db->read_only,
+				    replay_record, &r, &last, &nrec);
 	if (!rc && r.n)
 		rc = replay_flush(&r);
 	free(r.ops);
 	fdb_ar_free(&r.ar);
+	if (!rc && db->read_only) {
+		/* The replayed writes stay in the memtable for the handle's
+		 * life, and the files stay for the next writable open. */
+		if (db->imm && fdb_mt_count(db->imm->mt) == 0) {
+			memref_put(db->imm);
+			db->imm = NULL;
+		}
+		free(gens);
+		gens = NULL;
+		n = 0;
+	}
 	if (!rc && n > 1 && nrec == 0 && fdb_mt_count(db->imm->mt) > 0) {
 		/* The newest file holds nothing (its session died before a
 		 * write); it goes now, and durably, before the next file is
@@ -1265,7 +1296,7 @@ static void db_free(struct flexdb *db)
  * which adds its own) has opened. */
 static int db_open(struct flexdb *db, const char *dir, const struct flexdb_options *o)
 {
-	int create = !o->no_create;
+	int create = !o->no_create && !o->read_only;
 	int ident, partial;
 	int rc = flex_ident_probe(db->io, dir, FLEX_KIND_DB, create, &ident, &partial);
 	if (rc)
@@ -1280,14 +1311,17 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 		return rc;
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/LOCK", dir);
-	db->lock_fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+	/* Readers share the lock, a writer holds it alone (flexdb.h). */
+	int rw = o->read_only ? O_RDONLY : O_RDWR | (create ? O_CREAT : 0);
+	db->lock_fd = open(path, rw | O_CLOEXEC, 0644);
 	if (db->lock_fd < 0)
 		return -errno;
-	if (flock(db->lock_fd, LOCK_EX | LOCK_NB) != 0)
+	if (flock(db->lock_fd, (o->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
 		return errno == EWOULDBLOCK ? FLEX_EBUSY : -errno;
 	snprintf(path, sizeof(path), "%s/space", dir);
 	struct flexspace_options so = o->space;
 	so.create = create;
+	so.read_only = o->read_only;
 	so.defer_maintenance = 1;
 	if (!so.io)
 		so.io = db->io;
@@ -1300,6 +1334,11 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 		rc = fdb_store_open(&db->store, db->fs, cache - so.tree_cache_size);
 	if (!rc)
 		rc = db_recover(db);
+	if (!rc && db->read_only) {
+		/* No WAL and no committer: nothing is ever written. */
+		db->active = memref_bare();
+		return db->active ? 0 : -ENOMEM;
+	}
 	if (!rc) {
 		db->active = memref_new(db, db->wal_gen, &rc);
 		if (db->active)
@@ -1368,6 +1407,7 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	db->io = o.space.io ? o.space.io : flex_io_posix();
 	db->memtable_size = o.memtable_size ? o.memtable_size : FDB_DEFAULT_MEMTABLE;
 	db->sync_writes = o.sync_writes;
+	db->read_only = o.read_only != 0;
 	db->dir = strdup(dir);
 	/* Writer preference: readers must not starve the committer. */
 	pthread_rwlockattr_t la;
@@ -1383,7 +1423,8 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	rc = db->dir ? db_open(db, dir, &o) : -ENOMEM;
 	if (rc) {
 		if (db->active) {
-			unlink(db->active->wal->path);
+			if (db->active->wal)
+				unlink(db->active->wal->path);
 			memref_put(db->active);
 		}
 		memref_put(db->imm);
@@ -1400,10 +1441,11 @@ int flexdb_close(struct flexdb *db)
 		return 0;
 	int rc = 0;
 	pthread_mutex_lock(&db->wmu);
-	if (!atomic_load(&db->failed) && fdb_mt_count(db->active->mt) > 0)
+	if (!db->read_only && !atomic_load(&db->failed) && fdb_mt_count(db->active->mt) > 0)
 		rc = switch_memtable(db);
 	pthread_mutex_lock(&db->mtmu);
-	while (db->imm && !atomic_load(&db->failed))
+	/* A read-only handle's replayed memtable is simply dropped. */
+	while (db->imm && !db->read_only && !atomic_load(&db->failed))
 		pthread_cond_wait(&db->mtcond, &db->mtmu);
 	db->stop = 1;
 	pthread_cond_broadcast(&db->mtcond);
@@ -1414,7 +1456,7 @@ int flexdb_close(struct flexdb *db)
 	if (!rc)
 		rc = atomic_load(&db->failed);
 	struct fdb_memref *a = db->active, *i = db->imm;
-	if (!rc && a && fdb_mt_count(a->mt) == 0) {
+	if (!rc && a && a->wal && fdb_mt_count(a->mt) == 0) {
 		unlink(a->wal->path); /* empty: nothing to replay */
 		FLEX_KILLPOINT("fdb.close.wal_removed");
 	}
@@ -1451,7 +1493,8 @@ int flexdb_stats(struct flexdb *db, struct flexdb_stats *st)
 	memrefs_get(db, &a, &i);
 	st->memtable_bytes = fdb_mt_bytes(a->mt) + (i ? fdb_mt_bytes(i->mt) : 0);
 	st->memtable_entries = fdb_mt_count(a->mt) + (i ? fdb_mt_count(i->mt) : 0);
-	st->wal_bytes = atomic_load(&a->wal->size) + (i && i->wal ? atomic_load(&i->wal->size) : 0);
+	st->wal_bytes = (a->wal ? atomic_load(&a->wal->size) : 0) +
+			(i && i->wal ? atomic_load(&i->wal->size) : 0);
 	memref_put(a);
 	memref_put(i);
 	pthread_rwlock_rdlock(&db->lock);

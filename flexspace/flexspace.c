@@ -18,7 +18,10 @@
  *
  * Open replays the log on the last committed tree, recomputes the live
  * bytes of every segment from the tree, and commits, so that a recovered
- * space starts clean.  A failed write or sync leaves the handle failed:
+ * space starts clean.  A read-only handle stops short of the commit: its
+ * files are opened O_RDONLY, the replayed tree lives in memory only
+ * (flextree's volatile_changes), and every change is refused before it
+ * takes a lock.  A failed write or sync leaves the handle failed:
  * reads go on, changes return FLEX_EFAILED, and close discards the
  * unsynced state instead of committing it.
  */
@@ -86,7 +89,9 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 	fs->gc_ratio = o.gc_ratio != 0.0 ? o.gc_ratio : FS_DEFAULT_GC_RATIO;
 	fs->max_data = o.max_data_size ? o.max_data_size : FLEXSPACE_MAX_SIZE;
 	fs->tree_cache = o.tree_cache_size;
-	*create = o.create;
+	/* A read-only open never creates (flexspace.h). */
+	fs->read_only = o.read_only != 0;
+	*create = o.create && !fs->read_only;
 	fs->no_mmap = o.no_mmap || fs->io != flex_io_posix();
 	fs->defer_maintenance = o.defer_maintenance != 0;
 	fs->bounded = fs->max_data < FLEXSPACE_MAX_SIZE;
@@ -138,10 +143,13 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 
 	if ((rc = fs_path(path, dir, "LOCK")) != 0)
 		return rc;
-	fs->lock_fd = fs->io->open(fs->io, path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+	/* Readers share the lock, a writer holds it alone: either kind of
+	 * handle is refused at once while the other is open. */
+	int rw = fs->read_only ? O_RDONLY : O_RDWR | (create ? O_CREAT : 0);
+	fs->lock_fd = fs->io->open(fs->io, path, rw | O_CLOEXEC, 0644);
 	if (fs->lock_fd < 0)
 		return fs->lock_fd;
-	if (flock(fs->lock_fd, LOCK_EX | LOCK_NB) != 0)
+	if (flock(fs->lock_fd, (fs->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
 		return errno == EWOULDBLOCK ? FLEX_EBUSY : -errno;
 
 	/* The segment size of an existing space is the one in its log. */
@@ -170,12 +178,15 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 		return -errno;
 	if (fresh == 1 && create && (rc = fs_tree_torn(fs, path)) != 0)
 		return rc;
-	/* Lazy: fs_rebuild_valid reads every leaf at open anyway. */
+	/* Lazy: fs_rebuild_valid reads every leaf at open anyway.  A
+	 * read-only space replays its log into the tree in memory only. */
 	struct flextree_options topt = {.io = fs->io,
 					.max_extent = fs->max_extent,
 					.merge_boundary = fs->seg_size,
 					.cache_size = fs->tree_cache,
-					.lazy_open = 1};
+					.lazy_open = 1,
+					.read_only = fs->read_only,
+					.volatile_changes = fs->read_only};
 	if ((rc = flextree_open(path, &topt, &fs->tree)) != 0)
 		return rc;
 	if ((rc = fs_log_attach(fs, fresh, create)) != 0)
@@ -183,7 +194,7 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 
 	if ((rc = fs_path(path, dir, "DATA")) != 0)
 		return rc;
-	fs->data_fd = fs->io->open(fs->io, path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+	fs->data_fd = fs->io->open(fs->io, path, rw | O_CLOEXEC, 0644);
 	if (fs->data_fd < 0)
 		return fs->data_fd;
 	uint64_t data_bytes;
@@ -214,6 +225,10 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 	if ((rc = fs_rebuild_valid(fs)) != 0)
 		return rc;
 	flextree_stats(fs->tree, &fs->tree_st);
+	/* Read-only: the replayed state stays in memory, and the files as
+	 * the last writer left them (a torn log tail included). */
+	if (fs->read_only)
+		return 0;
 	if ((rc = fs_commit(fs)) != 0)
 		return rc;
 	if (ident == FLEX_IDENT_LEGACY && create)
@@ -279,7 +294,7 @@ int flexspace_close(struct flexspace *fs)
 		return 0;
 	pthread_mutex_lock(&fs->sync_mu);
 	pthread_mutex_lock(&fs->change_mu);
-	int rc = fs->failed ? FLEX_EFAILED : fs_commit(fs);
+	int rc = fs->failed ? FLEX_EFAILED : fs->read_only ? 0 : fs_commit(fs);
 	pthread_mutex_unlock(&fs->change_mu);
 	pthread_mutex_unlock(&fs->sync_mu);
 	fs_free(fs);
@@ -305,6 +320,8 @@ void fs_excl_unlock(struct flexspace *fs)
  * room may need a sync: fs_reserve_space). */
 static int fs_begin_write(struct flexspace *fs)
 {
+	if (fs->read_only)
+		return FLEX_EREADONLY;
 	if (fs->bounded)
 		pthread_mutex_lock(&fs->sync_mu);
 	pthread_mutex_lock(&fs->change_mu);
@@ -369,6 +386,8 @@ int flexspace_maintain(struct flexspace *fs)
 {
 	if (!fs)
 		return -EINVAL;
+	if (fs->read_only)
+		return FLEX_EREADONLY;
 	pthread_mutex_lock(&fs->sync_mu);
 	pthread_mutex_lock(&fs->change_mu);
 	int rc = fs->failed ? FLEX_EFAILED : 0;
@@ -447,7 +466,7 @@ static ssize_t fs_put(struct flexspace *fs, const void *buf, uint64_t off, size_
 	if (off > FLEXSPACE_MAX_SIZE || len > FLEXSPACE_MAX_SIZE - off)
 		return FLEX_ETOOBIG;
 	if (len == 0)
-		return 0;
+		return fs->read_only ? FLEX_EREADONLY : 0;
 	int rc = fs_begin_write(fs);
 	if (rc)
 		return rc;
@@ -515,6 +534,8 @@ int flexspace_sync(struct flexspace *fs)
 {
 	if (!fs)
 		return -EINVAL;
+	if (fs->read_only)
+		return FLEX_EREADONLY;
 	pthread_mutex_lock(&fs->sync_mu);
 	pthread_mutex_lock(&fs->change_mu);
 	int rc = fs->failed ? FLEX_EFAILED : fs_log_sync(fs, 1);

@@ -80,6 +80,7 @@ struct flexspace {
 	pthread_mutex_t change_mu;
 	int defer_maintenance; /* the option: changes leave it to flexspace_maintain */
 	int bounded;	       /* max_data_size set: changes take sync_mu too */
+	int read_only;	       /* the option: nothing is ever written */
 	struct flextree_stats tree_st; /* the tree's counters, for flexspace_stats */
 	const struct flex_io *io;
 	int dir_fd;

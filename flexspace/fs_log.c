@@ -220,7 +220,8 @@ static int log_batch_at(struct flexspace *fs, uint64_t off, uint64_t size, uint6
 int fs_log_open(struct flexspace *fs, const char *path, int create, uint32_t *seg_size,
 		int *fresh)
 {
-	int fd = fs->io->open(fs->io, path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+	int flags = fs->read_only ? O_RDONLY : O_RDWR | (create ? O_CREAT : 0);
+	int fd = fs->io->open(fs->io, path, flags | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return fd;
 	fs->log_fd = fd;

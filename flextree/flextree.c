@@ -986,7 +986,7 @@ static int ft_writable(const struct flextree *t)
 {
 	if (!t)
 		return -EINVAL;
-	if (t->read_only)
+	if (t->read_only && !t->volatile_changes)
 		return FLEX_EREADONLY;
 	if (t->failed)
 		return FLEX_EFAILED;

@@ -600,6 +600,7 @@ static int ft_file_create(struct flextree *t, const char *path)
 int ft_file_open(struct flextree *t, const char *path, const struct flextree_options *opt)
 {
 	t->read_only = opt && opt->read_only;
+	t->volatile_changes = t->read_only && opt->volatile_changes;
 	t->lock_fd = -1;
 	int flags = (t->read_only ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC;
 	int fd = t->io->open(t->io, path, flags, 0644);

@@ -140,6 +140,7 @@ struct flextree {
 	int fd;
 	int lock_fd;		/* separate descriptor holding the flock */
 	int read_only;
+	int volatile_changes;	/* read_only, but changeable in memory */
 	int failed;		/* status of the write or sync that failed */
 	uint64_t version;	/* last committed version */
 	uint32_t nslots;	/* slots in the file, headers included */

@@ -77,6 +77,22 @@ struct flexdb_options {
 	 * directory fails with -ENOENT, and nothing is created or written
 	 * there. */
 	int no_create;
+	/* Nonzero opens the store read-only, for backups, dumps, a second
+	 * reading process or a user without write permission: every file is
+	 * opened O_RDONLY and nothing is ever created, written, truncated,
+	 * synced or removed, not even by open or close (no WAL file, no
+	 * committer thread).  The lock is shared: any number of read-only
+	 * handles may be open at once, in any processes, while a writable
+	 * handle and a read-only one exclude each other (FLEX_EBUSY, at once).
+	 * It implies no_create, and space.read_only and space.create are
+	 * ignored.  The WAL records a crash left are replayed into a memtable
+	 * that stays in memory for the handle's life (the files stay for the
+	 * next writable open), so the handle sees exactly what a writable
+	 * open would recover.  Gets, iterators, check and stats work;
+	 * flexdb_put, flexdb_delete, flexdb_write (an empty batch too) and
+	 * flexdb_sync return FLEX_EREADONLY.  docs/DURABILITY.md, "Read-only
+	 * handles". */
+	int read_only;
 };
 
 struct flexdb_stats {
@@ -98,7 +114,7 @@ struct flexdb_stats {
 	uint64_t cache_thin_located;
 	uint64_t memtable_bytes;   /* both memtables */
 	uint64_t memtable_entries; /* both memtables */
-	uint64_t wal_bytes;	   /* WAL files on disk */
+	uint64_t wal_bytes;	   /* WAL files on disk; 0 when read-only */
 	uint64_t committer_runs;   /* memtables committed to the FlexSpace */
 	uint64_t committed_pairs;  /* puts and deletes applied by the committer */
 	uint64_t writer_stalls;	   /* times a writer waited for the committer */
@@ -118,10 +134,14 @@ struct flexdb_stats {
  *   FLEX_EKIND_SPACE  it is a FlexSpace (open it with flexspace_open)
  *   -ENOENT           missing or empty, and no_create is set
  * Other returns: 0 and *out, FLEX_EBUSY (held by another handle or
- * process), FLEX_EOPTION (before anything is touched;
- * flexdb_options_check names the field), FLEX_ECORRUPT, FLEX_EVERSION,
- * -errno.  On failure *out is NULL.  A store made before identities gets
- * its IDENTITY (and space/ its own) when opened without no_create. */
+ * process: any handle, for a writable open; a writable one, for a
+ * read-only open), FLEX_EOPTION (before anything is touched;
+ * flexdb_options_check names the field), FLEX_ECORRUPT (also a creation
+ * cut short, opened with no_create or read-only), FLEX_EVERSION, -EACCES
+ * (no permission to open a file as asked: read-only needs only read
+ * permission), -errno.  On failure *out is NULL.  A store made before
+ * identities gets its IDENTITY (and space/ its own) when opened without
+ * no_create or read_only. */
 FLEX_EXPORT int flexdb_open(const char *dir, const struct flexdb_options *opt,
 			    struct flexdb **out);
 
@@ -135,12 +155,14 @@ FLEX_EXPORT int flexdb_open(const char *dir, const struct flexdb_options *opt,
 FLEX_EXPORT int flexdb_options_check(const struct flexdb_options *opt, const char **field);
 
 /* Commits the memtables, syncs and frees the handle (even on error, whose
- * status it returns).  Iterators must be closed first.  NULL: no-op, 0. */
+ * status it returns).  A read-only handle writes nothing and returns 0.
+ * Iterators must be closed first.  NULL: no-op, 0. */
 FLEX_EXPORT int flexdb_close(struct flexdb *db);
 
 /* Sets key to val.  Returns 0, -EINVAL (NULL with nonzero length, klen 0),
  * FLEX_ETOOBIG (key or value over the limits), FLEX_EFAILED (an earlier
- * write or sync failed: the store refuses changes), -errno. */
+ * write or sync failed: the store refuses changes), FLEX_EREADONLY (a
+ * read-only handle), -errno. */
 FLEX_EXPORT int flexdb_put(struct flexdb *db, const void *key, size_t klen, const void *val,
 			   size_t vlen);
 
@@ -159,7 +181,9 @@ FLEX_EXPORT int flexdb_get(struct flexdb *db, const void *key, size_t klen, void
 
 /* Durability barrier: when it returns 0, every put, delete and write that
  * returned before the call, on any thread, survives a crash or power
- * loss.  Returns 0, FLEX_EFAILED, -errno. */
+ * loss.  Returns 0, FLEX_EFAILED, -errno, or FLEX_EREADONLY for a
+ * read-only handle (which has nothing to make durable, and writes
+ * nothing). */
 FLEX_EXPORT int flexdb_sync(struct flexdb *db);
 
 /* Atomic batches: puts and deletes applied all together or not at all,
@@ -171,7 +195,8 @@ FLEX_EXPORT int flexdb_batch_delete(struct flexdb_batch *b, const void *key, siz
 /* Empties a batch for reuse. */
 FLEX_EXPORT void flexdb_batch_clear(struct flexdb_batch *b);
 FLEX_EXPORT void flexdb_batch_free(struct flexdb_batch *b);
-/* Applies the batch.  Returns as flexdb_put; the batch is unchanged. */
+/* Applies the batch.  Returns as flexdb_put (FLEX_EREADONLY also for an
+ * empty batch); the batch is unchanged. */
 FLEX_EXPORT int flexdb_write(struct flexdb *db, struct flexdb_batch *b);
 
 /* Ordered iteration over the memtables and the FlexSpace merged, without

@@ -101,6 +101,20 @@ struct flexspace_options {
 	 * extents: under a byte per extent).  Log replay at open and one
 	 * garbage-collection run may exceed it until the next commit. */
 	uint64_t tree_cache_size;
+	/* Nonzero opens the space read-only, for backups, dumps, a second
+	 * reading process or a user without write permission: every file is
+	 * opened O_RDONLY and nothing is ever created, written, truncated,
+	 * synced or removed, not even by open or close.  The lock on LOCK
+	 * (and TREE) is shared: any number of read-only handles may be open
+	 * at once, in any processes, while a writable handle and a read-only
+	 * one exclude each other (FLEX_EBUSY, at once).  create is ignored (a
+	 * missing or empty directory is -ENOENT).  A log left by a crash is
+	 * replayed into memory only, so the handle sees what a writable open
+	 * would recover; the files keep it for the next writable open.
+	 * Reads, flexspace_extents, tag_get, check and stats work; every
+	 * change, flexspace_sync and flexspace_maintain return
+	 * FLEX_EREADONLY.  docs/DURABILITY.md, "Read-only handles". */
+	int read_only;
 };
 
 struct flexspace_stats {
@@ -134,7 +148,7 @@ struct flexspace_stats {
 };
 
 /* Opens or creates the space in directory dir (created when missing
- * unless opt->create == 0 with a non-NULL opt).  A space is created only
+ * unless opt->create == 0 or opt->read_only with a non-NULL opt).  A space is created only
  * in a missing or empty directory (or one holding only the IDENTITY of a
  * creation cut short), and an existing one is opened only when its
  * IDENTITY, or for a space made before identities its LOG header, proves
@@ -145,11 +159,15 @@ struct flexspace_stats {
  *   FLEX_EKIND_DB     it is a FlexDB store (open it with flexdb_open)
  *   -ENOENT           missing or empty, and create is 0
  * Other returns: 0 and *out, FLEX_EBUSY (another handle or process holds
- * it), FLEX_ECORRUPT, FLEX_EVERSION, FLEX_EOPTION (before anything is
- * touched; flexspace_options_check names the field), -ENOTDIR, -errno.
- * On failure *out is NULL.  Replays the log if the last session did not
- * close cleanly; a space made before identities gets its IDENTITY when
- * opened with create. */
+ * it: any handle, for a writable open; a writable one, for a read-only
+ * open), FLEX_ECORRUPT (also a creation cut short, opened without
+ * create or read-only), FLEX_EVERSION, FLEX_EOPTION (before anything is
+ * touched; flexspace_options_check names the field), -ENOTDIR, -EACCES
+ * (no permission to open a file as asked: read-only needs only read
+ * permission), -errno.  On failure *out is NULL.  Replays the log if the
+ * last session did not close cleanly (read-only: in memory only); a
+ * space made before identities gets its IDENTITY when opened with
+ * create. */
 FLEX_EXPORT int flexspace_open(const char *dir, const struct flexspace_options *opt,
 			       struct flexspace **out);
 
@@ -162,7 +180,8 @@ FLEX_EXPORT int flexspace_open(const char *dir, const struct flexspace_options *
 FLEX_EXPORT int flexspace_options_check(const struct flexspace_options *opt, const char **field);
 
 /* Syncs, commits the tree, resets the log and frees the handle (even on
- * error, whose status it returns).  NULL is a no-op returning 0. */
+ * error, whose status it returns).  A read-only handle writes nothing
+ * and returns 0.  NULL is a no-op returning 0. */
 FLEX_EXPORT int flexspace_close(struct flexspace *fs);
 
 /* Reads up to len bytes at off.  Returns the bytes read: fewer at the end
@@ -200,7 +219,8 @@ FLEX_EXPORT int flexspace_read_located(struct flexspace *fs, void *buf,
 /* Overwrites and/or extends: bytes [off, off+len) get buf.  Past the end,
  * [size, off) becomes a hole (reads as zeros).  Returns len, or -EINVAL,
  * FLEX_ETOOBIG (off+len beyond FLEXSPACE_MAX_SIZE), -ENOSPC, FLEX_EFAILED,
- * -errno.  Not durable until flexspace_sync. */
+ * FLEX_EREADONLY (a read-only handle: so for every change below), -errno.
+ * Not durable until flexspace_sync. */
 FLEX_EXPORT ssize_t flexspace_write(struct flexspace *fs, const void *buf, uint64_t off,
 				    size_t len);
 
@@ -211,10 +231,12 @@ FLEX_EXPORT ssize_t flexspace_insert(struct flexspace *fs, const void *buf, uint
 				     size_t len);
 
 /* Removes [off, off+len); what followed moves down.  Returns 0, -ERANGE
- * (past the end), FLEX_EFAILED, -errno. */
+ * (past the end), FLEX_EFAILED, FLEX_EREADONLY, -errno. */
 FLEX_EXPORT int flexspace_collapse(struct flexspace *fs, uint64_t off, uint64_t len);
 
-/* Shrinks (dropping the tail) or grows (with a hole) to size. */
+/* Shrinks (dropping the tail) or grows (with a hole) to size.  Returns 0,
+ * FLEX_ETOOBIG (size beyond FLEXSPACE_MAX_SIZE), FLEX_EFAILED,
+ * FLEX_EREADONLY, -errno. */
 FLEX_EXPORT int flexspace_truncate(struct flexspace *fs, uint64_t size);
 
 /* Logical size; 0 for NULL. */
@@ -229,7 +251,9 @@ FLEX_EXPORT uint64_t flexspace_size(struct flexspace *fs);
  * fdatasyncs DATA, appends the records to LOG as one batch and fdatasyncs
  * it (committing the tree too once the log passes log_limit, with changes
  * but not reads held off).  Concurrent syncs run one after another.
- * Returns 0, FLEX_EFAILED, -errno (the handle then refuses changes). */
+ * Returns 0, FLEX_EFAILED, -errno (the handle then refuses changes), or
+ * FLEX_EREADONLY for a read-only handle (which has nothing to make
+ * durable, and writes nothing). */
 FLEX_EXPORT int flexspace_sync(struct flexspace *fs);
 
 /* Runs the maintenance changes have made due and deferred (see
@@ -237,8 +261,8 @@ FLEX_EXPORT int flexspace_sync(struct flexspace *fs);
  * collects garbage if the data file is over gc_ratio (which ends with a
  * sync).  Reads go on meanwhile; changes wait for the tree commit and for
  * the collection's copying, not for its sync.  Returns 0 (also when
- * nothing was due), FLEX_EFAILED, -errno; an error fails the handle as a
- * failed sync does. */
+ * nothing was due), FLEX_EFAILED, FLEX_EREADONLY, -errno; an error fails
+ * the handle as a failed sync does. */
 FLEX_EXPORT int flexspace_maintain(struct flexspace *fs);
 
 /* Paper section 5.4: reads from the start of the extent containing off
@@ -251,7 +275,8 @@ FLEX_EXPORT ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, vo
 
 /* Tags mark extents for the layer above (see flextree.h for how splits
  * treat them).  flexspace_tag_set makes an extent start at off and tags
- * it; the change is logged like any other.  flexspace_tag_get reports the
+ * it; the change is logged like any other (returns 0, -ERANGE,
+ * FLEX_EFAILED, FLEX_EREADONLY, -errno).  flexspace_tag_get reports the
  * tag of the extent containing off and that extent's start.  Rewriting a
  * range (write, defrag) drops the tags inside it except where defrag
  * preserves them at the same offsets. */
@@ -267,7 +292,8 @@ FLEX_EXPORT int flexspace_extents(struct flexspace *fs, uint64_t off, uint64_t l
 				  void *arg);
 
 /* Rewrites [off, off+len) contiguously into fresh segments (tags at the
- * same offsets are kept).  Returns 0, -ERANGE, FLEX_EFAILED, -errno. */
+ * same offsets are kept).  Returns 0, -ERANGE, FLEX_EFAILED,
+ * FLEX_EREADONLY, -errno. */
 FLEX_EXPORT int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t len);
 
 /* Deep check: the tree's check, per-segment live-byte counts against the

@@ -85,6 +85,13 @@ struct flextree_options {
 	 * and each leaf is verified when it is first read.  Damage in a leaf
 	 * is then reported by the call that reads it (or flextree_check). */
 	int lazy_open;
+	/* Persistent trees opened read_only: nonzero lets the tree be changed
+	 * in memory all the same (insert, collapse, remap, tag_set), without
+	 * a byte written: the file keeps its committed version,
+	 * flextree_commit still returns FLEX_EREADONLY and close drops the
+	 * changes.  Changed leaves stay in memory (flextree_pressure is 0).
+	 * FlexSpace replays its log this way when opened read-only. */
+	int volatile_changes;
 };
 
 /* One piece of a logical range, as returned by flextree_query. */

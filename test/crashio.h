@@ -33,6 +33,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1070,6 +1071,125 @@ static int cio_materialise(struct cio *c, const char *srcroot, const char *dstdi
 	if (changes)
 		*changes = nch;
 	return rc;
+}
+
+/* ---- the read-only watch -------------------------------------------------- */
+
+/* An I/O table for read-only handles: it passes reads through and refuses
+ * (-EROFS) and counts every call that could change a file: pwrite,
+ * write_batch, fsync, fdatasync, ftruncate, fallocate, and an open asking
+ * for write access, creation or truncation.  `bad` names the first. */
+struct roio {
+	struct flex_io io; /* io.ctx points back here */
+	atomic_long changes;
+	atomic_long opens; /* opens allowed (read-only) */
+	char bad[160];
+};
+
+static void roio_note(const struct flex_io *io, const char *what, const char *path)
+{
+	struct roio *r = io->ctx;
+	if (atomic_fetch_add(&r->changes, 1) == 0)
+		snprintf(r->bad, sizeof(r->bad), "%s%s%s", what, path ? " " : "", path ? path : "");
+}
+
+static int roio_open(const struct flex_io *io, const char *path, int flags, mode_t mode)
+{
+	if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC))) {
+		roio_note(io, "open for writing", path);
+		return -EROFS;
+	}
+	atomic_fetch_add(&((struct roio *)io->ctx)->opens, 1);
+	const struct flex_io *p = flex_io_posix();
+	return p->open(p, path, flags, mode);
+}
+
+static int roio_close(const struct flex_io *io, int fd)
+{
+	(void)io;
+	const struct flex_io *p = flex_io_posix();
+	return p->close(p, fd);
+}
+
+static ssize_t roio_pread(const struct flex_io *io, int fd, void *buf, size_t len, uint64_t off)
+{
+	(void)io;
+	const struct flex_io *p = flex_io_posix();
+	return p->pread(p, fd, buf, len, off);
+}
+
+static ssize_t roio_pwrite(const struct flex_io *io, int fd, const void *buf, size_t len,
+			   uint64_t off)
+{
+	(void)fd, (void)buf, (void)len, (void)off;
+	roio_note(io, "pwrite", NULL);
+	return -EROFS;
+}
+
+static int roio_fsync(const struct flex_io *io, int fd)
+{
+	(void)fd;
+	roio_note(io, "fsync", NULL);
+	return -EROFS;
+}
+
+static int roio_fdatasync(const struct flex_io *io, int fd)
+{
+	(void)fd;
+	roio_note(io, "fdatasync", NULL);
+	return -EROFS;
+}
+
+static int roio_ftruncate(const struct flex_io *io, int fd, uint64_t size)
+{
+	(void)fd, (void)size;
+	roio_note(io, "ftruncate", NULL);
+	return -EROFS;
+}
+
+static int roio_fallocate(const struct flex_io *io, int fd, int mode, uint64_t off, uint64_t len)
+{
+	(void)fd, (void)mode, (void)off, (void)len;
+	roio_note(io, "fallocate", NULL);
+	return -EROFS;
+}
+
+static int roio_fsize(const struct flex_io *io, int fd, uint64_t *size)
+{
+	(void)io;
+	const struct flex_io *p = flex_io_posix();
+	return p->fsize(p, fd, size);
+}
+
+static int roio_write_batch(const struct flex_io *io, int fd, const struct flex_iovec *v, int n)
+{
+	(void)fd, (void)v, (void)n;
+	roio_note(io, "write_batch", NULL);
+	return -EROFS;
+}
+
+static int roio_read_batch(const struct flex_io *io, int fd, const struct flex_iovec *v, int n)
+{
+	(void)io;
+	const struct flex_io *p = flex_io_posix();
+	return p->read_batch(p, fd, v, n);
+}
+
+static void roio_init(struct roio *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->io = (struct flex_io){.open = roio_open,
+				 .close = roio_close,
+				 .pread = roio_pread,
+				 .pwrite = roio_pwrite,
+				 .fsync = roio_fsync,
+				 .fdatasync = roio_fdatasync,
+				 .ftruncate = roio_ftruncate,
+				 .fallocate = roio_fallocate,
+				 .fsize = roio_fsize,
+				 .write_batch = roio_write_batch,
+				 .read_batch = roio_read_batch,
+				 .ctx = r};
 }
 
 /* ---- configurations ------------------------------------------------------ */

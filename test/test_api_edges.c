@@ -720,6 +720,44 @@ Test(api_edges, flexspace_options_and_paths)
 	cr_assert_eq(flexspace_open(p, &nocreate, &fs), 0);
 	cr_assert_eq(flexspace_close(fs), 0);
 
+	/* Read-only: never creates (create is ignored), shares with readers,
+	 * excludes a writer both ways; arguments are still checked first. */
+	char q[PATH_MAX];
+	struct flexspace_options ro = {.read_only = 1, .create = 1};
+	join(q, sizeof(q), d.path, "ro-missing");
+	cr_assert_eq(flexspace_open(q, &ro, &fs), -ENOENT);
+	cr_assert_null(fs);
+	cr_assert_neq(access(q, F_OK), 0, "a read-only open created the directory");
+	cr_assert_eq(mkdir(q, 0755), 0);
+	cr_assert_eq(flexspace_open(q, &ro, &fs), -ENOENT);
+	cr_assert_eq(rmdir(q), 0, "a read-only open wrote into an empty directory");
+	cr_assert_eq(flexspace_open(p, &o, &fs), 0);
+	cr_assert_eq(flexspace_open(p, &ro, &fs2), FLEX_EBUSY);
+	cr_assert_null(fs2);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(p, &ro, &fs), 0);
+	cr_assert_eq(flexspace_open(p, &ro, &fs2), 0);
+	struct flexspace *w = (struct flexspace *)&d;
+	cr_assert_eq(flexspace_open(p, &o, &w), FLEX_EBUSY);
+	cr_assert_null(w);
+	uint8_t b1[4] = {0};
+	cr_assert_eq(flexspace_write(fs, NULL, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_write(fs, b1, FLEXSPACE_MAX_SIZE, 1), FLEX_ETOOBIG);
+	cr_assert_eq(flexspace_write(fs, b1, 0, 0), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_insert(fs, b1, 0, 0), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_insert(fs, b1, 0, 1), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_collapse(fs, 0, 0), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_truncate(fs, 0), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_truncate(fs, FLEXSPACE_MAX_SIZE + 1), FLEX_ETOOBIG);
+	cr_assert_eq(flexspace_defrag(fs, 0, 0), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_sync(fs), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_maintain(fs), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_read(fs, NULL, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_read(fs, b1, 0, sizeof(b1)), 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs2), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+
 	/* An unreadable directory. */
 	if (permissions_enforced(d.path)) {
 		chmod(p, 0);
@@ -1191,7 +1229,46 @@ Test(api_edges, flexdb_options_and_paths)
 	cr_assert_eq(flexdb_open(p, &o, &db), 0);
 	cr_assert_eq(flexdb_open(p, &o, &db2), FLEX_EBUSY);
 	cr_assert_null(db2);
+	/* Read-only beside a writer, and the reverse. */
+	struct flexdb_options ro = small_db();
+	ro.read_only = 1;
+	cr_assert_eq(flexdb_open(p, &ro, &db2), FLEX_EBUSY);
+	cr_assert_null(db2);
 	cr_assert_eq(flexdb_close(db), 0);
+	cr_assert_eq(flexdb_open(p, &ro, &db), 0);
+	cr_assert_eq(flexdb_open(p, &ro, &db2), 0);
+	struct flexdb *w = (struct flexdb *)&d;
+	cr_assert_eq(flexdb_open(p, &o, &w), FLEX_EBUSY);
+	cr_assert_null(w);
+	/* Arguments are checked before the handle's mode. */
+	struct flexdb_batch *b = flexdb_batch_new();
+	cr_assert_not_null(b);
+	cr_assert_eq(flexdb_put(db, NULL, 1, "v", 1), -EINVAL);
+	cr_assert_eq(flexdb_put(db, "k", 0, "v", 1), -EINVAL);
+	cr_assert_eq(flexdb_put(db, "k", FLEXDB_MAX_KEY + 1, "v", 1), FLEX_ETOOBIG);
+	cr_assert_eq(flexdb_delete(db, "k", 0), -EINVAL);
+	cr_assert_eq(flexdb_write(db, NULL), -EINVAL);
+	cr_assert_eq(flexdb_put(db, "k", 1, "v", 1), FLEX_EREADONLY);
+	cr_assert_eq(flexdb_delete(db, "k", 1), FLEX_EREADONLY);
+	cr_assert_eq(flexdb_write(db, b), FLEX_EREADONLY);
+	cr_assert_eq(flexdb_sync(db), FLEX_EREADONLY);
+	flexdb_batch_free(b);
+	uint8_t v[8];
+	size_t vn;
+	cr_assert_eq(flexdb_get(db, "k", 1, v, sizeof(v), &vn), FLEXDB_NOTFOUND);
+	cr_assert_eq(flexdb_get(db, "k", 1, NULL, 1, &vn), -EINVAL);
+	cr_assert_eq(flexdb_check(db), 0);
+	cr_assert_eq(flexdb_close(db2), 0);
+	cr_assert_eq(flexdb_close(db), 0);
+	/* Read-only never creates: no_create is implied. */
+	char q[PATH_MAX];
+	join(q, sizeof(q), d.path, "ro-missing");
+	cr_assert_eq(flexdb_open(q, &ro, &db), -ENOENT);
+	cr_assert_null(db);
+	cr_assert_neq(access(q, F_OK), 0, "a read-only open created the directory");
+	cr_assert_eq(mkdir(q, 0755), 0);
+	cr_assert_eq(flexdb_open(q, &ro, &db), -ENOENT);
+	cr_assert_eq(rmdir(q), 0, "a read-only open wrote into an empty directory");
 
 	if (permissions_enforced(d.path)) {
 		chmod(p, 0);

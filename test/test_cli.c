@@ -2069,6 +2069,147 @@ Test(cli, size_options_and_the_field_out_of_range)
 	run_free(&r);
 }
 
+/* ---- --readonly ----------------------------------------------------------- */
+
+static char *sig_buf;
+static size_t sig_len;
+
+static int sig_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)f;
+	char line[4200];
+	int n =
+	    snprintf(line, sizeof(line), "%s %o %lld %lld.%09ld\n", p, (unsigned)st->st_mode,
+		     (long long)st->st_size, (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
+	append(&sig_buf, &sig_len, line, (size_t)n);
+	if (flag == FTW_F) {
+		size_t k;
+		char *b = read_file(p, &k);
+		append(&sig_buf, &sig_len, b, k);
+		free(b);
+	}
+	return 0;
+}
+
+/* Every entry under dir with its mode, size, mtime and bytes. */
+static char *tree_sig(const char *dir)
+{
+	sig_buf = NULL;
+	sig_len = 0;
+	append(&sig_buf, &sig_len, "", 0);
+	cr_assert_eq(nftw(dir, sig_one, 16, FTW_PHYS), 0);
+	return sig_buf;
+}
+
+static void expect_refused(const char *tool, const char *dir, const char *cmds)
+{
+	struct run r;
+	cmdline_with(tool, "--readonly", dir, cmds, &r);
+	cr_expect_eq(code(&r), 1, "%s: status %d", cmds, code(&r));
+	cr_expect(strstr(r.err, "opened read-only (--readonly)"), "%s: %s", cmds, r.err);
+	run_free(&r);
+}
+
+Test(cli, readonly_reads_work_writes_fail_and_nothing_changes)
+{
+	need_tools();
+	const char *db = path("rodb"), *dumpf = path("ro.dump");
+	struct run r;
+	cmdline(dbcli, db, "put a 1; put b 2; del b; put c 3", &r);
+	cr_assert_eq(code(&r), 0, "%s", r.err);
+	run_free(&r);
+	write_file(dumpf, "flexdb-dump 1\nz\t9\nend 1\n", 24);
+	char *before = tree_sig(db);
+	cmdline_with(dbcli, "--readonly", db, "get a; scan; count; dump; check; stats", &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.err, "");
+	cr_expect(
+	    !strncmp(r.out, "1\na 1\nc 3\n2\nflexdb-dump 1\na\t1\nc\t3\nend 2\nok\nkeys ", 45),
+	    "%s", r.out);
+	run_free(&r);
+	static const char *const writes[] = {
+	    "put z 9", "del a", "batch", "commit", "abort", "sync", "get a; put z 9; get z"};
+	for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++)
+		expect_refused(dbcli, db, writes[i]);
+	char load[300];
+	snprintf(load, sizeof(load), "load %s", dumpf);
+	expect_refused(dbcli, db, load);
+	/* A script goes on past the refused line. */
+	char *argv[] = {dbcli, "--readonly", (char *)db, NULL};
+	const char *in = "get a\nput z 9\nget z\n";
+	run_argv(argv, in, strlen(in), &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect_str_eq(r.out, "1\n(not found)\n");
+	cr_expect(strstr(r.err, "error at line 2: put: opened read-only"), "%s", r.err);
+	run_free(&r);
+	char *after = tree_sig(db);
+	cr_expect(!strcmp(after, before), "--readonly changed the store");
+	free(after);
+
+	/* Readers share the store; a writer and readers exclude each other. */
+	struct flexdb_options ro = {.read_only = 1};
+	struct flexdb *h;
+	cr_assert_eq(flexdb_open(db, &ro, &h), 0);
+	cmdline_with(dbcli, "--readonly", db, "get c", &r);
+	cr_expect_eq(code(&r), 0, "beside a reader: %s", r.err);
+	cr_expect_str_eq(r.out, "3\n");
+	run_free(&r);
+	cmdline(dbcli, db, "get c", &r);
+	cr_expect_eq(code(&r), 2, "a writer beside a reader");
+	cr_expect(strstr(r.err, flex_strerror(FLEX_EBUSY)), "%s", r.err);
+	run_free(&r);
+	cr_assert_eq(flexdb_close(h), 0);
+	cr_assert_eq(flexdb_open(db, NULL, &h), 0);
+	cmdline_with(dbcli, "--readonly", db, "get c", &r);
+	cr_expect_eq(code(&r), 2, "a reader beside a writer");
+	cr_expect(strstr(r.err, flex_strerror(FLEX_EBUSY)), "%s", r.err);
+	run_free(&r);
+	cr_assert_eq(flexdb_close(h), 0);
+	free(before);
+
+	/* Nothing is created, whatever the commands. */
+	const char *typo = path("ro-typo");
+	cmdline_with(dbcli, "--readonly", typo, "put a 1", &r);
+	cr_expect_eq(code(&r), 2);
+	cr_expect(strstr(r.err, "no store there"), "%s", r.err);
+	cr_expect(access(typo, F_OK) != 0, "--readonly created %s", typo);
+	run_free(&r);
+	cmdline_with(fscli, "--readonly", typo, "write 0 x", &r);
+	cr_expect_eq(code(&r), 2);
+	cr_expect(access(typo, F_OK) != 0, "--readonly created %s", typo);
+	run_free(&r);
+	char *hargv[] = {dbcli, "--help", NULL};
+	run_argv(hargv, "", 0, &r);
+	cr_expect(strstr(r.out, "--readonly"), "--help does not mention --readonly");
+	run_free(&r);
+}
+
+Test(cli, space_readonly_reads_work_writes_fail_and_nothing_changes)
+{
+	need_tools();
+	const char *sp = path("rospace"), *f = path("ro.in");
+	struct run r;
+	cmdline(fscli, sp, "write 0 hello", &r);
+	cr_assert_eq(code(&r), 0, "%s", r.err);
+	run_free(&r);
+	write_file(f, "xyz", 3);
+	char *before = tree_sig(sp);
+	cmdline_with(fscli, "--readonly", sp, "size; read -s 0 5; extents; check; stats", &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect(!strncmp(r.out, "5\nhello", 7), "%s", r.out);
+	run_free(&r);
+	char imp[300];
+	snprintf(imp, sizeof(imp), "import %s", f);
+	const char *const writes[] = {
+	    "write 0 x", "insert 0 x", "collapse 0 1", "truncate 0", "defrag", "sync", imp};
+	for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++)
+		expect_refused(fscli, sp, writes[i]);
+	char *after = tree_sig(sp);
+	cr_expect(!strcmp(after, before), "--readonly changed the space");
+	free(after);
+	free(before);
+}
+
 /* A user's file named like a store's is neither truncated nor rewritten,
  * and the tool says why it refused. */
 Test(cli, a_users_file_named_like_a_stores_is_untouched)

@@ -1672,6 +1672,19 @@ static void db_refused_unchanged(const char *dir, int want, const char *what)
 				 nc);
 		free(after);
 	}
+	/* A read-only open refuses what one with no_create does. */
+	struct flexdb_options o = fdb_tiny_opts();
+	o.read_only = 1;
+	struct flexdb *db = (struct flexdb *)dir;
+	int rc = flexdb_open(dir, &o, &db);
+	cr_expect_eq(rc, want, "%s, read-only: %s, not %s", what, flex_strerror(rc),
+		     flex_strerror(want));
+	cr_expect_null(db);
+	if (!rc)
+		flexdb_close(db);
+	char *after = dir_snapshot(dir);
+	cr_expect_str_eq(after, before, "%s, read-only: the directory changed", what);
+	free(after);
 	free(before);
 }
 
@@ -1854,14 +1867,19 @@ Test(flexdb, creation_cut_short_is_finished)
 			put_file(sp, FLEX_IDENT_NAME, spid, 5);
 		}
 		char *before = dir_snapshot(d);
-		struct flexdb_options o = fdb_tiny_opts();
-		o.no_create = 1;
-		struct flexdb *db;
-		cr_expect_eq(flexdb_open(d, &o, &db), -ENOENT, "step %d", step);
-		char *after = dir_snapshot(d);
-		cr_expect_str_eq(after, before, "step %d: open without create changed it", step);
+		for (int ro = 0; ro < 2; ro++) {
+			struct flexdb_options o = fdb_tiny_opts();
+			o.no_create = !ro;
+			o.read_only = ro;
+			struct flexdb *db;
+			cr_expect_eq(flexdb_open(d, &o, &db), -ENOENT, "step %d, read-only %d",
+				     step, ro);
+			char *after = dir_snapshot(d);
+			cr_expect_str_eq(after, before, "step %d, read-only %d: open changed it",
+					 step, ro);
+			free(after);
+		}
 		free(before);
-		free(after);
 		db_put_close(d, "k", "finished");
 		db_has(d, 1, "k", "finished");
 		cr_expect(has_ident(d, FLEX_KIND_DB) && has_ident(sp, FLEX_KIND_SPACE));
@@ -2471,6 +2489,301 @@ Test(flexdb, no_get_waits_for_a_flexspace_fdatasync, .timeout = 120)
 		cr_assert_eq(flexdb_check(t.db), 0);
 		tdb_done(&t);
 	}
+}
+
+/* ---- read-only handles ------------------------------------------------------ */
+
+/* A seeded stream of puts, deletes and batches over a few hundred keys,
+ * applied to the store (when db is not NULL) and to the model (when m is
+ * not NULL); 0 or the first failing status. */
+static int ro_stream(uint64_t seed, long nops, struct flexdb *db, struct fmodel *m)
+{
+	uint64_t r = seed;
+	uint8_t val[512];
+	struct flexdb_batch *b = flexdb_batch_new();
+	int rc = b ? 0 : -ENOMEM;
+	for (long i = 0; i < nops && !rc; i++) {
+		int kind = (int)rnd_below(&r, 100);
+		int nb = kind < 85 ? 1 : 2 + (int)rnd_below(&r, 3);
+		flexdb_batch_clear(b);
+		for (int j = 0; j < nb && !rc; j++) {
+			char k[16];
+			int kn = snprintf(k, sizeof(k), "key%04u", (unsigned)rnd_below(&r, 700));
+			int del = rnd_below(&r, 100) < 20;
+			uint32_t vn = (uint32_t)rnd_below(&r, sizeof(val));
+			val_fill(rnd(&r), val, vn);
+			if (m && del)
+				fm_del(m, k, (uint32_t)kn);
+			else if (m)
+				fm_put(m, k, (uint32_t)kn, val, vn);
+			if (db && nb == 1)
+				rc = del ? flexdb_delete(db, k, (size_t)kn)
+					 : flexdb_put(db, k, (size_t)kn, val, vn);
+			else if (db)
+				rc = del ? flexdb_batch_delete(b, k, (size_t)kn)
+					 : flexdb_batch_put(b, k, (size_t)kn, val, vn);
+		}
+		if (!rc && db && nb > 1)
+			rc = flexdb_write(db, b);
+	}
+	flexdb_batch_free(b);
+	return rc;
+}
+
+/* The store holds exactly the model: the whole iteration, every model key
+ * and the absent keys of the stream's range, and the deep check. */
+static void ro_expect_model(struct flexdb *db, const struct fmodel *m, const char *what)
+{
+	uint64_t d;
+	size_t n;
+	struct why why = {{0}};
+	cr_assert_eq(store_digest(db, &d, &n, NULL, &why), 0, "%s: %s", what, why.msg);
+	cr_expect_eq(n, m->n, "%s: %zu pairs, model %zu", what, n, m->n);
+	cr_expect_eq(d, m->digest, "%s: the pairs differ from the model", what);
+	uint8_t buf[512];
+	for (unsigned i = 0; i < 700; i++) {
+		char k[16];
+		int kn = snprintf(k, sizeof(k), "key%04u", i);
+		const struct ment *e = fm_get(m, k, (uint32_t)kn);
+		size_t vn = 0;
+		int rc = flexdb_get(db, k, (size_t)kn, buf, sizeof(buf), &vn);
+		if (!e) {
+			cr_expect_eq(rc, FLEXDB_NOTFOUND, "%s: %s: %s", what, k, flex_strerror(rc));
+			continue;
+		}
+		cr_expect_eq(rc, 0, "%s: %s: %s", what, k, flex_strerror(rc));
+		cr_expect(!rc && vn == e->vn && !memcmp(buf, e->v, vn), "%s: %s: wrong value", what,
+			  k);
+	}
+	cr_expect_eq(flexdb_check(db), 0, "%s: flexdb_check", what);
+}
+
+static void ro_db_changes_refused(struct flexdb *db)
+{
+	struct flexdb_batch *b = flexdb_batch_new();
+	cr_assert_not_null(b);
+	cr_expect_eq(flexdb_put(db, "key0001", 7, "x", 1), FLEX_EREADONLY);
+	cr_expect_eq(flexdb_put(db, "new", 3, "", 0), FLEX_EREADONLY);
+	cr_expect_eq(flexdb_delete(db, "key0001", 7), FLEX_EREADONLY);
+	cr_expect_eq(flexdb_write(db, b), FLEX_EREADONLY, "an empty batch");
+	cr_assert_eq(flexdb_batch_put(b, "new", 3, "v", 1), 0);
+	cr_expect_eq(flexdb_write(db, b), FLEX_EREADONLY);
+	cr_expect_eq(flexdb_sync(db), FLEX_EREADONLY);
+	flexdb_batch_free(b);
+}
+
+/* A writer killed with records in its WALs that were never synced (and
+ * memtables committed into the FlexSpace, whose log is not) leaves what
+ * a read-only open must replay in memory: it sees every write that
+ * returned, refuses every change, and neither it nor a second read-only
+ * handle beside it nor their closes change a byte or an entry of the
+ * store; no call that writes reaches the I/O seam.  A writable open
+ * afterwards recovers the same. */
+Test(flexdb, read_only_open_replays_a_crash_in_memory_and_writes_nothing)
+{
+	uint64_t seed = test_seed("flexdb read-only after a crash");
+	char dir[256];
+	fdb_tmpdir(dir, sizeof(dir), "ro_crash");
+	const long nops = scaled(3000);
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct flexdb_options o = fdb_tiny_opts();
+		struct flexdb *db;
+		if (flexdb_open(dir, &o, &db) || ro_stream(seed, nops, db, NULL))
+			_exit(2);
+		raise(SIGKILL);
+		_exit(3);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the writer failed (status %d)", st);
+	struct fmodel m = {0};
+	ro_stream(seed, nops, NULL, &m);
+
+	char *before = dir_snapshot(dir);
+	struct roio w;
+	roio_init(&w);
+	struct flexdb_options o = fdb_tiny_opts();
+	o.read_only = 1;
+	o.space.io = &w.io;
+	struct flexdb *ro, *ro2;
+	int rc = flexdb_open(dir, &o, &ro);
+	cr_assert_eq(rc, 0, "read-only open: %s (%s)", flex_strerror(rc), w.bad);
+	struct flexdb_stats fst;
+	cr_assert_eq(flexdb_stats(ro, &fst), 0);
+	cr_expect_gt(fst.recovered_ops, 0, "no WAL record was replayed: the test proves little");
+	cr_expect_gt(fst.space.recovered_records, 0, "no FlexSpace log record was replayed");
+	ro_expect_model(ro, &m, "read-only");
+	/* A second one at once, through the default table. */
+	o = fdb_tiny_opts();
+	o.read_only = 1;
+	rc = flexdb_open(dir, &o, &ro2);
+	cr_assert_eq(rc, 0, "second read-only open: %s", flex_strerror(rc));
+	ro_db_changes_refused(ro);
+	ro_db_changes_refused(ro2);
+	ro_expect_model(ro2, &m, "second read-only");
+	ro_expect_model(ro, &m, "read-only after refused changes");
+	cr_expect_eq(flexdb_close(ro2), 0);
+	cr_expect_eq(flexdb_close(ro), 0);
+	cr_expect_eq(atomic_load(&w.changes), 0, "the read-only handle tried: %s", w.bad);
+	char *after = dir_snapshot(dir);
+	cr_expect_str_eq(after, before, "a read-only handle changed the store");
+	free(after);
+	free(before);
+
+	o = fdb_tiny_opts();
+	struct flexdb *db;
+	rc = flexdb_open(dir, &o, &db);
+	cr_assert_eq(rc, 0, "writable open: %s", flex_strerror(rc));
+	struct flexdb_stats wst;
+	cr_assert_eq(flexdb_stats(db, &wst), 0);
+	cr_expect_eq(wst.recovered_ops, fst.recovered_ops);
+	ro_expect_model(db, &m, "writable after read-only");
+	cr_expect_eq(flexdb_close(db), 0);
+	fm_free(&m);
+	tmp_remove(dir);
+}
+
+/* A read-only handle sees what a writer synced and closed, and what it
+ * synced without closing (a crash after the sync). */
+Test(flexdb, read_only_handle_sees_what_a_writer_synced)
+{
+	struct tdb t;
+	tdb_open(&t, "ro_synced", NULL);
+	put_s(t.db, "a", "1");
+	put_s(t.db, "b", "2");
+	cr_assert_eq(flexdb_close(t.db), 0);
+	t.db = NULL;
+	struct flexdb_options o = {.read_only = 1};
+	struct flexdb *ro;
+	cr_assert_eq(flexdb_open(t.dir, &o, &ro), 0);
+	expect_val(ro, "a", 1, "1", 1);
+	expect_val(ro, "b", 1, "2", 1);
+	expect_absent(ro, "c", 1);
+	cr_assert_eq(flexdb_close(ro), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct flexdb *db;
+		if (flexdb_open(t.dir, NULL, &db) || flexdb_put(db, "c", 1, "3", 1) ||
+		    flexdb_delete(db, "a", 1) || flexdb_sync(db))
+			_exit(2);
+		raise(SIGKILL);
+		_exit(3);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFSIGNALED(st), "the writer failed (status %d)", st);
+	cr_assert_eq(flexdb_open(t.dir, &o, &ro), 0);
+	expect_absent(ro, "a", 1);
+	expect_val(ro, "b", 1, "2", 1);
+	expect_val(ro, "c", 1, "3", 1);
+	cr_assert_eq(flexdb_close(ro), 0);
+	tdb_done(&t);
+}
+
+/* In a child: opens dir read-only and writable and exits 0 when they
+ * give want_ro and want_rw; a read-only handle must find k = v. */
+static void ro_db_child(const char *dir, int want_ro, int want_rw, const char *k, const char *v)
+{
+	struct flexdb_options o = {.read_only = 1};
+	struct flexdb *db = NULL;
+	int rc = flexdb_open(dir, &o, &db);
+	if (rc != want_ro || (rc && db))
+		_exit(10);
+	if (!rc) {
+		char b[64];
+		size_t n = 0;
+		if (flexdb_get(db, k, strlen(k), b, sizeof(b), &n) || n != strlen(v) ||
+		    memcmp(b, v, n))
+			_exit(11);
+		if (flexdb_close(db))
+			_exit(12);
+	}
+	rc = flexdb_open(dir, NULL, &db);
+	if (rc != want_rw || (rc && db))
+		_exit(13);
+	if (!rc && flexdb_close(db))
+		_exit(14);
+	_exit(0);
+}
+
+static void ro_db_in_child(const char *dir, int want_ro, int want_rw, int nobody, const char *what)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		if (nobody && geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+			_exit(20);
+		ro_db_child(dir, want_ro, want_rw, "k", "v");
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: child status %d", what,
+		  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+Test(flexdb, read_only_handles_share_and_exclude_a_writer_both_ways)
+{
+	struct tdb t;
+	tdb_open(&t, "ro_lock", NULL);
+	put_s(t.db, "k", "v");
+	struct flexdb_options ro = {.read_only = 1};
+	struct flexdb *a = (struct flexdb *)&t, *b, *w;
+	cr_expect_eq(flexdb_open(t.dir, &ro, &a), FLEX_EBUSY, "a reader beside a writer");
+	cr_expect_null(a);
+	ro_db_in_child(t.dir, FLEX_EBUSY, FLEX_EBUSY, 0, "a child beside a writer");
+	cr_assert_eq(flexdb_close(t.db), 0);
+	t.db = NULL;
+
+	cr_assert_eq(flexdb_open(t.dir, &ro, &a), 0);
+	cr_assert_eq(flexdb_open(t.dir, &ro, &b), 0, "two readers in one process");
+	w = (struct flexdb *)&t;
+	cr_expect_eq(flexdb_open(t.dir, NULL, &w), FLEX_EBUSY, "a writer beside readers");
+	cr_expect_null(w);
+	ro_db_in_child(t.dir, 0, FLEX_EBUSY, 0, "a child beside two readers");
+	cr_assert_eq(flexdb_close(a), 0);
+	cr_expect_eq(flexdb_open(t.dir, NULL, &w), FLEX_EBUSY, "a writer beside one reader");
+	cr_assert_eq(flexdb_close(b), 0);
+	ro_db_in_child(t.dir, 0, 0, 0, "a child once the readers closed");
+	tdb_done(&t);
+}
+
+static int ro_db_chmod_writable;
+
+static int ro_db_chmod_one(const char *path, const struct stat *sb, int type, struct FTW *f)
+{
+	(void)type, (void)f;
+	mode_t m = (sb->st_mode & 07777) | (S_ISDIR(sb->st_mode) ? 0555 : 0444);
+	chmod(path, ro_db_chmod_writable ? m | S_IWUSR : m & ~(mode_t)0222);
+	return 0;
+}
+
+/* Without write permission on the store (chmod -R a-w; as nobody when the
+ * test runs as root, for whom permissions do not bind) a read-only open
+ * reads it and a writable one gets -EACCES; nothing changes. */
+Test(flexdb, read_only_open_needs_no_write_permission)
+{
+	struct tdb t;
+	tdb_open(&t, "ro_perm", NULL);
+	put_s(t.db, "k", "v");
+	cr_assert_eq(flexdb_close(t.db), 0);
+	t.db = NULL;
+	ro_db_chmod_writable = 0;
+	cr_assert_eq(nftw(t.dir, ro_db_chmod_one, 16, FTW_PHYS), 0);
+	char *before = dir_snapshot(t.dir);
+	ro_db_in_child(t.dir, 0, -EACCES, 1, "without write permission");
+	char *after = dir_snapshot(t.dir);
+	cr_expect_str_eq(after, before);
+	free(after);
+	free(before);
+	ro_db_chmod_writable = 1;
+	cr_assert_eq(nftw(t.dir, ro_db_chmod_one, 16, FTW_PHYS), 0);
+	tdb_done(&t);
 }
 
 #endif /* FLEXDB_TSAN_MAIN */

@@ -1606,6 +1606,19 @@ static void refused_unchanged_as(const char *dir, int want, const char *what, in
 				 create);
 		free(after);
 	}
+	/* A read-only open refuses what an open without create does. */
+	struct flexspace_options o = tiny_options();
+	o.read_only = 1;
+	struct flexspace *fs = (struct flexspace *)dir;
+	int rc = flexspace_open(dir, &o, &fs);
+	cr_expect_eq(rc, want, "%s, read-only: %s, not %s", what, flex_strerror(rc),
+		     flex_strerror(want));
+	cr_expect_null(fs);
+	if (!rc)
+		flexspace_close(fs);
+	char *after = dir_snapshot(dir);
+	cr_expect_str_eq(after, before, "%s, read-only: the directory changed", what);
+	free(after);
 	free(before);
 }
 
@@ -1796,16 +1809,20 @@ Test(flexspace, creation_cut_short_after_the_identity_is_finished)
 		if (step >= 4)
 			put_file(dir, "TREE", "", 0);
 		char *before = dir_snapshot(dir);
-		struct flexspace_options o = tiny_options();
-		o.create = 0;
-		struct flexspace *fs;
-		int rc = flexspace_open(dir, &o, &fs);
-		cr_expect(rc == -ENOENT || rc == FLEX_ECORRUPT, "step %d, create 0: %s", step,
-			  flex_strerror(rc));
-		char *after = dir_snapshot(dir);
-		cr_expect_str_eq(after, before, "step %d: open without create changed it", step);
+		for (int ro = 0; ro < 2; ro++) {
+			struct flexspace_options o = tiny_options();
+			o.create = 0;
+			o.read_only = ro;
+			struct flexspace *fs;
+			int rc = flexspace_open(dir, &o, &fs);
+			cr_expect(rc == -ENOENT || rc == FLEX_ECORRUPT, "step %d, read-only %d: %s",
+				  step, ro, flex_strerror(rc));
+			char *after = dir_snapshot(dir);
+			cr_expect_str_eq(after, before, "step %d, read-only %d: open changed it",
+					 step, ro);
+			free(after);
+		}
 		free(before);
-		free(after);
 		space_write(dir, "finished");
 		space_has(dir, 0, "finished");
 	}
@@ -1858,4 +1875,261 @@ Test(flexspace, space_made_before_identities_still_opens)
 	close(fd);
 	refused_unchanged(dir, FLEX_ENOTSTORE, "legacy space with no sound LOG header");
 	tmp_remove(root);
+}
+
+/* ---- read-only handles ----------------------------------------------------- */
+
+static const struct gen_cfg ro_gen = {.target_size = 256u << 10,
+				      .big_len = 64u << 10,
+				      .insert_pct = 20,
+				      .collapse_pct = 10,
+				      .truncate_pct = 2,
+				      .defrag_pct = 3,
+				      .sync_pct = 8};
+
+/* Tiny segments (collection runs) and a log far from its limit, so that
+ * what the syncs logged is still to be replayed at the next open. */
+static struct flexspace_options ro_writer_options(void)
+{
+	struct flexspace_options o = tiny_options();
+	o.log_limit = 64u << 20;
+	return o;
+}
+
+/* Every change refused with FLEX_EREADONLY, and nothing changed. */
+static void ro_changes_refused(struct flexspace *fs)
+{
+	uint64_t size = flexspace_size(fs);
+	cr_assert_gt(size, 16);
+	cr_expect_eq(flexspace_write(fs, "x", 0, 1), FLEX_EREADONLY);
+	cr_expect_eq(flexspace_write(fs, "x", size, 1), FLEX_EREADONLY);
+	cr_expect_eq(flexspace_insert(fs, "x", 1, 1), FLEX_EREADONLY);
+	cr_expect_eq(flexspace_collapse(fs, 0, 1), FLEX_EREADONLY);
+	cr_expect_eq(flexspace_truncate(fs, 0), FLEX_EREADONLY);
+	cr_expect_eq(flexspace_truncate(fs, size + 10), FLEX_EREADONLY);
+	cr_expect_eq(flexspace_tag_set(fs, 1, 7), FLEX_EREADONLY);
+	cr_expect_eq(flexspace_defrag(fs, 0, size), FLEX_EREADONLY);
+	cr_expect_eq(flexspace_sync(fs), FLEX_EREADONLY);
+	cr_expect_eq(flexspace_maintain(fs), FLEX_EREADONLY);
+	cr_expect_eq(flexspace_size(fs), size);
+}
+
+/* A writer killed after its last sync leaves batches in LOG (and a torn
+ * batch after them).  A read-only open replays them in memory: it sees
+ * exactly what was synced, refuses every change, and neither it nor a
+ * second read-only handle beside it nor their closes change a byte or an
+ * entry of the directory; no call that writes reaches the I/O seam.  A
+ * writable open afterwards recovers the same. */
+Test(flexspace, read_only_open_replays_a_crash_in_memory_and_writes_nothing)
+{
+	uint64_t seed = test_seed("flexspace read-only after a crash");
+	char dir[PATH_MAX], p[PATH_MAX + 16];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "ro_crash"), 0);
+	const long nops = scaled(300);
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct flexspace_options o = ro_writer_options();
+		struct flexspace *fs;
+		if (flexspace_open(dir, &o, &fs))
+			_exit(2);
+		uint8_t *buf = malloc(1u << 20);
+		uint64_t r = seed;
+		for (long i = 0; i < nops; i++) {
+			struct op op;
+			gen_op(&r, flexspace_size(fs), &ro_gen, &op);
+			if (space_apply(fs, &op, buf))
+				_exit(3);
+		}
+		if (flexspace_sync(fs))
+			_exit(4);
+		raise(SIGKILL);
+		_exit(5);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the writer failed (status %d)", st);
+	struct model m = {0};
+	uint8_t *buf = malloc(1u << 20);
+	uint64_t r = seed;
+	for (long i = 0; i < nops; i++) {
+		struct op op;
+		gen_op(&r, m.size, &ro_gen, &op);
+		model_apply(&m, &op, buf);
+	}
+	/* A batch torn by the crash: its header, not its records. */
+	snprintf(p, sizeof(p), "%s/LOG", dir);
+	int fd = open(p, O_WRONLY | O_APPEND);
+	cr_assert_geq(fd, 0);
+	uint8_t torn[40] = {'F', 'L', 'B', '1', 9};
+	cr_assert_eq(write(fd, torn, sizeof(torn)), (ssize_t)sizeof(torn));
+	close(fd);
+
+	char *before = dir_snapshot(dir);
+	struct roio w;
+	roio_init(&w);
+	struct flexspace_options o = {.io = &w.io, .read_only = 1, .create = 1};
+	struct flexspace *ro, *ro2;
+	int rc = flexspace_open(dir, &o, &ro);
+	cr_assert_eq(rc, 0, "read-only open: %s (%s)", flex_strerror(rc), w.bad);
+	struct flexspace_stats fst;
+	cr_assert_eq(flexspace_stats(ro, &fst), 0);
+	cr_expect_gt(fst.recovered_records, 0, "nothing was replayed: the test proves little");
+	struct why why = {{0}};
+	cr_expect_eq(space_matches(ro, &m, &why), 0, "read-only: %s", why.msg);
+	cr_expect_eq(flexspace_check(ro), 0);
+	/* A second one at once, through the default table (and the mapping). */
+	o = (struct flexspace_options){.read_only = 1};
+	rc = flexspace_open(dir, &o, &ro2);
+	cr_assert_eq(rc, 0, "second read-only open: %s", flex_strerror(rc));
+	cr_expect_eq(space_matches(ro2, &m, &why), 0, "second read-only: %s", why.msg);
+	ro_changes_refused(ro);
+	ro_changes_refused(ro2);
+	cr_expect_eq(space_matches(ro, &m, &why), 0, "after refused changes: %s", why.msg);
+	uint64_t eoff = 99, elen = 0;
+	cr_expect_gt(flexspace_read_extent(ro, m.size / 2, buf, 16, &eoff, &elen), 0);
+	cr_expect(eoff <= m.size / 2 && eoff + elen > m.size / 2);
+	cr_expect_eq(flexspace_close(ro2), 0);
+	cr_expect_eq(flexspace_close(ro), 0);
+	cr_expect_eq(atomic_load(&w.changes), 0, "the read-only handle tried: %s", w.bad);
+	cr_expect_gt(atomic_load(&w.opens), 0);
+	char *after = dir_snapshot(dir);
+	cr_expect_str_eq(after, before, "a read-only handle changed the directory");
+	free(after);
+	free(before);
+
+	/* The writable open recovers the same from the untouched files. */
+	struct flexspace_options wo = ro_writer_options();
+	struct flexspace *fs;
+	rc = flexspace_open(dir, &wo, &fs);
+	cr_assert_eq(rc, 0, "writable open: %s", flex_strerror(rc));
+	struct flexspace_stats wst;
+	cr_assert_eq(flexspace_stats(fs, &wst), 0);
+	cr_expect_eq(wst.recovered_records, fst.recovered_records);
+	cr_expect_eq(space_matches(fs, &m, &why), 0, "writable after read-only: %s", why.msg);
+	cr_expect_eq(flexspace_close(fs), 0);
+	free(buf);
+	model_free(&m);
+	tmp_remove(dir);
+}
+
+/* In a child: opens dir read-only (want_ro) and writable (want_rw) and
+ * exits 0 when both give what is expected; a read-only handle must read
+ * `text`. */
+static void ro_child(const char *dir, int want_ro, int want_rw, const char *text)
+{
+	struct flexspace_options o = {.read_only = 1};
+	struct flexspace *fs = NULL;
+	int rc = flexspace_open(dir, &o, &fs);
+	if (rc != want_ro || (rc && fs))
+		_exit(10);
+	if (!rc) {
+		char b[64] = {0};
+		if (flexspace_read(fs, b, 0, sizeof(b)) != (ssize_t)strlen(text) || strcmp(b, text))
+			_exit(11);
+		if (flexspace_close(fs))
+			_exit(12);
+	}
+	o = (struct flexspace_options){.create = 1};
+	rc = flexspace_open(dir, &o, &fs);
+	if (rc != want_rw || (rc && fs))
+		_exit(13);
+	if (!rc && flexspace_close(fs))
+		_exit(14);
+	_exit(0);
+}
+
+static void ro_in_child(const char *dir, int want_ro, int want_rw, const char *text,
+			const char *what)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		ro_child(dir, want_ro, want_rw, text);
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: child status %d", what,
+		  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+Test(flexspace, read_only_handles_share_and_exclude_a_writer_both_ways)
+{
+	char dir[PATH_MAX];
+	struct flexspace *w = open_fresh(dir, sizeof(dir), NULL);
+	cr_assert_eq(flexspace_write(w, "hello", 0, 5), 5);
+	cr_assert_eq(flexspace_sync(w), 0);
+	struct flexspace_options ro = {.read_only = 1};
+	struct flexspace *a = (struct flexspace *)dir, *b;
+	cr_expect_eq(flexspace_open(dir, &ro, &a), FLEX_EBUSY, "a reader beside a writer");
+	cr_expect_null(a);
+	ro_in_child(dir, FLEX_EBUSY, FLEX_EBUSY, "hello", "a child beside a writer");
+	cr_assert_eq(flexspace_close(w), 0);
+
+	cr_assert_eq(flexspace_open(dir, &ro, &a), 0);
+	cr_assert_eq(flexspace_open(dir, &ro, &b), 0, "two readers in one process");
+	w = (struct flexspace *)dir;
+	cr_expect_eq(flexspace_open(dir, NULL, &w), FLEX_EBUSY, "a writer beside readers");
+	cr_expect_null(w);
+	ro_in_child(dir, 0, FLEX_EBUSY, "hello", "a child beside two readers");
+	cr_assert_eq(flexspace_close(a), 0);
+	cr_expect_eq(flexspace_open(dir, NULL, &w), FLEX_EBUSY, "a writer beside one reader");
+	cr_assert_eq(flexspace_close(b), 0);
+	ro_in_child(dir, 0, 0, "hello", "a child once the readers closed");
+	cr_assert_eq(flexspace_open(dir, NULL, &w), 0);
+	cr_assert_eq(flexspace_close(w), 0);
+	tmp_remove(dir);
+}
+
+static int ro_chmod_writable;
+
+static int ro_chmod_one(const char *path, const struct stat *sb, int type, struct FTW *f)
+{
+	(void)type, (void)f;
+	/* a+rX, and a-w or u+w */
+	mode_t m = sb->st_mode & 07777;
+	m |= S_ISDIR(sb->st_mode) ? 0555 : 0444;
+	m = ro_chmod_writable ? m | S_IWUSR : m & ~(mode_t)0222;
+	chmod(path, m);
+	return 0;
+}
+
+/* chmod -R a+rX,a-w (writable 0) or u+w (writable 1). */
+static void ro_chmod(const char *dir, int writable)
+{
+	ro_chmod_writable = writable;
+	cr_assert_eq(nftw(dir, ro_chmod_one, 16, FTW_PHYS), 0);
+}
+
+/* In a child without write permission on the directory and its files
+ * (as nobody when the test runs as root, for whom permissions do not
+ * bind), a read-only open reads the space and a writable one gets
+ * -EACCES; nothing changes. */
+Test(flexspace, read_only_open_needs_no_write_permission)
+{
+	char dir[PATH_MAX];
+	struct flexspace *w = open_fresh(dir, sizeof(dir), NULL);
+	cr_assert_eq(flexspace_write(w, "hello", 0, 5), 5);
+	cr_assert_eq(flexspace_close(w), 0);
+	ro_chmod(dir, 0);
+	char *before = dir_snapshot(dir);
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+			_exit(20);
+		ro_child(dir, 0, -EACCES, "hello");
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d",
+		  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	char *after = dir_snapshot(dir);
+	cr_expect_str_eq(after, before);
+	free(after);
+	free(before);
+	ro_chmod(dir, 1);
+	tmp_remove(dir);
 }

@@ -790,6 +790,49 @@ Test(flextree, read_only_open_refuses_changes)
 	tmpd_remove(&d);
 }
 
+/* volatile_changes: a read-only tree changes in memory, commits nothing,
+ * and the file keeps every byte; a second read-only handle shares it. */
+Test(flextree, read_only_volatile_changes_stay_in_memory)
+{
+	struct tmpd d;
+	tmpd_make(&d);
+	struct flextree *t = open_ok(d.path, NULL);
+	ins(t, NULL, 0, 100, 10);
+	cr_assert_eq(flextree_close(t), 0);
+	FILE *f = fopen(d.path, "rb");
+	cr_assert_not_null(f);
+	static uint8_t img[1 << 16], img2[1 << 16];
+	size_t n = fread(img, 1, sizeof(img), f);
+	fclose(f);
+
+	struct flextree_options o = {.read_only = 1, .volatile_changes = 1};
+	t = open_ok(d.path, &o);
+	struct flextree *u = open_ok(d.path, &o);
+	cr_expect_eq(flextree_insert(t, 0, 500, 5), 0);
+	cr_expect_eq(flextree_tag_set(t, 5, 3), 0);
+	cr_expect_eq(flextree_collapse(t, 12, 2), 0);
+	expect_lookup(t, 0, 500, 5);
+	cr_expect_eq(flextree_size(t), 13);
+	cr_expect_eq(flextree_pressure(t), 0);
+	assert_check(t);
+	cr_expect_eq(flextree_commit(t), FLEX_EREADONLY);
+	expect_lookup(u, 0, 100, 10);
+	struct flextree *w = (struct flextree *)&o;
+	cr_expect_eq(flextree_open(d.path, NULL, &w), FLEX_EBUSY, "a writer beside readers");
+	cr_expect_eq(flextree_close(t), 0);
+	cr_expect_eq(flextree_close(u), 0);
+	f = fopen(d.path, "rb");
+	cr_assert_not_null(f);
+	cr_expect_eq(fread(img2, 1, sizeof(img2), f), n);
+	fclose(f);
+	cr_expect(!memcmp(img, img2, n), "the file changed");
+	t = open_ok(d.path, NULL);
+	expect_lookup(t, 0, 100, 10);
+	cr_expect_eq(flextree_size(t), 10);
+	flextree_close(t);
+	tmpd_remove(&d);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Damaged files                                                              */
 /* ------------------------------------------------------------------------ */
