@@ -584,6 +584,12 @@ Test(api_edges, flexspace_null_handles)
 	cr_assert_eq(flexspace_tag_set(NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_tag_get(NULL, 0, &tag, &u), -EINVAL);
 	cr_assert_eq(flexspace_extents(NULL, 0, 1, count_extent, &n), -EINVAL);
+	struct flextree_mapping loc[1] = {{.poff = 0, .len = 1}};
+	size_t nl = 7;
+	cr_assert_eq(flexspace_read_locate(NULL, buf, 0, 1, loc, &nl, &u), -EINVAL);
+	cr_assert_eq(nl, 0);
+	cr_assert_eq(flexspace_locate(NULL, 0, 1, loc, &nl, &u), -EINVAL);
+	cr_assert_eq(flexspace_read_located(NULL, buf, loc, 1, 0), -EINVAL);
 	cr_assert_eq(flexspace_defrag(NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_check(NULL), -EINVAL);
 	cr_assert_eq(flexspace_stats(NULL, &st), -EINVAL);
@@ -625,6 +631,33 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_extents(fs, 0, 1, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_stats(fs, NULL), -EINVAL);
 	cr_assert_eq(flexspace_size(fs), 1000);
+	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX + 1];
+	size_t nl;
+	uint64_t stamp;
+	cr_assert_eq(flexspace_read_locate(fs, NULL, 0, 1, loc, &nl, &stamp), -EINVAL);
+	cr_assert_eq(flexspace_read_locate(fs, buf, 0, 1, NULL, &nl, &stamp), -EINVAL);
+	cr_assert_eq(flexspace_read_locate(fs, buf, 0, 1, loc, NULL, &stamp), -EINVAL);
+	cr_assert_eq(flexspace_read_locate(fs, buf, 0, 1, loc, &nl, NULL), -EINVAL);
+	cr_assert_eq(flexspace_locate(fs, 0, 1, NULL, &nl, &stamp), -EINVAL);
+	cr_assert_eq(flexspace_locate(fs, 0, 1, loc, NULL, &stamp), -EINVAL);
+	cr_assert_eq(flexspace_locate(fs, 0, 1, loc, &nl, NULL), -EINVAL);
+	cr_assert_eq(flexspace_read_located(fs, NULL, loc, 1, 0), -EINVAL);
+	cr_assert_eq(flexspace_read_located(fs, buf, NULL, 1, 0), -EINVAL);
+	cr_assert_eq(flexspace_read_located(fs, buf, NULL, 0, 0), 0);
+	cr_assert_eq(flexspace_read_located(fs, buf, loc, FLEXSPACE_LOCATE_MAX + 1, 0), -EINVAL);
+	cr_assert_eq(flexspace_read_locate(fs, buf, 0, 1000, loc, &nl, &stamp), 1000);
+	cr_assert_eq(nl, 1);
+	cr_assert_eq(flexspace_read_located(fs, buf, loc, nl, stamp), 0);
+	cr_assert_eq(flexspace_locate(fs, 999, UINT64_MAX, loc, &nl, &stamp), 0,
+		     "lengths are clipped to the size");
+	cr_assert_eq(nl, 1);
+	cr_assert_eq(loc[0].len, 1);
+	/* Places no segment holds, or across a segment's end, are refused. */
+	struct flextree_mapping bad[3] = {{.poff = UINT64_MAX - 10, .len = 5},
+					  {.poff = (64u << 10) - 1, .len = 2},
+					  {.poff = 0, .len = 0}};
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(flexspace_read_located(fs, buf, &bad[i], 1, stamp), -ESTALE);
 
 	/* Huge offsets and lengths: errors, never a write through buf's end. */
 	for (size_t i = 0; i < NHUGE; i++) {
@@ -640,6 +673,10 @@ Test(api_edges, flexspace_bad_ranges)
 		cr_assert_eq(flexspace_tag_set(fs, h, 1), -ERANGE);
 		cr_assert_eq(flexspace_tag_get(fs, h, &tag, &eo), -ERANGE);
 		cr_assert_eq(flexspace_extents(fs, h, 1, count_extent, &n), -ERANGE);
+		cr_assert_eq(flexspace_read_locate(fs, buf, h, sizeof(buf), loc, &nl, &stamp), 0);
+		cr_assert_eq(nl, 0);
+		cr_assert_eq(flexspace_locate(fs, h, 1, loc, &nl, &stamp), 0);
+		cr_assert_eq(nl, 0);
 		cr_assert_neq(flexspace_defrag(fs, h, 1), 0);
 		cr_assert_neq(flexspace_defrag(fs, 1, h), 0);
 		if (h > FLEXSPACE_MAX_SIZE)
@@ -1304,6 +1341,8 @@ static const char *const exported_covered[] = {
     "flexspace_size",	     "flexspace_sync",
     "flexspace_maintain",
     "flexspace_read_extent", "flexspace_tag_set",
+    "flexspace_read_locate", "flexspace_locate",
+    "flexspace_read_located",
     "flexspace_tag_get",     "flexspace_extents",
     "flexspace_defrag",	     "flexspace_check",
     "flexspace_stats",	     "flexdb_open",
