@@ -973,6 +973,9 @@ static const char *const exported_covered[] = {
     "flexdb_check",	     "flexdb_stats",
     "flex_killpoint",	     "flex_ident_probe",
     "flex_ident_write",	     "flex_ident_encode",
+    "flexspace_checkpoint",  "flexspace_ckpt_begin",
+    "flexspace_ckpt_end",    "flex_ckpt_dest",
+    "flex_ckpt_copy",	     "flex_ckpt_unlink",
 };
 
 static int covered(const char *name)
