@@ -94,6 +94,8 @@ static const struct kp_point kp_points[] = {
     {"ckpt.data.copied", KP_CKPT, 0},
     {"ckpt.space.copied", KP_CKPT, 0},
     {"ckpt.space.renamed", KP_CKPT, 0},
+    {"ckpt.db.copied", KP_CKPT, 0},
+    {"ckpt.db.renamed", KP_CKPT, 0},
 };
 #define KP_NPOINTS (sizeof(kp_points) / sizeof(kp_points[0]))
 

@@ -976,6 +976,7 @@ static const char *const exported_covered[] = {
     "flexspace_checkpoint",  "flexspace_ckpt_begin",
     "flexspace_ckpt_end",    "flex_ckpt_dest",
     "flex_ckpt_copy",	     "flex_ckpt_unlink",
+    "flexdb_checkpoint",
 };
 
 static int covered(const char *name)
