@@ -71,6 +71,8 @@ static int is_empty_dir(const char *path)
 int flex_ckpt_dest(const struct flex_io *io, int src_dir_fd, const char *dest, int *created,
 		   int *dest_fd)
 {
+	if (!io || !created || !dest_fd)
+		return -EINVAL;
 	*created = 0;
 	*dest_fd = -1;
 	if (!dest || !*dest)
@@ -146,6 +148,8 @@ int flex_ckpt_dest(const struct flex_io *io, int src_dir_fd, const char *dest, i
 int flex_ckpt_copy(const struct flex_io *io, int src_fd, const char *dir, const char *name,
 		   const struct flex_ckpt_range *r, int n, uint64_t size)
 {
+	if (!io || !dir || !name || n < 0 || (n && !r))
+		return -EINVAL;
 	char path[PATH_MAX];
 	int rc = join(path, dir, name);
 	if (rc)
@@ -180,6 +184,6 @@ int flex_ckpt_copy(const struct flex_io *io, int src_fd, const char *dir, const 
 void flex_ckpt_unlink(const char *dir, const char *name)
 {
 	char path[PATH_MAX];
-	if (join(path, dir, name) == 0)
+	if (dir && name && join(path, dir, name) == 0)
 		unlink(path);
 }
