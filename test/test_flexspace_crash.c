@@ -967,3 +967,74 @@ Test(flexspace_crash, checkpoint_killed_at_each_step_is_refused_or_whole)
 	free(want);
 	tmp_remove(root);
 }
+
+/* Through the crash-tracking table: when a checkpoint returns 0, no write
+ * to the copy is left unsynced (it survives a power loss from then on);
+ * and a write or sync of the copy that fails makes the checkpoint fail,
+ * takes back the directory it created, and leaves the handle usable. */
+Test(flexspace_crash, checkpoint_is_synced_and_a_failed_copy_leaves_the_space_usable)
+{
+	char root[PATH_MAX], src[PATH_MAX + 16], dest[PATH_MAX + 32];
+	cr_assert_eq(tmp_make(root, sizeof(root), "ckptio"), 0);
+	snprintf(src, sizeof(src), "%s/src", root);
+	static struct cio c;
+	cio_init(&c);
+	c.track = 1;
+	struct flexspace_options o = tiny_options();
+	o.io = &c.io;
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(src, &o, &fs), 0);
+	uint8_t buf[4096];
+	for (int i = 0; i < 100; i++) {
+		op_data((uint64_t)i, buf, sizeof(buf));
+		cr_assert_eq(flexspace_insert(fs, buf, (uint64_t)i * 997 % (flexspace_size(fs) + 1),
+					      sizeof(buf)),
+			     (ssize_t)sizeof(buf));
+	}
+	snprintf(dest, sizeof(dest), "%s/copy", root);
+	cr_assert_eq(flexspace_checkpoint(fs, dest), 0);
+	size_t dl = strlen(dest), seen = 0;
+	pthread_mutex_lock(&c.mu);
+	for (size_t i = 0; i < c.nfiles; i++) {
+		if (strncmp(c.files[i].path, dest, dl) || c.files[i].path[dl] != '/')
+			continue;
+		seen++;
+		cr_expect_eq(c.files[i].nch, 0, "%s: %zu changes not synced", c.files[i].path,
+			     c.files[i].nch);
+	}
+	pthread_mutex_unlock(&c.mu);
+	cr_expect_geq(seen, 5, "the copy's files went around the I/O table");
+
+	/* A failure at each write, sync and truncate of the copy. */
+	cr_assert_eq(flexspace_sync(fs), 0);
+	int failed_at_all = 0;
+	for (long at = 1; at < 64; at++) {
+		snprintf(dest, sizeof(dest), "%s/fail%ld", root, at);
+		pthread_mutex_lock(&c.mu);
+		c.fault_class = CIO_WRITES | CIO_SYNCS | CIO_FTRUNCATE;
+		c.fault_at = at;
+		c.fault_err = -EIO;
+		c.ncalls = 0;
+		c.tripped = 0;
+		pthread_mutex_unlock(&c.mu);
+		int rc = flexspace_checkpoint(fs, dest);
+		pthread_mutex_lock(&c.mu);
+		int tripped = c.tripped;
+		c.fault_class = 0;
+		pthread_mutex_unlock(&c.mu);
+		if (!tripped) {
+			cr_expect_eq(rc, 0);
+			break;
+		}
+		failed_at_all = 1;
+		cr_expect_eq(rc, -EIO, "fault %ld: %s", at, flex_strerror(rc));
+		cr_expect_eq(access(dest, F_OK), -1, "fault %ld: the copy was left behind", at);
+		cr_assert_eq(flexspace_write(fs, "x", 0, 1), 1, "fault %ld: the space failed", at);
+		cr_assert_eq(flexspace_sync(fs), 0);
+	}
+	cr_expect(failed_at_all);
+	cr_expect_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cio_destroy(&c);
+	tmp_remove(root);
+}
