@@ -216,8 +216,7 @@ int fdb_wal_remove(struct fdb_wal *w, int dir_fd)
 	return rc;
 }
 
-int fdb_wal_copy(const struct flex_io *io, int src_fd, uint64_t gen, uint64_t upto,
-		 const char *dir)
+int fdb_wal_copy(const struct flex_io *io, int src_fd, uint64_t gen, uint64_t upto, const char *dir)
 {
 	char name[32];
 	snprintf(name, sizeof(name), "WAL-%016" PRIx64, gen);
@@ -232,9 +231,8 @@ int fdb_wal_copy(const struct flex_io *io, int src_fd, uint64_t gen, uint64_t up
 	/* A file with no record yet is shorter than its records' offset. */
 	if (upto > size)
 		upto = size;
-	struct flex_ckpt_range r[2] = {
-	    {0, upto < WAL_MARK_AT ? upto : WAL_MARK_AT},
-	    {WAL_RECORDS, upto > WAL_RECORDS ? upto - WAL_RECORDS : 0}};
+	struct flex_ckpt_range r[2] = {{0, upto < WAL_MARK_AT ? upto : WAL_MARK_AT},
+				       {WAL_RECORDS, upto > WAL_RECORDS ? upto - WAL_RECORDS : 0}};
 	return flex_ckpt_copy(io, src_fd, dir, name, r, 2, upto);
 }
 

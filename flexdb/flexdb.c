@@ -1330,8 +1330,7 @@ static int db_ckpt_at(void *arg)
 /* Takes back what a failed checkpoint made in dest. */
 static void db_ckpt_clean(const char *dest, const struct db_ckpt *c)
 {
-	static const char *const names[] = {"IDENTITY", "LOG", "LOG.ckpt", "TREE", "DATA",
-					    "LOCK"};
+	static const char *const names[] = {"IDENTITY", "LOG", "LOG.ckpt", "TREE", "DATA", "LOCK"};
 	const char *const subs[] = {"space", "space.ckpt"};
 	char path[PATH_MAX];
 	for (size_t d = 0; d < 2; d++) {

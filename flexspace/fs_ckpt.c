@@ -84,8 +84,8 @@ static int ckpt_copy_file(struct flexspace *fs, const char *name, uint64_t len, 
  * when the checkpoint created it. */
 static void ckpt_clean(struct fs_ckpt *ck)
 {
-	static const char *const names[] = {FLEX_IDENT_NAME, "LOG", CKPT_LOG, "TREE", "DATA",
-					    "LOCK"};
+	static const char *const names[] = {FLEX_IDENT_NAME, "LOG",  CKPT_LOG,
+					    "TREE",	     "DATA", "LOCK"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		flex_ckpt_unlink(ck->dest, names[i]);
 	if (ck->created)

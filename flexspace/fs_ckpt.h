@@ -17,8 +17,8 @@ struct fs_ckpt;
  * of this space happens between the copied point and its return.
  * Returns as flexspace_checkpoint; on success *out must be passed to
  * flexspace_ckpt_end. */
-FLEX_EXPORT int flexspace_ckpt_begin(struct flexspace *fs, const char *dest,
-				     int (*at)(void *arg), void *arg, struct fs_ckpt **out);
+FLEX_EXPORT int flexspace_ckpt_begin(struct flexspace *fs, const char *dest, int (*at)(void *arg),
+				     void *arg, struct fs_ckpt **out);
 
 /* Copies DATA (no lock held), unpins, and completes the copy: LOG under
  * its name, then IDENTITY, each step durable before the next.  With

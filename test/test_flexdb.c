@@ -2336,8 +2336,8 @@ static void *ck_write_main(void *arg)
 
 /* Opens a copy without create, deep-checks it and finds the prefix
  * [lo, hi] of the writer's ops it holds; -1 when none. */
-static long ck_match(const char *dir, const struct flexdb_options *opt,
-		     const struct ck_writer *cw, long lo, long hi, struct why *w)
+static long ck_match(const char *dir, const struct flexdb_options *opt, const struct ck_writer *cw,
+		     long lo, long hi, struct why *w)
 {
 	struct flexdb_options o = *opt;
 	o.no_create = 1;

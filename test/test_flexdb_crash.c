@@ -1284,7 +1284,7 @@ Test(flexdb_crash, checkpoint_killed_at_each_step_is_refused_or_whole)
 	} cases[] = {{"ckpt.data.copied", 1, 0},   {"ckpt.space.copied", 1, 0},
 		     {"ckpt.space.renamed", 1, 0}, {"id.write.before", 1, 0},
 		     {"id.dir.sync.before", 1, 0}, {"ckpt.db.copied", 1, 0},
-		     {"ckpt.db.renamed", 1, 1},    {"id.write.before", 2, 1},
+		     {"ckpt.db.renamed", 1, 1},	   {"id.write.before", 2, 1},
 		     {"id.sync.before", 2, 1},	   {"id.dir.sync.before", 2, 1}};
 	char root[300], src[340], dest[340], report[340];
 	fdb_tmpdir(root, sizeof(root), "ckptkill");
@@ -1346,8 +1346,8 @@ Test(flexdb_crash, checkpoint_killed_at_each_step_is_refused_or_whole)
 		cr_assert_eq(waitpid(pid, &st, 0), pid);
 		char fired[128];
 		long fn;
-		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "%s %ld: not killed (status %d)",
-			  cases[c].point, cases[c].n, st);
+		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+			  "%s %ld: not killed (status %d)", cases[c].point, cases[c].n, st);
 		cr_assert_eq(kp_fired(report, fired, sizeof(fired), &fn), 1);
 		cr_assert_str_eq(fired, cases[c].point);
 		struct flexdb_options no = fdb_tiny_opts();

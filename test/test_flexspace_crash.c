@@ -891,8 +891,8 @@ Test(flexspace_crash, checkpoint_killed_at_each_step_is_refused_or_whole)
 	static const struct {
 		const char *point;
 		int whole;
-	} cases[] = {{"ckpt.data.copied", 0},  {"ckpt.space.copied", 0}, {"ckpt.space.renamed", 1},
-		     {"id.write.before", 1},   {"id.sync.before", 1},    {"id.dir.sync.before", 1}};
+	} cases[] = {{"ckpt.data.copied", 0}, {"ckpt.space.copied", 0}, {"ckpt.space.renamed", 1},
+		     {"id.write.before", 1},  {"id.sync.before", 1},	{"id.dir.sync.before", 1}};
 	char root[PATH_MAX], src[PATH_MAX + 16], dest[PATH_MAX + 32], report[PATH_MAX + 32];
 	cr_assert_eq(tmp_make(root, sizeof(root), "ckptkill"), 0);
 	snprintf(src, sizeof(src), "%s/src", root);
@@ -941,8 +941,8 @@ Test(flexspace_crash, checkpoint_killed_at_each_step_is_refused_or_whole)
 			for (int create = 1; create >= 0; create--) {
 				no.create = create;
 				int rc = flexspace_open(dest, &no, &fs);
-				cr_expect_eq(rc, FLEX_ENOTSTORE, "%s, create %d: %s", cases[c].point,
-					     create, flex_strerror(rc));
+				cr_expect_eq(rc, FLEX_ENOTSTORE, "%s, create %d: %s",
+					     cases[c].point, create, flex_strerror(rc));
 				if (!rc)
 					flexspace_close(fs);
 			}
