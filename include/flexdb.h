@@ -151,9 +151,9 @@ FLEX_EXPORT int flexdb_sync(struct flexdb *db);
 
 /* Online backup: writes into directory dest_dir a copy of the store that
  * opens (flexdb_open) holding exactly the writes of a prefix of the
- * sequence, a prefix that includes every put, delete and write that
- * returned before the call (on any thread) and none that began after it
- * returned.  Writers, readers and the committer go on while it runs: it
+ * sequence (batches whole): every put, delete and write that returned
+ * before the call, on any thread, and possibly some that ran while it
+ * did.  Writers, readers and the committer go on while it runs: it
  * syncs the FlexSpace and copies its metadata while holding off the
  * space's syncs (the committer waits if it reaches one), then copies the
  * space's data and the WAL records up to that moment with no lock held.
@@ -165,9 +165,10 @@ FLEX_EXPORT int flexdb_sync(struct flexdb *db);
  * empty directory, and neither the store's directory nor inside it.  The
  * copy is crash-safe: IDENTITY is written last, after every other file
  * and directory is durable, and a checkpoint cut short by a crash leaves
- * a directory that open refuses with FLEX_ENOTSTORE (docs/DURABILITY.md,
- * "Checkpoints").  On an error the files it made (and dest_dir, if it
- * made it) are removed.  Returns 0, or:
+ * a directory that open refuses with FLEX_ENOTSTORE, or once the copy
+ * is whole, one that opens as it (docs/DURABILITY.md, "Checkpoints").
+ * On an error the files it made (and dest_dir, if it made it) are
+ * removed.  Returns 0, or:
  *   -EINVAL        NULL db or dest_dir, an empty dest_dir, or dest_dir
  *                  equal to or inside the store's directory
  *   -EEXIST        dest_dir is a directory with entries in it

@@ -214,9 +214,10 @@ FLEX_EXPORT int flexspace_sync(struct flexspace *fs);
  * empty directory, and neither the space's directory nor inside it.  The
  * copy is crash-safe: every file and the directory are made durable, and
  * IDENTITY is written last; a checkpoint cut short by a crash leaves a
- * directory that open refuses with FLEX_ENOTSTORE (docs/DURABILITY.md,
- * "Checkpoints").  On an error the files it made (and dest_dir, if it
- * made it) are removed.  Returns 0, or:
+ * directory that open refuses with FLEX_ENOTSTORE, or once the copy is
+ * whole, one that opens as it (docs/DURABILITY.md, "Checkpoints").  On
+ * an error the files it made (and dest_dir, if it made it) are removed.
+ * Returns 0, or:
  *   -EINVAL        NULL fs or dest_dir, an empty dest_dir, or dest_dir
  *                  equal to or inside the space's directory
  *   -EEXIST        dest_dir is a directory with entries in it
