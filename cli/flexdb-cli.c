@@ -430,6 +430,16 @@ static int cmd_sync(struct cli_app *app, struct cli_token *a, size_t n)
 	return cli_done(app, flexdb_sync(ctx_of(app)->db));
 }
 
+static int cmd_backup(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	(void)n;
+	const char *dir = cli_path(app, &a[1]);
+	if (!dir)
+		return 1;
+	int rc = flexdb_checkpoint(ctx_of(app)->db, dir);
+	return rc ? cli_status(app, dir, rc) : 0;
+}
+
 static int cmd_check(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	(void)a;
@@ -784,6 +794,11 @@ static const struct cli_cmd commands[] = {
     {"stats", "", 0, 0, "print the store's counters, one \"name value\" a line", NULL, cmd_stats,
      0, 1, NULL},
     {"check", "", 0, 0, "run the deep consistency check; prints ok", NULL, cmd_check, 0, 1, NULL},
+    {"backup", "DIR", 1, 1, "write a consistent copy of the store to DIR (flexdb_checkpoint)",
+     "    DIR must be missing or an empty directory, outside the store.  The\n"
+     "    copy is a store that flexdb-cli opens: every write made before the\n"
+     "    command is in it, and it is durable when backup returns.\n",
+     cmd_backup, 0, 1, NULL},
     {"dump", "[OPTIONS] [FILE]", 0, 1, "write the pairs in the dump format to FILE or stdout",
      "    Format: a line \"flexdb-dump 1\", then KEY<TAB>VALUE per pair in key\n"
      "    order, both escaped as CLI arguments, then \"end N\".  Lossless for any\n"

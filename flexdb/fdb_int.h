@@ -169,6 +169,14 @@ void fdb_wal_close(struct fdb_wal *w);
  * reappears after a crash to be replayed over newer data. */
 int fdb_wal_remove(struct fdb_wal *w, int dir_fd);
 
+/* Checkpoints: copies the WAL of generation gen, open as src_fd, into a
+ * new file of directory dir and makes it durable.  upto == UINT64_MAX
+ * copies the whole file (one no longer written to); otherwise the file is
+ * the active one and only its records below offset upto are copied, and
+ * not its sync mark, which may name later records. */
+int fdb_wal_copy(const struct flex_io *io, int src_fd, uint64_t gen, uint64_t upto,
+		 const char *dir);
+
 typedef int (*fdb_wal_fn)(void *arg, uint64_t seq, const uint8_t *payload, size_t len);
 /* Lists WAL generations in dir (sorted), and replays one file: calls fn
  * for each valid record in order, stopping at the first torn one, which

@@ -44,6 +44,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../flextree/flex_ckpt.h"
 #include "../flextree/flex_killpoint.h"
 #include "fdb_int.h"
 
@@ -213,6 +214,26 @@ int fdb_wal_remove(struct fdb_wal *w, int dir_fd)
 	if (!rc)
 		rc = io->fsync(io, dir_fd);
 	return rc;
+}
+
+int fdb_wal_copy(const struct flex_io *io, int src_fd, uint64_t gen, uint64_t upto, const char *dir)
+{
+	char name[32];
+	snprintf(name, sizeof(name), "WAL-%016" PRIx64, gen);
+	uint64_t size;
+	int rc = io->fsize(io, src_fd, &size);
+	if (rc)
+		return rc;
+	if (upto == UINT64_MAX) {
+		struct flex_ckpt_range r = {0, size};
+		return flex_ckpt_copy(io, src_fd, dir, name, &r, 1, size);
+	}
+	/* A file with no record yet is shorter than its records' offset. */
+	if (upto > size)
+		upto = size;
+	struct flex_ckpt_range r[2] = {{0, upto < WAL_MARK_AT ? upto : WAL_MARK_AT},
+				       {WAL_RECORDS, upto > WAL_RECORDS ? upto - WAL_RECORDS : 0}};
+	return flex_ckpt_copy(io, src_fd, dir, name, r, 2, upto);
 }
 
 static int cmp_u64(const void *a, const void *b)

@@ -48,6 +48,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../flexspace/fs_ckpt.h"
+#include "../flextree/flex_ckpt.h"
 #include "../flextree/flex_ident.h"
 #include "../flextree/flex_killpoint.h"
 #include "fdb_int.h"
@@ -1471,6 +1473,145 @@ int flexdb_close(struct flexdb *db)
 		db->fs = NULL;
 	}
 	db_free(db);
+	return rc;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+/* A checkpoint is the FlexSpace's durable state at one moment plus the
+ * WAL records up to a later one, which recovery replays over it (applying
+ * again a pair the space already holds is harmless, as at any recovery).
+ * Both halves must meet: the space may hold no record the WALs do not
+ * reach, and every record it lacks must be in a WAL copied.  Both hold
+ * when the WALs are taken while the space's durability lock is held
+ * (db_ckpt_at): a memtable reaches the space's durable state only through
+ * a FlexSpace sync or tree commit, and its WAL is removed only after that
+ * sync, so no WAL the copied space still needs can go, and every record
+ * the space holds came from a memtable that is older than the active one
+ * whose records are copied up to that moment.  The WAL files are opened
+ * then, and copied later through their descriptors (a removal meanwhile
+ * does not matter); the active one is copied up to the end of its last
+ * whole record, as its size says then (a record is written before the
+ * size counts it).  Writers, readers and the committer go on throughout;
+ * the committer waits only if it syncs the space while the checkpoint
+ * holds that lock. */
+struct db_ckpt {
+	struct flexdb *db;
+	uint64_t *gens;
+	int *fds;
+	size_t n;
+	uint64_t active_gen, active_size;
+};
+
+static int db_ckpt_at(void *arg)
+{
+	struct db_ckpt *c = arg;
+	struct flexdb *db = c->db;
+	pthread_mutex_lock(&db->mtmu);
+	c->active_gen = db->active->wal->gen;
+	c->active_size = atomic_load(&db->active->wal->size);
+	pthread_mutex_unlock(&db->mtmu);
+	int rc = fdb_wal_list(db->dir, &c->gens, &c->n);
+	if (!rc && c->n && !(c->fds = malloc(c->n * sizeof(int))))
+		rc = -ENOMEM;
+	for (size_t i = 0; i < c->n && c->fds; i++)
+		c->fds[i] = -1;
+	for (size_t i = 0; i < c->n && !rc; i++) {
+		if (c->gens[i] > c->active_gen)
+			continue; /* being created for a later memtable */
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
+			 (unsigned long long)c->gens[i]);
+		int fd = db->io->open(db->io, path, O_RDONLY | O_CLOEXEC, 0);
+		if (fd >= 0)
+			c->fds[i] = fd;
+		else if (fd != -ENOENT) /* gone: its memtable is in the space */
+			rc = fd;
+	}
+	return rc;
+}
+
+/* Takes back what a failed checkpoint made in dest. */
+static void db_ckpt_clean(const char *dest, const struct db_ckpt *c)
+{
+	static const char *const names[] = {"IDENTITY", "LOG", "LOG.ckpt", "TREE", "DATA", "LOCK"};
+	const char *const subs[] = {"space", "space.ckpt"};
+	char path[PATH_MAX];
+	for (size_t d = 0; d < 2; d++) {
+		snprintf(path, sizeof(path), "%s/%s", dest, subs[d]);
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+			flex_ckpt_unlink(path, names[i]);
+		rmdir(path);
+	}
+	for (size_t i = 0; i < c->n; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "WAL-%016llx", (unsigned long long)c->gens[i]);
+		flex_ckpt_unlink(dest, name);
+	}
+	flex_ckpt_unlink(dest, "LOCK");
+	flex_ckpt_unlink(dest, "IDENTITY");
+}
+
+/* The space is copied into space.ckpt and renamed to space only once the
+ * WALs beside it are durable: a directory with no IDENTITY and no space/
+ * is not a store (FLEX_ENOTSTORE), while one with space/ would open as a
+ * store made before identities.  IDENTITY comes last. */
+int flexdb_checkpoint(struct flexdb *db, const char *dest_dir)
+{
+	if (!db || !dest_dir || !*dest_dir)
+		return -EINVAL;
+	if (db->read_only)
+		return FLEX_EREADONLY;
+	if (atomic_load(&db->failed))
+		return FLEX_EFAILED;
+	int created, dfd;
+	int rc = flex_ckpt_dest(db->io, db->dir_fd, dest_dir, &created, &dfd);
+	if (rc)
+		return rc;
+	char from[PATH_MAX], to[PATH_MAX];
+	int n1 = snprintf(from, sizeof(from), "%s/space.ckpt", dest_dir);
+	int n2 = snprintf(to, sizeof(to), "%s/space", dest_dir);
+	if (n1 < 0 || n1 >= (int)sizeof(from) || n2 < 0 || n2 >= (int)sizeof(to))
+		rc = -ENAMETOOLONG;
+	struct db_ckpt c = {.db = db};
+	struct fs_ckpt *ck;
+	if (!rc)
+		rc = flexspace_ckpt_begin(db->fs, from, db_ckpt_at, &c, &ck);
+	if (!rc)
+		rc = flexspace_ckpt_end(ck, 0);
+	for (size_t i = 0; i < c.n && !rc; i++)
+		if (c.fds[i] >= 0)
+			rc = fdb_wal_copy(db->io, c.fds[i], c.gens[i],
+					  c.gens[i] == c.active_gen ? c.active_size : UINT64_MAX,
+					  dest_dir);
+	for (size_t i = 0; i < c.n && c.fds; i++)
+		if (c.fds[i] >= 0)
+			db->io->close(db->io, c.fds[i]);
+	if (!rc) {
+		struct flex_ckpt_range none = {0, 0};
+		rc = flex_ckpt_copy(db->io, -1, dest_dir, "LOCK", &none, 0, 0);
+	}
+	if (!rc)
+		rc = db->io->fsync(db->io, dfd);
+	/* The space whole under its temporary name, the WALs durable. */
+	if (!rc)
+		FLEX_KILLPOINT("ckpt.db.copied");
+	if (!rc && rename(from, to) != 0)
+		rc = -errno;
+	if (!rc)
+		rc = db->io->fsync(db->io, dfd);
+	/* space/ durable, no IDENTITY yet. */
+	if (!rc)
+		FLEX_KILLPOINT("ckpt.db.renamed");
+	if (!rc)
+		rc = flex_ident_write(db->io, dest_dir, dfd, FLEX_KIND_DB, 0);
+	if (rc)
+		db_ckpt_clean(dest_dir, &c);
+	db->io->close(db->io, dfd);
+	if (rc && created)
+		rmdir(dest_dir);
+	free(c.gens);
+	free(c.fds);
 	return rc;
 }
 

@@ -249,7 +249,10 @@ static void fs_free(struct flexspace *fs)
 	pthread_rwlock_destroy(&fs->lock);
 	pthread_mutex_destroy(&fs->sync_mu);
 	pthread_mutex_destroy(&fs->change_mu);
+	pthread_mutex_destroy(&fs->ckpt_mu);
 	free(fs->logbuf);
+	free(fs->pinned);
+	free(fs->dir);
 	free(fs);
 }
 
@@ -276,8 +279,11 @@ int flexspace_open(const char *dir, const struct flexspace_options *opt, struct 
 	}
 	pthread_mutex_init(&fs->sync_mu, NULL);
 	pthread_mutex_init(&fs->change_mu, NULL);
+	pthread_mutex_init(&fs->ckpt_mu, NULL);
 	int create;
 	int rc = fs_options(opt, fs, &create);
+	if (!rc && !(fs->dir = strdup(dir)))
+		rc = -ENOMEM;
 	if (!rc)
 		rc = fs_open(fs, dir, create);
 	if (rc) {

@@ -38,6 +38,12 @@
  * removal itself is durable, so it is not overwritten before that; a
  * segment emptied while a sync waits for the disk stays PENDING for the
  * next one.  npending counts PENDING and RELEASE segments.
+ *
+ * A checkpoint (fs_ckpt.c) copies DATA after letting the locks go, so the
+ * segments its copied metadata may name are pinned meanwhile: a segment
+ * with pinned[s] set stays PENDING or RELEASE, and is not reused, until
+ * the checkpoint ends (fs_seg_release skips it; the next sync or commit
+ * after the unpin frees it).
  */
 #ifndef FLEXSPACE_INT_H
 #define FLEXSPACE_INT_H
@@ -83,6 +89,7 @@ struct flexspace {
 	int read_only;	       /* the option: nothing is ever written */
 	struct flextree_stats tree_st; /* the tree's counters, for flexspace_stats */
 	const struct flex_io *io;
+	char *dir; /* as given to flexspace_open, for the checkpoint's copies */
 	int dir_fd;
 	int lock_fd;
 	int data_fd;
@@ -150,6 +157,13 @@ struct flexspace {
 	uint64_t log_sealed; /* seq in the last seal written for log_base */
 	uint64_t log_size; /* bytes of LOG in use, written or being written */
 	uint64_t log_durable; /* batches [1, log_durable) of log_base are durable */
+
+	/* Checkpoints: one at a time (ckpt_mu); the segments below npinned
+	 * with pinned[s] set are not freed (read and set under change_mu
+	 * and the exclusive lock). */
+	pthread_mutex_t ckpt_mu;
+	uint8_t *pinned;
+	uint32_t npinned;
 
 	struct flexspace_stats st;
 };

@@ -474,6 +474,8 @@ void fs_seg_release(struct flexspace *fs, int all)
 	if (!fs->npending)
 		return;
 	for (uint32_t s = 0; s < fs->nsegs; s++) {
+		if (s < fs->npinned && fs->pinned[s])
+			continue; /* a checkpoint is copying it */
 		if (fs->state[s] == SEG_RELEASE || (all && fs->state[s] == SEG_PENDING)) {
 			fs->state[s] = SEG_FREE;
 			fs->freed_at[s] = ++fs->free_seq;
@@ -535,11 +537,15 @@ int fs_reserve_space(struct flexspace *fs, uint64_t len)
 	 * victim (at most 30/32 live) into it before the victim is freed. */
 	uint64_t need = len + fs->seg_size;
 	uint64_t before = 0;
+	int pinned_sync = 0;
 	for (int round = 0; fs_space_avail(fs) < need; round++) {
 		int rc;
 		uint64_t avail = fs_space_avail(fs);
-		if (fs->npending) {
+		/* Segments a checkpoint pinned stay pending however often the
+		 * log is synced: one sync, then collection or -ENOSPC. */
+		if (fs->npending && !pinned_sync) {
 			rc = fs_log_sync(fs, 0);
+			pinned_sync = fs->pinned != NULL;
 		} else if (round == 0 || avail > before) {
 			before = avail;
 			rc = fs_gc_run(fs, 0);

@@ -186,6 +186,42 @@ FLEX_EXPORT int flexdb_get(struct flexdb *db, const void *key, size_t klen, void
  * nothing). */
 FLEX_EXPORT int flexdb_sync(struct flexdb *db);
 
+/* Online backup: writes into directory dest_dir a copy of the store that
+ * opens (flexdb_open) holding exactly the writes of a prefix of the
+ * sequence (batches whole): every put, delete and write that returned
+ * before the call, on any thread, and possibly some that ran while it
+ * did.  Writers, readers and the committer go on while it runs: it
+ * syncs the FlexSpace and copies its metadata while holding off the
+ * space's syncs (the committer waits if it reaches one), then copies the
+ * space's data and the WAL records up to that moment with no lock held.
+ * The copy is written durably (it survives a power loss once the call
+ * returns 0), whether or not the writes it holds were synced in the
+ * source.  A WAL record is never made durable in the source by it.
+ *
+ * dest_dir must be missing (it is created; its parent must exist) or an
+ * empty directory, and neither the store's directory nor inside it.  The
+ * copy is crash-safe: IDENTITY is written last, after every other file
+ * and directory is durable, and a checkpoint cut short by a crash leaves
+ * a directory that open refuses with FLEX_ENOTSTORE, or once the copy
+ * is whole, one that opens as it (docs/DURABILITY.md, "Checkpoints").
+ * On an error the files it made (and dest_dir, if it made it) are
+ * removed.  Returns 0, or:
+ *   -EINVAL        NULL db or dest_dir, an empty dest_dir, or dest_dir
+ *                  equal to or inside the store's directory
+ *   -EEXIST        dest_dir is a directory with entries in it
+ *   -ENOTDIR       dest_dir (or a component of its path) is not a
+ *                  directory
+ *   -ENOENT        the parent of dest_dir is missing
+ *   FLEX_EFAILED   the store failed earlier (nothing is copied)
+ *   FLEX_EREADONLY the handle is read-only (nothing is copied: a
+ *                  checkpoint syncs; with no writer open the store's
+ *                  files can be copied as they are)
+ *   FLEX_ECORRUPT  a file of the store ended before its recorded size
+ *   -errno         from the FlexSpace's sync (which then fails the
+ *                  store) or from writing the copy (the store stays
+ *                  usable) */
+FLEX_EXPORT int flexdb_checkpoint(struct flexdb *db, const char *dest_dir);
+
 /* Atomic batches: puts and deletes applied all together or not at all,
  * also across a crash.  Later operations on the same key win. */
 FLEX_EXPORT struct flexdb_batch *flexdb_batch_new(void);

@@ -256,6 +256,44 @@ FLEX_EXPORT uint64_t flexspace_size(struct flexspace *fs);
  * durable, and writes nothing). */
 FLEX_EXPORT int flexspace_sync(struct flexspace *fs);
 
+/* Online backup: writes into directory dest_dir a copy of the space that
+ * opens (flexspace_open) as the space was when the call began: every
+ * change that returned before the call is in it, and the copy is the
+ * state after a prefix of the changes, as a recovery would give.  Reads
+ * and changes go on while it runs; it holds changes off only for a sync
+ * and reads off not at all, and then, while it copies TREE and the
+ * synced part of LOG, holds off syncs, tree commits and collections (and
+ * the changes of a space with max_data_size, which may need them).  DATA
+ * is copied with no lock held: its segments that the copy needs are kept
+ * from reuse until the call returns, so the data file may grow
+ * meanwhile, and in a space with max_data_size a change may then get
+ * -ENOSPC where it would have collected garbage.  Free segments are
+ * holes in the copy.  One checkpoint of a handle runs at a time.
+ *
+ * dest_dir must be missing (it is created; its parent must exist) or an
+ * empty directory, and neither the space's directory nor inside it.  The
+ * copy is crash-safe: every file and the directory are made durable, and
+ * IDENTITY is written last; a checkpoint cut short by a crash leaves a
+ * directory that open refuses with FLEX_ENOTSTORE, or once the copy is
+ * whole, one that opens as it (docs/DURABILITY.md, "Checkpoints").  On
+ * an error the files it made (and dest_dir, if it made it) are removed.
+ * Returns 0, or:
+ *   -EINVAL        NULL fs or dest_dir, an empty dest_dir, or dest_dir
+ *                  equal to or inside the space's directory
+ *   -EEXIST        dest_dir is a directory with entries in it
+ *   -ENOTDIR       dest_dir (or a component of its path) is not a
+ *                  directory
+ *   -ENOENT        the parent of dest_dir is missing
+ *   FLEX_EFAILED   the handle failed earlier (nothing is copied)
+ *   FLEX_EREADONLY the handle is read-only (nothing is copied: a
+ *                  checkpoint syncs; with no writer open the space's
+ *                  files can be copied as they are)
+ *   FLEX_ECORRUPT  a file of the space ended before its recorded size
+ *   -errno         from the sync (which then fails the handle, as any
+ *                  failed sync does) or from writing the copy (the
+ *                  handle stays usable) */
+FLEX_EXPORT int flexspace_checkpoint(struct flexspace *fs, const char *dest_dir);
+
 /* Runs the maintenance changes have made due and deferred (see
  * defer_maintenance): commits the tree if the log is over log_limit, then
  * collects garbage if the data file is over gc_ratio (which ends with a

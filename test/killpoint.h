@@ -40,7 +40,7 @@ enum kp_prep {
 };
 
 /* Which workloads reach a point. */
-enum { KP_SPACE = 1, KP_DB = 2, KP_BOTH = KP_SPACE | KP_DB };
+enum { KP_SPACE = 1, KP_DB = 2, KP_BOTH = KP_SPACE | KP_DB, KP_CKPT = 4 /* checkpoint tests */ };
 
 struct kp_point {
 	const char *name;
@@ -91,6 +91,11 @@ static const struct kp_point kp_points[] = {
     {"fdb.recover.dir.sync.before", KP_DB, KP_PREP_EMPTY_WAL},
     {"fdb.recover.dir.sync.after", KP_DB, KP_PREP_EMPTY_WAL},
     {"fdb.close.wal_removed", KP_DB, 0},
+    {"ckpt.data.copied", KP_CKPT, 0},
+    {"ckpt.space.copied", KP_CKPT, 0},
+    {"ckpt.space.renamed", KP_CKPT, 0},
+    {"ckpt.db.copied", KP_CKPT, 0},
+    {"ckpt.db.renamed", KP_CKPT, 0},
 };
 #define KP_NPOINTS (sizeof(kp_points) / sizeof(kp_points[0]))
 

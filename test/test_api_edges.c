@@ -19,6 +19,7 @@
  * note.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -38,6 +39,8 @@
 #include "flexdb.h"
 #include "flexspace.h"
 #include "flextree.h"
+#include "../flexspace/fs_ckpt.h"
+#include "../flextree/flex_ckpt.h"
 #include "../flextree/flex_ident.h"
 #include "../flextree/flex_killpoint.h"
 
@@ -1318,6 +1321,138 @@ Test(api_edges, flexdb_options_and_paths)
 	tmp_free(&d);
 }
 
+/* ---- checkpoints ------------------------------------------------------------------- */
+
+/* Every refused destination of a checkpoint, for either kind of store:
+ * the status, and nothing created or changed in it.  ckpt(dest) calls the
+ * checkpoint of the open store in `store`. */
+static void ckpt_refusals(const char *root, const char *store, int (*ckpt)(void *, const char *),
+			  void *h)
+{
+	char p[PATH_MAX], q[PATH_MAX];
+	cr_expect_eq(ckpt(h, NULL), -EINVAL);
+	cr_expect_eq(ckpt(h, ""), -EINVAL);
+	/* The store itself, inside it (existing or not), and the same by
+	 * another spelling. */
+	cr_expect_eq(ckpt(h, store), -EINVAL);
+	join(p, sizeof(p), store, "sub");
+	cr_expect_eq(ckpt(h, p), -EINVAL);
+	cr_expect_eq(access(p, F_OK), -1, "created inside the store");
+	snprintf(q, sizeof(q), "%s/../%s", store, strrchr(store, '/') + 1);
+	cr_expect_eq(ckpt(h, q), -EINVAL);
+	cr_assert_eq(mkdir(p, 0755), 0);
+	cr_expect_eq(ckpt(h, p), -EINVAL);
+	cr_expect_eq(rmdir(p), 0, "something was written inside the store");
+	/* Not empty: refused, its entry untouched. */
+	join(p, sizeof(p), root, "full");
+	cr_assert_eq(mkdir(p, 0755), 0);
+	join(q, sizeof(q), p, "keep");
+	write_file(q, "mine", 4);
+	cr_expect_eq(ckpt(h, p), -EEXIST);
+	struct stat st;
+	cr_expect(stat(q, &st) == 0 && st.st_size == 4);
+	DIR *dd = opendir(p);
+	int entries = 0;
+	for (struct dirent *e; dd && (e = readdir(dd));)
+		entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	if (dd)
+		closedir(dd);
+	cr_expect_eq(entries, 1, "a refused destination was written to");
+	/* A file, a path through a file, a missing parent. */
+	cr_expect_eq(ckpt(h, q), -ENOTDIR);
+	join(p, sizeof(p), q, "below");
+	cr_expect_eq(ckpt(h, p), -ENOTDIR);
+	join(p, sizeof(p), root, "missing/copy");
+	cr_expect_eq(ckpt(h, p), -ENOENT);
+}
+
+static int space_ckpt(void *h, const char *dest)
+{
+	return flexspace_checkpoint(h, dest);
+}
+
+static int db_ckpt(void *h, const char *dest)
+{
+	return flexdb_checkpoint(h, dest);
+}
+
+Test(api_edges, checkpoint_bad_arguments_and_destinations)
+{
+	struct tmpdir d;
+	tmp_make(&d, "ckpt");
+	char src[PATH_MAX], p[PATH_MAX];
+	cr_assert_eq(flexspace_checkpoint(NULL, "x"), -EINVAL);
+	cr_assert_eq(flexdb_checkpoint(NULL, "x"), -EINVAL);
+	struct fs_ckpt *ck = (struct fs_ckpt *)&d;
+	cr_assert_eq(flexspace_ckpt_begin(NULL, "x", NULL, NULL, &ck), -EINVAL);
+	cr_assert_null(ck);
+	cr_assert_eq(flexspace_ckpt_end(NULL, 0), -EINVAL);
+	int created, fd;
+	cr_assert_eq(flex_ckpt_dest(NULL, 0, "x", &created, &fd), -EINVAL);
+	cr_assert_eq(flex_ckpt_dest(flex_io_posix(), 0, "x", NULL, &fd), -EINVAL);
+	cr_assert_eq(flex_ckpt_copy(NULL, 0, d.path, "x", NULL, 0, 0), -EINVAL);
+	cr_assert_eq(flex_ckpt_copy(flex_io_posix(), 0, NULL, "x", NULL, 0, 0), -EINVAL);
+	cr_assert_eq(flex_ckpt_copy(flex_io_posix(), 0, d.path, "x", NULL, 1, 0), -EINVAL);
+	flex_ckpt_unlink(NULL, "x");
+	flex_ckpt_unlink(d.path, NULL);
+
+	join(src, sizeof(src), d.path, "space");
+	struct flexspace_options so = small_space();
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(src, &so, &fs), 0);
+	cr_assert_eq(flexspace_write(fs, "kept", 0, 4), 4);
+	cr_assert_eq(flexspace_ckpt_begin(fs, "", NULL, NULL, &ck), -EINVAL);
+	ckpt_refusals(d.path, src, space_ckpt, fs);
+	/* Refusals leave the handle as it was, and a checkpoint then works. */
+	join(p, sizeof(p), d.path, "space-copy");
+	cr_assert_eq(flexspace_checkpoint(fs, p), 0);
+	cr_assert_eq(flexspace_checkpoint(fs, p), -EEXIST);
+	cr_assert_eq(flexspace_close(fs), 0);
+	so.create = 0;
+	cr_assert_eq(flexspace_open(p, &so, &fs), 0);
+	char b[8] = {0};
+	cr_expect_eq(flexspace_read(fs, b, 0, sizeof(b)), 4);
+	cr_expect_str_eq(b, "kept");
+	cr_assert_eq(flexspace_close(fs), 0);
+	/* A read-only handle makes no checkpoint, and nothing of one. */
+	char q[PATH_MAX];
+	join(q, sizeof(q), d.path, "from-read-only");
+	so.read_only = 1;
+	cr_assert_eq(flexspace_open(p, &so, &fs), 0);
+	cr_assert_eq(flexspace_checkpoint(fs, q), FLEX_EREADONLY);
+	cr_assert_neq(access(q, F_OK), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	so.read_only = 0;
+	join(p, sizeof(p), d.path, "full");
+	join(src, sizeof(src), p, "keep");
+	cr_assert_eq(unlink(src), 0);
+	cr_assert_eq(rmdir(p), 0);
+
+	join(src, sizeof(src), d.path, "db");
+	struct flexdb_options o = small_db();
+	struct flexdb *db;
+	cr_assert_eq(flexdb_open(src, &o, &db), 0);
+	cr_assert_eq(flexdb_put(db, "k", 1, "v", 1), 0);
+	ckpt_refusals(d.path, src, db_ckpt, db);
+	join(p, sizeof(p), src, "space");
+	cr_expect_eq(flexdb_checkpoint(db, p), -EINVAL);
+	join(p, sizeof(p), d.path, "db-copy");
+	cr_assert_eq(flexdb_checkpoint(db, p), 0);
+	cr_assert_eq(flexdb_close(db), 0);
+	o.no_create = 1;
+	cr_assert_eq(flexdb_open(p, &o, &db), 0);
+	size_t vn = 0;
+	cr_expect_eq(flexdb_get(db, "k", 1, b, sizeof(b), &vn), 0);
+	cr_expect_eq(vn, 1);
+	cr_assert_eq(flexdb_close(db), 0);
+	o.read_only = 1;
+	cr_assert_eq(flexdb_open(p, &o, &db), 0);
+	cr_assert_eq(flexdb_checkpoint(db, q), FLEX_EREADONLY);
+	cr_assert_neq(access(q, F_OK), 0);
+	cr_assert_eq(flexdb_close(db), 0);
+	tmp_free(&d);
+}
+
 /* ---- coverage of the exported symbols ------------------------------------------------- */
 
 /* Every function the tests above call with bad arguments. */
@@ -1362,6 +1497,10 @@ static const char *const exported_covered[] = {
     "flexdb_check",	     "flexdb_stats",
     "flex_killpoint",	     "flex_ident_probe",
     "flex_ident_write",	     "flex_ident_encode",
+    "flexspace_checkpoint",  "flexdb_checkpoint",
+    "flexspace_ckpt_begin",  "flexspace_ckpt_end",
+    "flex_ckpt_dest",	     "flex_ckpt_copy",
+    "flex_ckpt_unlink",
 };
 
 static int covered(const char *name)

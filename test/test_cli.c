@@ -967,6 +967,57 @@ Test(cli, db_sync_stats_check_timer)
 	run_free(&r);
 }
 
+Test(cli, backup_of_a_store_and_of_a_space)
+{
+	need_tools();
+	const char *db = path("db"), *copy = path("dbcopy");
+	struct run r;
+	char cmds[600];
+	snprintf(cmds, sizeof(cmds), "put a 1; put b \"two\"; del a; put c 3; backup %s", copy);
+	cmdline(dbcli, db, cmds, &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.out, "");
+	cr_expect_str_eq(r.err, "");
+	run_free(&r);
+	cmdline(dbcli, copy, "scan; check", &r);
+	cr_expect_str_eq(r.out, "b two\nc 3\nok\n");
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	run_free(&r);
+	/* Refused: a directory that is not empty, the store itself. */
+	snprintf(cmds, sizeof(cmds), "backup %s", copy);
+	cmdline(dbcli, db, cmds, &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect(strstr(r.err, "File exists"), "%s", r.err);
+	run_free(&r);
+	snprintf(cmds, sizeof(cmds), "backup %s/space", db);
+	cmdline(dbcli, db, cmds, &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect(strstr(r.err, "Invalid argument"), "%s", r.err);
+	run_free(&r);
+	cmdline(dbcli, db, "help backup", &r);
+	cr_expect(strstr(r.out, "backup DIR"), "%s", r.out);
+	run_free(&r);
+
+	const char *sp = path("space"), *scopy = path("spacecopy");
+	snprintf(cmds, sizeof(cmds), "write 0 hello; insert 0 \">> \"; backup %s", scopy);
+	cmdline(fscli, sp, cmds, &r);
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	cr_expect_str_eq(r.err, "");
+	run_free(&r);
+	cmdline(fscli, scopy, "size; check", &r);
+	cr_expect_str_eq(r.out, "8\nok\n");
+	cr_expect_eq(code(&r), 0, "%s", r.err);
+	run_free(&r);
+	/* A backup of a missing space creates neither. */
+	const char *none = path("nospace"), *ncopy = path("nocopy");
+	snprintf(cmds, sizeof(cmds), "backup %s", ncopy);
+	cmdline(fscli, none, cmds, &r);
+	cr_expect_neq(code(&r), 0);
+	cr_expect_eq(access(none, F_OK), -1);
+	cr_expect_eq(access(ncopy, F_OK), -1);
+	run_free(&r);
+}
+
 Test(cli, db_help_usage_options)
 {
 	need_tools();

@@ -2786,4 +2786,181 @@ Test(flexdb, read_only_open_needs_no_write_permission)
 	tdb_done(&t);
 }
 
+/* ---- checkpoints ------------------------------------------------------------------- */
+
+/* Slows the writes of files under a checkpoint's directory ("/copy"), so
+ * that the writer, memtable switches and the committer (its commits, WAL
+ * removals, collections) run while the copy reads the source. */
+static atomic_int ck_slow_fds[64];
+
+static int ck_slow_open(const struct flex_io *io, const char *path, int flags, mode_t mode)
+{
+	int fd = flex_io_posix()->open(io, path, flags, mode);
+	if (fd >= 0 && fd < 64)
+		atomic_store(&ck_slow_fds[fd], strstr(path, "/copy") != NULL);
+	return fd;
+}
+
+static ssize_t ck_slow_pwrite(const struct flex_io *io, int fd, const void *buf, size_t len,
+			      uint64_t off)
+{
+	if (fd >= 0 && fd < 64 && atomic_load(&ck_slow_fds[fd]))
+		usleep(20000);
+	return flex_io_posix()->pwrite(io, fd, buf, len, off);
+}
+
+/* A single writer's puts and deletes over a small key set; the digest and
+ * count of the state after each op, so a copy can be matched to a
+ * prefix. */
+struct ck_writer {
+	struct flexdb *db;
+	uint64_t seed;
+	long nops;
+	uint64_t *digest;
+	size_t *count;
+	atomic_long done;
+	int err;
+};
+
+#define CK_KEYS 1500
+
+static void ck_val(uint8_t *v, uint32_t *vn, long i, uint64_t *r)
+{
+	*vn = 8 + (uint32_t)rnd_below(r, 300);
+	memset(v, 'a' + (int)(i % 26), *vn);
+	memcpy(v, &i, sizeof(i));
+}
+
+static void *ck_write_main(void *arg)
+{
+	struct ck_writer *cw = arg;
+	uint64_t r = cw->seed;
+	/* The value each key holds in the model (length 0: absent). */
+	static uint8_t vals[CK_KEYS][320];
+	static uint32_t vlen[CK_KEYS];
+	memset(vlen, 0, sizeof(vlen));
+	uint64_t d = 0;
+	size_t n = 0;
+	for (long i = 1; i <= cw->nops && !cw->err; i++) {
+		char k[16];
+		int kk = (int)rnd_below(&r, CK_KEYS);
+		int kn = snprintf(k, sizeof(k), "ck%05d", kk);
+		if (vlen[kk]) {
+			d -= pair_hash(k, (uint32_t)kn, vals[kk], vlen[kk]);
+			n--;
+		}
+		if (rnd_below(&r, 8) == 0) {
+			vlen[kk] = 0;
+			cw->err = flexdb_delete(cw->db, k, (size_t)kn);
+		} else {
+			ck_val(vals[kk], &vlen[kk], i, &r);
+			d += pair_hash(k, (uint32_t)kn, vals[kk], vlen[kk]);
+			n++;
+			cw->err = flexdb_put(cw->db, k, (size_t)kn, vals[kk], vlen[kk]);
+		}
+		cw->digest[i] = d;
+		cw->count[i] = n;
+		atomic_store(&cw->done, i);
+	}
+	return NULL;
+}
+
+/* Opens a copy without create, deep-checks it and finds the prefix
+ * [lo, hi] of the writer's ops it holds; -1 when none. */
+static long ck_match(const char *dir, const struct flexdb_options *opt, const struct ck_writer *cw,
+		     long lo, long hi, struct why *w)
+{
+	struct flexdb_options o = *opt;
+	o.no_create = 1;
+	struct flexdb *db;
+	int rc = flexdb_open(dir, &o, &db);
+	if (rc) {
+		failf(w, "open: %s", flex_strerror(rc));
+		return -1;
+	}
+	uint64_t d;
+	size_t n;
+	long k = -1;
+	if ((rc = flexdb_check(db)) != 0)
+		failf(w, "flexdb_check: %s", flex_strerror(rc));
+	else if (!store_digest(db, &d, &n, NULL, w)) {
+		for (long i = hi; i >= lo && k < 0; i--)
+			if (cw->digest[i] == d && cw->count[i] == n)
+				k = i;
+		if (k < 0)
+			failf(w, "%zu pairs, the state after no op in [%ld, %ld]", n, lo, hi);
+	}
+	if ((rc = flexdb_close(db)) != 0 && k >= 0) {
+		failf(w, "close: %s", flex_strerror(rc));
+		k = -1;
+	}
+	return k;
+}
+
+/* Checkpoints taken while a writer runs (tiny memtables: switches and
+ * commits all the time) open as the state after a prefix of its ops that
+ * holds every op returned before the call, pass the deep check, and the
+ * source keeps every write. */
+Test(flexdb, checkpoint_while_writing_is_a_prefix_holding_every_returned_write)
+{
+	uint64_t seed = test_seed("flexdb checkpoint");
+	char root[300], dir[340], dest[3][340];
+	fdb_tmpdir(root, sizeof(root), "ckpt");
+	snprintf(dir, sizeof(dir), "%s/src", root);
+	struct flex_io slow = *flex_io_posix();
+	slow.open = ck_slow_open;
+	slow.pwrite = ck_slow_pwrite;
+	struct flexdb_options o = fdb_tiny_opts();
+	o.space.io = &slow;
+	struct ck_writer cw = {.seed = seed, .nops = scaled(30000)};
+	cr_assert_eq(flexdb_open(dir, &o, &cw.db), 0);
+	cw.digest = calloc((size_t)cw.nops + 1, sizeof(uint64_t));
+	cw.count = calloc((size_t)cw.nops + 1, sizeof(size_t));
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, ck_write_main, &cw), 0);
+	long lo[3], hi[3];
+	for (int c = 0; c < 3; c++) {
+		snprintf(dest[c], sizeof(dest[c]), "%s/copy%d", root, c);
+		if (c == 2)
+			cr_assert_eq(mkdir(dest[c], 0755), 0);
+		while (atomic_load(&cw.done) < cw.nops * (c + 1) / 10 && !cw.err)
+			usleep(1000);
+		lo[c] = atomic_load(&cw.done);
+		int rc = flexdb_checkpoint(cw.db, dest[c]);
+		hi[c] = atomic_load(&cw.done) + 1;
+		cr_assert_eq(rc, 0, "seed %" PRIu64 ": checkpoint %d: %s", seed, c,
+			     flex_strerror(rc));
+	}
+	pthread_join(th, NULL);
+	cr_assert_eq(cw.err, 0, "seed %" PRIu64 ": writer: %s", seed, flex_strerror(cw.err));
+	long last = atomic_load(&cw.done);
+	struct why w = {0};
+	struct flexdb_options plain = fdb_tiny_opts();
+	for (int c = 0; c < 3; c++) {
+		if (hi[c] > last)
+			hi[c] = last;
+		long k = ck_match(dest[c], &plain, &cw, lo[c], hi[c], &w);
+		cr_expect_geq(k, 0, "seed %" PRIu64 ": checkpoint %d (ops %ld..%ld): %s", seed, c,
+			      lo[c], hi[c], w.msg);
+	}
+	uint64_t d;
+	size_t n;
+	cr_expect_eq(flexdb_check(cw.db), 0);
+	cr_expect_eq(store_digest(cw.db, &d, &n, NULL, &w), 0, "%s", w.msg);
+	cr_expect(d == cw.digest[last] && n == cw.count[last], "seed %" PRIu64 ": source differs",
+		  seed);
+	cr_assert_eq(flexdb_close(cw.db), 0);
+	/* A checkpoint of the copy, made after reopening it, is the same. */
+	struct flexdb *db;
+	cr_assert_eq(flexdb_open(dest[0], &plain, &db), 0);
+	char again[360];
+	snprintf(again, sizeof(again), "%s/again", root);
+	cr_assert_eq(flexdb_checkpoint(db, again), 0);
+	cr_assert_eq(flexdb_close(db), 0);
+	long k0 = ck_match(dest[0], &plain, &cw, 0, last, &w);
+	cr_expect_eq(ck_match(again, &plain, &cw, k0, k0, &w), k0, "copy of the copy: %s", w.msg);
+	free(cw.digest);
+	free(cw.count);
+}
+
 #endif /* FLEXDB_TSAN_MAIN */

@@ -406,7 +406,8 @@ Test(flexdb_crash, kill_point_table_matches_sources_and_docs)
 	static const char *const srcs[] = {"flextree/flex_ident.c",
 					   "flextree/flextree_file.c", "flexspace/flexspace.c",
 					   "flexspace/fs_log.c",       "flexspace/fs_seg.c",
-					   "flexdb/fdb_wal.c",	       "flexdb/flexdb.c"};
+					   "flexspace/fs_ckpt.c",      "flexdb/fdb_wal.c",
+					   "flexdb/flexdb.c"};
 	static char src[128][128], doc[128][128];
 	int ns = 0, nd = 0;
 	for (size_t i = 0; i < sizeof(srcs) / sizeof(srcs[0]); i++) {
@@ -1266,4 +1267,117 @@ Test(flexdb_crash, damaged_interval_key_is_caught)
 		}
 		tmp_remove(dir);
 	}
+}
+
+/* ---- checkpoints cut short ----------------------------------------------------- */
+
+/* A FlexDB checkpoint killed at each of its steps (the space's copy, the
+ * WALs, the renames, each IDENTITY) leaves a directory that open refuses
+ * unchanged (FLEX_ENOTSTORE) until the copy is whole, and from the
+ * rename of space.ckpt on the whole copy, holding every write. */
+Test(flexdb_crash, checkpoint_killed_at_each_step_is_refused_or_whole)
+{
+	static const struct {
+		const char *point;
+		long n;
+		int whole;
+	} cases[] = {{"ckpt.data.copied", 1, 0},   {"ckpt.space.copied", 1, 0},
+		     {"ckpt.space.renamed", 1, 0}, {"id.write.before", 1, 0},
+		     {"id.dir.sync.before", 1, 0}, {"ckpt.db.copied", 1, 0},
+		     {"ckpt.db.renamed", 1, 1},	   {"id.write.before", 2, 1},
+		     {"id.sync.before", 2, 1},	   {"id.dir.sync.before", 2, 1}};
+	char root[300], src[340], dest[340], report[340];
+	fdb_tmpdir(root, sizeof(root), "ckptkill");
+	snprintf(src, sizeof(src), "%s/src", root);
+	snprintf(report, sizeof(report), "%s/report", root);
+	struct flexdb_options o = fdb_tiny_opts();
+	struct flexdb *db;
+	/* Pairs in the space, in a WAL left by a killed session, and in the
+	 * checkpointing session's memtable. */
+	cr_assert_eq(flexdb_open(src, &o, &db), 0);
+	struct fmodel m = {0};
+	char k[32], v[64];
+	for (int i = 0; i < 3000; i++) {
+		int kn = snprintf(k, sizeof(k), "key%05d", i * 7919 % 3001);
+		int vn = snprintf(v, sizeof(v), "value %d", i);
+		cr_assert_eq(flexdb_put(db, k, (size_t)kn, v, (size_t)vn), 0);
+		fm_put(&m, k, (uint32_t)kn, v, (uint32_t)vn);
+	}
+	cr_assert_eq(flexdb_close(db), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		if (flexdb_open(src, &o, &db))
+			_exit(2);
+		for (int i = 0; i < 500; i++) {
+			int kn = snprintf(k, sizeof(k), "wal%05d", i);
+			if (flexdb_put(db, k, (size_t)kn, "w", 1) || flexdb_sync(db))
+				_exit(2);
+		}
+		kill(getpid(), SIGKILL);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	for (int i = 0; i < 500; i++) {
+		int kn = snprintf(k, sizeof(k), "wal%05d", i);
+		fm_put(&m, k, (uint32_t)kn, "w", 1);
+	}
+	for (int i = 0; i < 100; i++) {
+		int kn = snprintf(k, sizeof(k), "mem%05d", i);
+		fm_put(&m, k, (uint32_t)kn, "m", 1);
+	}
+	struct why w = {0};
+	uint64_t want_d = m.digest;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		snprintf(dest, sizeof(dest), "%s/copy%zu", root, c);
+		pid = fork();
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			kp_arm(cases[c].point, cases[c].n, report);
+			int rc = flexdb_open(src, &o, &db);
+			for (int i = 0; i < 100 && !rc; i++) {
+				int kn = snprintf(k, sizeof(k), "mem%05d", i);
+				rc = flexdb_put(db, k, (size_t)kn, "m", 1);
+			}
+			if (!rc)
+				rc = flexdb_checkpoint(db, dest);
+			_exit(rc ? 2 : 0);
+		}
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		char fired[128];
+		long fn;
+		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+			  "%s %ld: not killed (status %d)", cases[c].point, cases[c].n, st);
+		cr_assert_eq(kp_fired(report, fired, sizeof(fired), &fn), 1);
+		cr_assert_str_eq(fired, cases[c].point);
+		struct flexdb_options no = fdb_tiny_opts();
+		if (!cases[c].whole) {
+			char *before = dir_snapshot(dest);
+			for (int nc = 0; nc <= 1; nc++) {
+				no.no_create = nc;
+				int rc = flexdb_open(dest, &no, &db);
+				cr_expect_eq(rc, FLEX_ENOTSTORE, "%s %ld, no_create %d: %s",
+					     cases[c].point, cases[c].n, nc, flex_strerror(rc));
+				if (!rc)
+					flexdb_close(db);
+			}
+			char *after = dir_snapshot(dest);
+			cr_expect_str_eq(before, after, "%s %ld: the directory was changed",
+					 cases[c].point, cases[c].n);
+			free(before);
+			free(after);
+			continue;
+		}
+		no.no_create = 1;
+		int rc = flexdb_open(dest, &no, &db);
+		cr_assert_eq(rc, 0, "%s %ld: %s", cases[c].point, cases[c].n, flex_strerror(rc));
+		cr_expect_eq(flexdb_check(db), 0);
+		uint64_t d;
+		size_t n;
+		cr_expect_eq(store_digest(db, &d, &n, NULL, &w), 0, "%s", w.msg);
+		cr_expect(d == want_d && n == m.n, "%s %ld: %zu pairs, want %zu; digest differs",
+			  cases[c].point, cases[c].n, n, m.n);
+		cr_assert_eq(flexdb_close(db), 0);
+	}
+	fm_free(&m);
 }

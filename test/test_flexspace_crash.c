@@ -878,3 +878,163 @@ Test(flexspace_crash, two_extents_on_the_same_bytes_are_reported)
 	}
 	tmp_remove(dir);
 }
+
+/* ---- checkpoints cut short ----------------------------------------------------- */
+
+/* A checkpoint killed at each of its steps leaves a directory that open
+ * refuses, with and without create, changing nothing (FLEX_ENOTSTORE)
+ * until the copy is whole; from the rename of LOG on, the directory opens
+ * as the whole copy (IDENTITY then missing or cut short: a space made
+ * before identities, or its upgrade cut short). */
+Test(flexspace_crash, checkpoint_killed_at_each_step_is_refused_or_whole)
+{
+	static const struct {
+		const char *point;
+		int whole;
+	} cases[] = {{"ckpt.data.copied", 0}, {"ckpt.space.copied", 0}, {"ckpt.space.renamed", 1},
+		     {"id.write.before", 1},  {"id.sync.before", 1},	{"id.dir.sync.before", 1}};
+	char root[PATH_MAX], src[PATH_MAX + 16], dest[PATH_MAX + 32], report[PATH_MAX + 32];
+	cr_assert_eq(tmp_make(root, sizeof(root), "ckptkill"), 0);
+	snprintf(src, sizeof(src), "%s/src", root);
+	snprintf(report, sizeof(report), "%s/report", root);
+	struct flexspace_options o = tiny_options();
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(src, &o, &fs), 0);
+	uint64_t r = 42;
+	uint8_t *buf = malloc(64u << 10);
+	for (int i = 0; i < 40; i++) {
+		uint64_t len = 1 + rnd_below(&r, 64u << 10), size = flexspace_size(fs);
+		op_data(rnd(&r), buf, len);
+		cr_assert_eq(flexspace_insert(fs, buf, rnd_below(&r, size + 1), len), (ssize_t)len);
+		if (i % 3 == 0)
+			cr_assert_eq(flexspace_collapse(fs, 0, flexspace_size(fs) / 4), 0);
+	}
+	uint8_t *want;
+	uint64_t want_size;
+	cr_assert_eq(space_read_all(fs, &want, &want_size), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	free(buf);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		snprintf(dest, sizeof(dest), "%s/copy%zu", root, c);
+		pid_t pid = fork();
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			kp_arm(cases[c].point, 1, report);
+			struct flexspace *cfs;
+			int rc = flexspace_open(src, &o, &cfs);
+			if (!rc)
+				rc = flexspace_checkpoint(cfs, dest);
+			_exit(rc ? 2 : 0);
+		}
+		int st;
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		char fired[128];
+		long fn;
+		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "%s: not killed (status %d)",
+			  cases[c].point, st);
+		cr_assert_eq(kp_fired(report, fired, sizeof(fired), &fn), 1);
+		cr_assert_str_eq(fired, cases[c].point);
+		struct flexspace_options no = tiny_options();
+		no.create = 0;
+		if (!cases[c].whole) {
+			char *before = dir_snapshot(dest);
+			for (int create = 1; create >= 0; create--) {
+				no.create = create;
+				int rc = flexspace_open(dest, &no, &fs);
+				cr_expect_eq(rc, FLEX_ENOTSTORE, "%s, create %d: %s",
+					     cases[c].point, create, flex_strerror(rc));
+				if (!rc)
+					flexspace_close(fs);
+			}
+			char *after = dir_snapshot(dest);
+			cr_expect_str_eq(before, after, "%s: the directory was changed",
+					 cases[c].point);
+			free(before);
+			free(after);
+			continue;
+		}
+		int rc = flexspace_open(dest, &no, &fs);
+		cr_assert_eq(rc, 0, "%s: %s", cases[c].point, flex_strerror(rc));
+		cr_expect_eq(flexspace_check(fs), 0, "%s", cases[c].point);
+		uint8_t *got;
+		uint64_t got_size;
+		cr_assert_eq(space_read_all(fs, &got, &got_size), 0);
+		cr_expect(got_size == want_size && !memcmp(got, want, got_size),
+			  "%s: the copy differs from the source", cases[c].point);
+		free(got);
+		cr_assert_eq(flexspace_close(fs), 0);
+	}
+	free(want);
+	tmp_remove(root);
+}
+
+/* Through the crash-tracking table: when a checkpoint returns 0, no write
+ * to the copy is left unsynced (it survives a power loss from then on);
+ * and a write or sync of the copy that fails makes the checkpoint fail,
+ * takes back the directory it created, and leaves the handle usable. */
+Test(flexspace_crash, checkpoint_is_synced_and_a_failed_copy_leaves_the_space_usable)
+{
+	char root[PATH_MAX], src[PATH_MAX + 16], dest[PATH_MAX + 32];
+	cr_assert_eq(tmp_make(root, sizeof(root), "ckptio"), 0);
+	snprintf(src, sizeof(src), "%s/src", root);
+	static struct cio c;
+	cio_init(&c);
+	c.track = 1;
+	struct flexspace_options o = tiny_options();
+	o.io = &c.io;
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(src, &o, &fs), 0);
+	uint8_t buf[4096];
+	for (int i = 0; i < 100; i++) {
+		op_data((uint64_t)i, buf, sizeof(buf));
+		cr_assert_eq(flexspace_insert(fs, buf, (uint64_t)i * 997 % (flexspace_size(fs) + 1),
+					      sizeof(buf)),
+			     (ssize_t)sizeof(buf));
+	}
+	snprintf(dest, sizeof(dest), "%s/copy", root);
+	cr_assert_eq(flexspace_checkpoint(fs, dest), 0);
+	size_t dl = strlen(dest), seen = 0;
+	pthread_mutex_lock(&c.mu);
+	for (size_t i = 0; i < c.nfiles; i++) {
+		if (strncmp(c.files[i].path, dest, dl) || c.files[i].path[dl] != '/')
+			continue;
+		seen++;
+		cr_expect_eq(c.files[i].nch, 0, "%s: %zu changes not synced", c.files[i].path,
+			     c.files[i].nch);
+	}
+	pthread_mutex_unlock(&c.mu);
+	cr_expect_geq(seen, 5, "the copy's files went around the I/O table");
+
+	/* A failure at each write, sync and truncate of the copy. */
+	cr_assert_eq(flexspace_sync(fs), 0);
+	int failed_at_all = 0;
+	for (long at = 1; at < 64; at++) {
+		snprintf(dest, sizeof(dest), "%s/fail%ld", root, at);
+		pthread_mutex_lock(&c.mu);
+		c.fault_class = CIO_WRITES | CIO_SYNCS | CIO_FTRUNCATE;
+		c.fault_at = at;
+		c.fault_err = -EIO;
+		c.ncalls = 0;
+		c.tripped = 0;
+		pthread_mutex_unlock(&c.mu);
+		int rc = flexspace_checkpoint(fs, dest);
+		pthread_mutex_lock(&c.mu);
+		int tripped = c.tripped;
+		c.fault_class = 0;
+		pthread_mutex_unlock(&c.mu);
+		if (!tripped) {
+			cr_expect_eq(rc, 0);
+			break;
+		}
+		failed_at_all = 1;
+		cr_expect_eq(rc, -EIO, "fault %ld: %s", at, flex_strerror(rc));
+		cr_expect_eq(access(dest, F_OK), -1, "fault %ld: the copy was left behind", at);
+		cr_assert_eq(flexspace_write(fs, "x", 0, 1), 1, "fault %ld: the space failed", at);
+		cr_assert_eq(flexspace_sync(fs), 0);
+	}
+	cr_expect(failed_at_all);
+	cr_expect_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cio_destroy(&c);
+	tmp_remove(root);
+}
