@@ -9,7 +9,8 @@
  *   fdb_index.c    the sparse index: intervals found by key, whose offsets
  *                  are partial offsets plus shifts (paper section 5.1)
  *   fdb_store.c    intervals in the FlexSpace: loading, the CLOCK interval
- *                  cache, applying puts and deletes, recovery, check
+ *                  cache, applying puts, deletes and range deletes,
+ *                  recovery, check
  *   flexdb.c       the API, the committer thread, batches, iterators
  *
  * Locking (flexdb.c has the details):

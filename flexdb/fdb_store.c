@@ -5,6 +5,9 @@
  * All pairs are kept sorted in one FlexSpace.  A put inserts the encoded
  * pair at its place (or replaces the old one: collapse plus insert), a
  * delete collapses it; the sparse index then shifts the later intervals.
+ * A range delete collapses the bytes of every pair in its range at once:
+ * the intervals wholly inside leave the index unread, the two at its
+ * edges are trimmed (fdb_store_delete_range).
  * Intervals split when they pass FDB_SPLIT_BYTES or FDB_SPLIT_PAIRS and a
  * small interval is merged into its successor.  The FlexSpace extent that
  * starts each interval is tagged FDB_ANCHOR, so that open rebuilds the

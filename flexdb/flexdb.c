@@ -16,7 +16,8 @@
  * flush may have missed the write.
  *
  * The committer: syncs the immutable memtable's WAL (so the FlexSpace
- * never holds a change the WAL could lose), applies its pairs in key order
+ * never holds a change the WAL could lose), applies its range deletes
+ * (each one collapse, fdb_store_delete_range), then its pairs in key order
  * to the FlexSpace in chunks of FDB_COMMIT_CHUNK pairs (read under the
  * shared lock first, then applied under the exclusive db->lock, which is
  * let go every FDB_APPLY_BURST pairs so that no reader waits for more
@@ -30,8 +31,8 @@
  * Recovery: the FlexSpace recovers itself; the index is rebuilt from the
  * anchor tags (fdb_store.c); the WAL files left are replayed in
  * generation and sequence order straight into the FlexSpace (re-applying
- * a committed put or delete is harmless), the FlexSpace is synced and the
- * WALs removed.
+ * a committed put, delete or range delete is harmless), the FlexSpace is
+ * synced and the WALs removed.
  *
  * Lock order: wmu -> mtmu; syncmu and db->lock are never held with another
  * of these except mtmu briefly to take references.

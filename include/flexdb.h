@@ -143,9 +143,12 @@ FLEX_EXPORT int flexdb_delete(struct flexdb *db, const void *key, size_t klen);
  * applies it, the range delete hides the older pairs it covers from gets
  * and iterators; it then removes them in one collapse of their bytes
  * (no tombstone stays behind), their space freed by the FlexSpace's next
- * garbage collection.  Returns 0, -EINVAL (NULL with nonzero length, elen
- * 0, start >= end: nothing is changed), FLEX_ETOOBIG (a key over
- * FLEXDB_MAX_KEY), FLEX_EFAILED, -errno. */
+ * garbage collection.  Range deletes waiting in the memtables are checked
+ * one by one by every get and iterator chunk that meets a memtable holding
+ * any: many thousands between two commits slow reads down until then.
+ * Returns 0, -EINVAL (NULL with nonzero length, elen 0, start >= end:
+ * nothing is changed), FLEX_ETOOBIG (a key over FLEXDB_MAX_KEY),
+ * FLEX_EFAILED, -errno. */
 FLEX_EXPORT int flexdb_delete_range(struct flexdb *db, const void *start, size_t slen,
 				    const void *end, size_t elen);
 
