@@ -280,7 +280,15 @@ static void *cwriter(void *arg)
 		else if (cls >= 2)
 			del = rnd_below(&r, 100) < 30;
 		uint32_t v = ++ver[idx];
-		if (del) {
+		if (del && rnd_below(&r, 20) == 0) {
+			/* The same delete as a range delete of [k, k + "\0"),
+			 * which holds k alone: range deletes published to
+			 * readers while they search. */
+			char e[33];
+			memcpy(e, k, (size_t)kl);
+			e[kl] = 0;
+			rc = flexdb_delete_range(s->db, k, (size_t)kl, e, (size_t)kl + 1);
+		} else if (del) {
 			rc = flexdb_delete(s->db, k, (size_t)kl);
 		} else {
 			size_t vn = cval_make(vb, w, idx, v, &r);
