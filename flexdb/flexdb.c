@@ -872,8 +872,6 @@ static int iter_covered(const struct fdb_memref *a, const struct fdb_memref *im,
 static int iter_store_from(const struct fdb_memref *a, const struct fdb_memref *im, int reverse,
 			   uint64_t vis, const void **from, uint32_t *flen, int *inclusive)
 {
-	if (!fdb_mt_ranges(a->mt) && !(im && fdb_mt_ranges(im->mt)))
-		return 1;
 	if (reverse && *flen == 0)
 		return 1; /* from the last key: nothing to test */
 	if (*flen == 0)
@@ -938,9 +936,11 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		it->reverse = reverse;
 		struct fdb_memref *a = NULL, *im = NULL;
 		uint64_t vis = 0;
+		int ranges = 0; /* the memtables hold range deletes */
 		if (!rc) {
 			vis = atomic_load(&db->visible);
 			memrefs_get(db, &a, &im);
+			ranges = fdb_mt_ranges(a->mt) || (im && fdb_mt_ranges(im->mt));
 			rc = mt_collect(a->mt, from, flen, inclusive, reverse, vis, src[0], &cnt[0],
 					&it->ar);
 			if (!rc && im)
@@ -950,7 +950,7 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		const void *sfrom = from;
 		uint32_t sflen = flen;
 		int sinc = inclusive;
-		if (!rc && iter_store_from(a, im, reverse, vis, &sfrom, &sflen, &sinc)) {
+		if (!rc && (!ranges || iter_store_from(a, im, reverse, vis, &sfrom, &sflen, &sinc))) {
 			struct fdb_cands cands;
 			pthread_rwlock_rdlock(&db->lock);
 			fdb_cands_init(&db->store, &cands, NULL, 0);
@@ -1019,7 +1019,8 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 				    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
 					rc = FLEX_ECORRUPT; /* merge order broken: cannot happen */
 			idx[best]++;
-			if (w->tomb || (best > 0 && iter_covered(a, im, best, w->key, w->klen, vis)))
+			if (w->tomb ||
+			    (ranges && best > 0 && iter_covered(a, im, best, w->key, w->klen, vis)))
 				continue;
 			it->pairs[it->n++] = *w;
 		}
