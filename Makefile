@@ -222,7 +222,7 @@ stress:
 # cgroups of their children (bench/kv_engines.c, bench/memcg.c, compiled
 # once) and link the peers (Debian packages, see setup.sh).
 BENCH_ENGINE_OBJ := $(BUILD)/bench/kv_engines.o $(BUILD)/bench/memcg.o
-ENGINE_BENCHES := $(BUILD)/bench/flexdb_bench $(BUILD)/bench/ycsb_bench
+ENGINE_BENCHES := $(BUILD)/bench/flexdb_bench $(BUILD)/bench/ycsb_bench $(BUILD)/bench/delrange_bench
 $(ENGINE_BENCHES): $(BENCH_ENGINE_OBJ)
 $(ENGINE_BENCHES): BENCH_LDLIBS := -lrocksdb -lleveldb -llmdb
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBS_A)
@@ -249,6 +249,7 @@ bench: $(BENCHES)
 	$(BUILD)/bench/flexdb_bench --threads 1,2 $(CGROUP_2M) --timeout-s 1800
 	$(BUILD)/bench/ycsb_bench --dataset udb --num 2000000 --threads 1,2 --reps 3
 	$(BUILD)/bench/sync_latency_bench
+	$(BUILD)/bench/delrange_bench --num 1000000
 # CI: every program at a tiny scale; flexdb_bench's second run covers the
 # other workloads, two client threads and one memory-cgroup run.
 bench-quick: $(BENCHES)
@@ -260,6 +261,7 @@ bench-quick: $(BENCHES)
 		--cgroup-mb 64 --cgroup-optional --timeout-s 120
 	$(BUILD)/bench/ycsb_bench --quick
 	$(BUILD)/bench/sync_latency_bench --quick
+	$(BUILD)/bench/delrange_bench --quick
 # Data larger than memory, every engine in a memory cgroup that counts its
 # page cache: about 250 MB of pairs in 128 MiB, then about 3.7 GB in 1 GiB
 # (the same cache : memtables : limit proportions; hours at most: each

@@ -183,6 +183,24 @@ static int fx_get(struct store *s, void *tc, const char *k, size_t kl, char *buf
 	return rc == 0 ? 0 : 1;
 }
 
+static int fx_del_range(struct store *s, void *tc, const char *a, size_t al, const char *b,
+			size_t bl)
+{
+	(void)tc;
+	int rc = flexdb_delete_range(s->h, a, al, b, bl);
+	if (rc)
+		op_error("flexdb_delete_range: %s", flex_strerror(rc));
+	return rc ? -1 : 0;
+}
+
+static int fx_sync(struct store *s)
+{
+	int rc = flexdb_sync(s->h);
+	if (rc)
+		op_error("flexdb_sync: %s", flex_strerror(rc));
+	return rc ? -1 : 0;
+}
+
 struct fx_it {
 	struct flexdb_iter *it;
 	int failed;
@@ -344,6 +362,41 @@ static int rk_put(struct store *s, void *tc, const char *k, size_t kl, const cha
 	rocksdb_put(r->db, r->wo, k, kl, v, vl, &err);
 	if (err) {
 		op_error("rocksdb_put: %s", err);
+		rocksdb_free(err);
+		return -1;
+	}
+	return 0;
+}
+
+static int rk_del_range(struct store *s, void *tc, const char *a, size_t al, const char *b,
+			size_t bl)
+{
+	struct rocks *r = s->h;
+	char *err = NULL;
+
+	(void)tc;
+	/* The C API reaches the default column family's DeleteRange through
+	 * a write batch. */
+	rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+	rocksdb_writebatch_delete_range(wb, a, al, b, bl);
+	rocksdb_write(r->db, r->wo, wb, &err);
+	rocksdb_writebatch_destroy(wb);
+	if (err) {
+		op_error("rocksdb_write(DeleteRange): %s", err);
+		rocksdb_free(err);
+		return -1;
+	}
+	return 0;
+}
+
+static int rk_sync(struct store *s)
+{
+	struct rocks *r = s->h;
+	char *err = NULL;
+
+	rocksdb_flush_wal(r->db, 1, &err);
+	if (err) {
+		op_error("rocksdb_flush_wal: %s", err);
 		rocksdb_free(err);
 		return -1;
 	}
@@ -946,10 +999,10 @@ void kv_versions(char *leveldb, size_t lcap, char *lmdb, size_t mcap)
 const struct engine engines[NENG] = {
     [E_FLEX] = {"flexdb", fx_open, no_quiesce, fx_close, no_thread_init, no_thread_done, fx_put,
 		fx_del, fx_get, fx_it_open, fx_it_seek, fx_it_valid, fx_it_next, fx_it_key,
-		fx_it_value, fx_it_close, no_levels},
+		fx_it_value, fx_it_close, no_levels, fx_del_range, fx_sync},
     [E_ROCKS] = {"rocksdb", rk_open, rk_quiesce, rk_close, no_thread_init, no_thread_done,
 		 rk_put, rk_del, rk_get, rk_it_open, rk_it_seek, rk_it_valid, rk_it_next,
-		 rk_it_key, rk_it_value, rk_it_close, rk_levels},
+		 rk_it_key, rk_it_value, rk_it_close, rk_levels, rk_del_range, rk_sync},
     [E_LEVEL] = {"leveldb", lv_open, lv_quiesce, lv_close, no_thread_init, no_thread_done,
 		 lv_put, lv_del, lv_get, lv_it_open, lv_it_seek, lv_it_valid, lv_it_next,
 		 lv_it_key, lv_it_value, lv_it_close, lv_levels},

@@ -98,6 +98,14 @@ struct engine {
 	int (*it_close)(void *it);
 	/* "L0 2 L1 4 L2 31": table files per level (RocksDB, LevelDB), or "". */
 	void (*levels)(struct store *s, char *buf, size_t cap);
+	/* Deletes every key in [a, b) in one call: flexdb_delete_range,
+	 * RocksDB's DeleteRange (a range tombstone, through a write batch).
+	 * NULL where the engine has none (LevelDB, LMDB). */
+	int (*del_range)(struct store *s, void *tc, const char *a, size_t al, const char *b,
+			 size_t bl);
+	/* Makes every write that returned durable: flexdb_sync, RocksDB's
+	 * FlushWAL(sync).  NULL where not offered. */
+	int (*sync)(struct store *s);
 };
 
 /* The engines, FlexDB first (ratios are FlexDB / each peer). */

@@ -132,6 +132,72 @@ static int cmd_del(struct cli_app *app, struct cli_token *a, size_t n)
 				    : flexdb_delete(c->db, a[1].data, a[1].len));
 }
 
+/* Deletes [from, to), or queues it in the open batch. */
+static int del_range(struct cli_app *app, const void *from, size_t flen, const void *to,
+		     size_t tlen)
+{
+	struct db_ctx *c = ctx_of(app);
+	return queued(app, c->batch ? flexdb_batch_delete_range(c->batch, from, flen, to, tlen)
+				    : flexdb_delete_range(c->db, from, flen, to, tlen));
+}
+
+static int cmd_delrange(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	(void)n;
+	if (a[1].len > FLEXDB_MAX_KEY) {
+		cli_error(app, "FROM of %zu bytes: %s (limit %u)", a[1].len,
+			  flex_strerror(FLEX_ETOOBIG), FLEXDB_MAX_KEY);
+		return 1;
+	}
+	if (check_key(app, &a[2]))
+		return 1;
+	if (key_cmp(a[1].data, a[1].len, a[2].data, a[2].len) >= 0) {
+		cli_error(app, "empty range: FROM must sort before TO");
+		return 1;
+	}
+	return del_range(app, a[1].data, a[1].len, a[2].data, a[2].len);
+}
+
+/* [P, the next key after every key starting with P): P with its last byte
+ * below 0xff incremented and what follows cut.  A prefix of only 0xff
+ * bytes has no such key below the longest key: the range then ends at
+ * the longest key of 0xff bytes, deleted alongside (in one batch). */
+static int cmd_delprefix(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct db_ctx *c = ctx_of(app);
+	(void)n;
+	if (check_key(app, &a[1]))
+		return 1;
+	unsigned char *end = malloc(FLEXDB_MAX_KEY);
+	if (!end)
+		return cli_status(app, NULL, -ENOMEM);
+	size_t el = a[1].len;
+	memcpy(end, a[1].data, el);
+	while (el && end[el - 1] == 0xff)
+		el--;
+	int rc;
+	if (el) {
+		end[el - 1]++;
+		rc = del_range(app, a[1].data, a[1].len, end, el);
+	} else {
+		memset(end, 0xff, FLEXDB_MAX_KEY);
+		struct flexdb_batch *b = c->batch ? c->batch : flexdb_batch_new();
+		rc = b ? 0 : -ENOMEM;
+		if (!rc && a[1].len < FLEXDB_MAX_KEY)
+			rc = flexdb_batch_delete_range(b, a[1].data, a[1].len, end,
+						       FLEXDB_MAX_KEY);
+		if (!rc)
+			rc = flexdb_batch_delete(b, end, FLEXDB_MAX_KEY);
+		if (!rc && !c->batch)
+			rc = flexdb_write(c->db, b);
+		if (b != c->batch)
+			flexdb_batch_free(b);
+		rc = queued(app, rc);
+	}
+	free(end);
+	return rc;
+}
+
 /* Appends key or value bytes to b in the output mode: escaped (pasteable
  * as an argument), 0x hex ("" when empty, also pasteable), or raw. */
 static void out_bytes(const struct db_ctx *c, struct cli_buf *b, const void *data, size_t n)
@@ -768,6 +834,15 @@ static const struct cli_cmd commands[] = {
      cmd_get, 0, 1, NULL},
     {"del", "KEY", 1, 1, "delete KEY (absent keys are fine; queued in a batch)", NULL, cmd_del, 0,
      0, NULL},
+    {"delrange", "FROM TO", 2, 2, "delete every key in [FROM, TO) (queued in a batch)",
+     "    FROM \"\" is the first key; TO is a key after FROM.  One range delete\n"
+     "    (flexdb_delete_range): atomic, and a few index updates however many\n"
+     "    keys it covers (their bytes leave the store in one collapse when the\n"
+     "    memtable is committed).\n",
+     cmd_delrange, 0, 0, NULL},
+    {"delprefix", "P", 1, 1, "delete every key that starts with P (queued in a batch)",
+     "    One range delete: [P, P with its last byte below 0xff plus one).\n", cmd_delprefix,
+     0, 0, NULL},
     {"scan", "[OPTIONS] [START [END]] [LIMIT]", 0, 3,
      "print KEY VALUE pairs in key order, END exclusive",
      "    START \"\" is the first key, END \"\" no end.  A trailing bare decimal\n"
@@ -781,8 +856,8 @@ static const struct cli_cmd commands[] = {
      1u << 2, 1, NULL},
     {"count", "[OPTIONS] [START [END]]", 0, 2, "count the keys in [START, END)", NULL, cmd_count,
      0, 1, count_opts},
-    {"batch", "", 0, 0, "start an atomic batch of put and del",
-     "    put and del are queued until commit applies them all at once (one\n"
+    {"batch", "", 0, 0, "start an atomic batch of put, del, delrange and delprefix",
+     "    They are queued until commit applies them all at once, in order (one\n"
      "    flexdb_write, atomic also across a crash) or abort drops them.  get,\n"
      "    scan, prefix and count read the store, not the batch.  A batch still\n"
      "    open at the end is dropped, with an error.\n",
@@ -885,9 +960,9 @@ int main(int argc, char **argv)
 	    .status = "Exit status: 0 when every command succeeded, 1 when one failed (also an\n"
 		      "uncommitted batch at the end), 2 for bad options or a store that could not\n"
 		      "be opened or closed.\n",
-	    .details = "\nhelp CMD tells more about put, get, scan, count, batch, dump and load\n"
-		       "(scan, count and dump take --from, --to and more); the details are in\n"
-		       "docs/CLI.md.\n",
+	    .details = "\nhelp CMD tells more about put, get, delrange, scan, count, batch, dump\n"
+		       "and load (scan, count and dump take --from, --to and more); the details\n"
+		       "are in docs/CLI.md.\n",
 	    .open = db_open,
 	    .bad_option = db_bad_option,
 	    .finish = db_finish,

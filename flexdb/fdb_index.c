@@ -544,30 +544,36 @@ static void fi_refresh_pivots(struct fdb_index *x, const uint8_t *key, uint32_t 
 
 void fdb_index_remove(struct fdb_index *x, struct fdb_ipath *p)
 {
+	fdb_index_remove_n(x, p, 1);
+}
+
+uint32_t fdb_index_remove_n(struct fdb_index *x, struct fdb_ipath *p, uint32_t n)
+{
 	struct fi_node *l = p->leaf;
 	int j = p->j;
+	int k = l->n - j < (int64_t)n ? l->n - j : (int)n;
 	const struct fdb_ival *gone = l->l.iv[j]; /* freed by the caller, after */
-	memmove(l->l.iv + j, l->l.iv + j + 1, (l->n - j - 1) * sizeof(void *));
-	memmove(l->l.off + j, l->l.off + j + 1, (l->n - j - 1) * sizeof(uint64_t));
-	memmove(l->l.pfx + j, l->l.pfx + j + 1, (l->n - j - 1) * sizeof(uint64_t));
-	l->n--;
-	x->count--;
+	memmove(l->l.iv + j, l->l.iv + j + k, (l->n - j - k) * sizeof(void *));
+	memmove(l->l.off + j, l->l.off + j + k, (l->n - j - k) * sizeof(uint64_t));
+	memmove(l->l.pfx + j, l->l.pfx + j + k, (l->n - j - k) * sizeof(uint64_t));
+	l->n -= k;
+	x->count -= (uint64_t)k;
 	struct fi_node *c = l;
 	for (int d = p->depth - 1; d >= 0 && c->n == 0; d--) {
-		struct fi_node *n = p->node[d];
-		int k = p->idx[d];
+		struct fi_node *nd = p->node[d];
+		int ci = p->idx[d];
 		free(c);
-		free(n->i.pk[k].k);
-		if (k == 0 && n->n > 1) {
-			free(n->i.pk[1].k);
-			n->i.pk[1] = (struct fi_key){0};
+		free(nd->i.pk[ci].k);
+		if (ci == 0 && nd->n > 1) {
+			free(nd->i.pk[1].k);
+			nd->i.pk[1] = (struct fi_key){0};
 		}
-		memmove(n->i.child + k, n->i.child + k + 1, (n->n - k - 1) * sizeof(void *));
-		memmove(n->i.shift + k, n->i.shift + k + 1, (n->n - k - 1) * sizeof(int64_t));
-		memmove(n->i.pk + k, n->i.pk + k + 1, (n->n - k - 1) * sizeof(struct fi_key));
-		n->n--;
-		n->i.pk[0] = (struct fi_key){0};
-		c = n;
+		memmove(nd->i.child + ci, nd->i.child + ci + 1, (nd->n - ci - 1) * sizeof(void *));
+		memmove(nd->i.shift + ci, nd->i.shift + ci + 1, (nd->n - ci - 1) * sizeof(int64_t));
+		memmove(nd->i.pk + ci, nd->i.pk + ci + 1, (nd->n - ci - 1) * sizeof(struct fi_key));
+		nd->n--;
+		nd->i.pk[0] = (struct fi_key){0};
+		c = nd;
 	}
 	/* A root with one child gives way to it, passing its shift down. */
 	while (!x->root->leaf && x->root->n == 1) {
@@ -590,6 +596,7 @@ void fdb_index_remove(struct fdb_index *x, struct fdb_ipath *p)
 	}
 	if (j == 0)
 		fi_refresh_pivots(x, gone->key, gone->klen);
+	return (uint32_t)k;
 }
 
 static int fi_check(const struct fdb_index *x, const struct fi_node *n, const uint8_t *lo,

@@ -9,7 +9,8 @@
  *   fdb_index.c    the sparse index: intervals found by key, whose offsets
  *                  are partial offsets plus shifts (paper section 5.1)
  *   fdb_store.c    intervals in the FlexSpace: loading, the CLOCK interval
- *                  cache, applying puts and deletes, recovery, check
+ *                  cache, applying puts, deletes and range deletes,
+ *                  recovery, check
  *   flexdb.c       the API, the committer thread, batches, iterators
  *
  * Locking (flexdb.c has the details):
@@ -103,6 +104,25 @@ void fdb_mt_free(struct fdb_mt *m);
 /* Writer only.  Copies key and value; returns 0 or -ENOMEM. */
 int fdb_mt_put(struct fdb_mt *m, const void *key, uint32_t klen, const void *val,
 	       uint32_t vlen, int tomb, uint64_t seq);
+/* A range delete in a memtable: every key in [start, end) whose version
+ * in the memtable is older (start may be empty: from the first key). */
+struct fdb_mt_range {
+	const struct fdb_mt_range *next; /* older */
+	uint64_t seq;
+	const uint8_t *start, *end;
+	uint32_t slen, elen;
+};
+/* Writer only: adds a range delete (copied).  0 or -ENOMEM.  It hides,
+ * from fdb_mt_get and fdb_mt_val, the versions in this memtable with a
+ * smaller sequence number; fdb_mt_count counts it as an entry. */
+int fdb_mt_del_range(struct fdb_mt *m, const void *start, uint32_t slen, const void *end,
+		     uint32_t elen, uint64_t seq);
+/* Any thread: the range deletes, newest first (NULL when none, the common
+ * case readers test first). */
+const struct fdb_mt_range *fdb_mt_ranges(const struct fdb_mt *m);
+/* The newest range delete with seq <= max_seq covering key, or NULL. */
+const struct fdb_mt_range *fdb_mt_range_find(const struct fdb_mt *m, const void *key,
+					     uint32_t klen, uint64_t max_seq);
 /* Where the last fdb_mt_put_next left off: its predecessors per level. */
 #define FDB_MT_MAX_HEIGHT 12
 struct fdb_mt_finger {
@@ -117,7 +137,8 @@ int fdb_mt_put_next(struct fdb_mt *m, struct fdb_mt_finger *f, const void *key, 
 		    const void *val, uint32_t vlen, int tomb, uint64_t seq);
 /* Any thread, concurrently with the writer: the newest version with a
  * sequence number <= max_seq, or NULL.  It stays valid while the memtable
- * lives. */
+ * lives.  A key a newer range delete of the memtable covers reads as a
+ * tombstone with tomb == 2. */
 const struct fdb_val *fdb_mt_get(const struct fdb_mt *m, const void *key, uint32_t klen,
 				 uint64_t max_seq);
 size_t fdb_mt_bytes(const struct fdb_mt *m);
@@ -137,12 +158,14 @@ void fdb_mt_next(struct fdb_mt_iter *it);
 /* Moves to the previous key (O(log n) search). */
 void fdb_mt_prev(struct fdb_mt_iter *it);
 const uint8_t *fdb_mt_key(const struct fdb_mt_iter *it, uint32_t *klen);
-/* The newest version <= max_seq of the current entry, or NULL. */
+/* The newest version <= max_seq of the current entry, or NULL; a range
+ * delete covers it as in fdb_mt_get. */
 const struct fdb_val *fdb_mt_val(const struct fdb_mt_iter *it, uint64_t max_seq);
 
 /* ---- WAL (fdb_wal.c) -------------------------------------------------------- */
 
-enum { FDB_OP_PUT = 1, FDB_OP_DEL = 2 };
+/* FDB_OP_DEL_RANGE: key is the start (may be empty), val the end. */
+enum { FDB_OP_PUT = 1, FDB_OP_DEL = 2, FDB_OP_DEL_RANGE = 3 };
 
 struct fdb_wal {
 	const struct flex_io *io;
@@ -193,7 +216,8 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 		   uint64_t *last_seq, uint64_t *nrec);
 
 /* A batch payload: u32 count, then per op: u8 op, varint klen, [varint
- * vlen], key, [value]. */
+ * vlen], key, [value]; a range delete is encoded as a put of start and end
+ * with op FDB_OP_DEL_RANGE. */
 struct fdb_batch_op {
 	uint8_t op;
 	const uint8_t *key;
@@ -260,6 +284,11 @@ int fdb_index_insert_after(struct fdb_index *x, struct fdb_ipath *p, struct fdb_
 			   uint64_t off);
 /* Removes the path's interval (not freed); the path is invalid after. */
 void fdb_index_remove(struct fdb_index *x, struct fdb_ipath *p);
+/* Removes up to n intervals from the path's on, as many as its leaf
+ * holds (not freed: fdb_index_peek finds them before); returns how many.
+ * The path is invalid after.  O(leaf + height): a range delete drops a
+ * leaf's worth of intervals at a time. */
+uint32_t fdb_index_remove_n(struct fdb_index *x, struct fdb_ipath *p, uint32_t n);
 /* Appends at the end (recovery). */
 int fdb_index_append(struct fdb_index *x, struct fdb_ival *iv, uint64_t off);
 int fdb_index_check(const struct fdb_index *x);
@@ -336,6 +365,12 @@ void fdb_store_close(struct fdb_store *s);
 /* Exclusive lock held: applies one put or delete to the FlexSpace.  After
  * a failure every fdb_store_* call below returns FLEX_EFAILED. */
 int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
+
+/* Exclusive lock held: removes every pair with start <= key < end: the
+ * bytes of the edge intervals' pairs and of every interval between them
+ * go in one collapse. */
+int fdb_store_delete_range(struct fdb_store *s, const void *start, uint32_t slen,
+			   const void *end, uint32_t elen);
 
 /* Cache entries a reader built under the shared lock from intervals it
  * read anyway; fdb_store_admit attaches them if the store has not changed

@@ -62,6 +62,10 @@ static void block_free(struct arena_block *b)
 
 struct fdb_mt {
 	struct mt_node *head;
+	/* Range deletes, newest first: a list a reader walks whole, since a
+	 * key may lie under any of them.  Range deletes are few beside
+	 * pairs; a memtable without any costs a reader one NULL check. */
+	_Atomic(struct fdb_mt_range *) ranges;
 	struct arena_block *blk;
 	_Atomic size_t bytes; /* allocated from the arena; read by stats */
 	_Atomic uint64_t count;
@@ -120,6 +124,8 @@ struct fdb_mt *fdb_mt_new(void)
 	for (int i = 0; i < MT_MAX_HEIGHT; i++)
 		atomic_init(&m->head->next[i], NULL);
 	atomic_init(&m->height, 1);
+	atomic_init(&m->ranges, NULL);
+	FDB_ATOMIC_OBJ(&m->ranges, sizeof(m->ranges));
 	FDB_ATOMIC_OBJ(m->head->next, MT_MAX_HEIGHT * sizeof(m->head->next[0]));
 	FDB_ATOMIC_OBJ(&m->height, sizeof(m->height));
 	FDB_ATOMIC_OBJ(&m->bytes, sizeof(m->bytes));
@@ -327,13 +333,76 @@ static const struct fdb_val *visible(const struct mt_node *n, uint64_t max_seq)
 	return v;
 }
 
+/* What a read of a key under a newer range delete of the same memtable
+ * gets: a tombstone (tomb 2: the committer knows the range delete
+ * removes the key from the store already). */
+static const struct fdb_val range_tomb = {.tomb = 2};
+
+const struct fdb_mt_range *fdb_mt_ranges(const struct fdb_mt *m)
+{
+	struct fdb_mt_range *r =
+	    atomic_load_explicit(&((struct fdb_mt *)m)->ranges, memory_order_acquire);
+	FDB_HB_AFTER(&m->ranges);
+	return r;
+}
+
+const struct fdb_mt_range *fdb_mt_range_find(const struct fdb_mt *m, const void *key,
+					     uint32_t klen, uint64_t max_seq)
+{
+	const struct fdb_mt_range *best = NULL;
+	for (const struct fdb_mt_range *r = fdb_mt_ranges(m); r; r = r->next) {
+		if (r->seq > max_seq || (best && r->seq <= best->seq))
+			continue;
+		if (fdb_keycmp(r->start, r->slen, key, klen) <= 0 &&
+		    fdb_keycmp(key, klen, r->end, r->elen) < 0)
+			best = r;
+	}
+	return best;
+}
+
+/* v, or the range tombstone when a range delete of m newer than v (or
+ * over a key without a version) covers the key.  A version with the
+ * range delete's own sequence number was written after it in the same
+ * batch (db_write drops the batch's puts the range delete follows). */
+static const struct fdb_val *range_cover(const struct fdb_mt *m, const struct fdb_val *v,
+					 const void *key, uint32_t klen, uint64_t max_seq)
+{
+	if (!atomic_load_explicit(&((struct fdb_mt *)m)->ranges, memory_order_relaxed))
+		return v;
+	const struct fdb_mt_range *r = fdb_mt_range_find(m, key, klen, max_seq);
+	if (r && (!v || v->seq < r->seq))
+		return &range_tomb;
+	return v;
+}
+
 const struct fdb_val *fdb_mt_get(const struct fdb_mt *m, const void *key, uint32_t klen,
 				 uint64_t max_seq)
 {
 	struct mt_node *n = find_ge(m, key, klen, NULL);
-	if (n && node_cmp(n, key, klen) == 0)
-		return visible(n, max_seq);
-	return NULL;
+	const struct fdb_val *v = n && node_cmp(n, key, klen) == 0 ? visible(n, max_seq) : NULL;
+	return range_cover(m, v, key, klen, max_seq);
+}
+
+int fdb_mt_del_range(struct fdb_mt *m, const void *start, uint32_t slen, const void *end,
+		     uint32_t elen, uint64_t seq)
+{
+	struct fdb_mt_range *r = arena_alloc(m, sizeof(*r) + (size_t)slen + elen);
+	if (!r)
+		return -ENOMEM;
+	uint8_t *k = (uint8_t *)(r + 1);
+	if (slen)
+		memcpy(k, start, slen);
+	memcpy(k + slen, end, elen);
+	r->start = k;
+	r->end = k + slen;
+	r->slen = slen;
+	r->elen = elen;
+	r->seq = seq;
+	r->next = atomic_load_explicit(&m->ranges, memory_order_relaxed);
+	FDB_HB_BEFORE(&m->ranges);
+	atomic_store_explicit(&m->ranges, r, memory_order_release);
+	atomic_fetch_add(&m->count, 1);
+	return 0;
 }
 
 void fdb_mt_seek(struct fdb_mt_iter *it, const struct fdb_mt *m, const void *key, uint32_t klen)
@@ -376,5 +445,6 @@ const uint8_t *fdb_mt_key(const struct fdb_mt_iter *it, uint32_t *klen)
 
 const struct fdb_val *fdb_mt_val(const struct fdb_mt_iter *it, uint64_t max_seq)
 {
-	return visible(it->node, max_seq);
+	const struct mt_node *n = it->node;
+	return range_cover(it->m, visible(n, max_seq), node_key(n), n->klen, max_seq);
 }

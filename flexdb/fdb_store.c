@@ -5,6 +5,9 @@
  * All pairs are kept sorted in one FlexSpace.  A put inserts the encoded
  * pair at its place (or replaces the old one: collapse plus insert), a
  * delete collapses it; the sparse index then shifts the later intervals.
+ * A range delete collapses the bytes of every pair in its range at once:
+ * the intervals wholly inside leave the index unread, the two at its
+ * edges are trimmed (fdb_store_delete_range).
  * Intervals split when they pass FDB_SPLIT_BYTES or FDB_SPLIT_PAIRS and a
  * small interval is merged into its successor.  The FlexSpace extent that
  * starts each interval is tagged FDB_ANCHOR, so that open rebuilds the
@@ -1044,6 +1047,28 @@ static int ival_maybe_merge(struct fdb_store *s, struct fdb_ipath *p, struct fdb
 	return 0;
 }
 
+/* Removes iv, emptied, from the index (path p, invalid after) and frees
+ * it; the first interval's key stays the empty key, below everything. */
+static int ival_remove_empty(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *iv)
+{
+	int first = iv->klen == 0;
+	cache_drop(s, iv);
+	fdb_index_remove(s->index, p);
+	free(iv->key);
+	free(iv);
+	if (first) {
+		struct fdb_ipath q;
+		struct fdb_ival *f = fdb_index_first(s->index, &q);
+		free(f->key);
+		f->key = malloc(1);
+		f->klen = 0;
+		if (!f->key)
+			return -ENOMEM;
+		fdb_index_rekey(s->index, &q);
+	}
+	return 0;
+}
+
 static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
 
 /* Applies one change, then gives back cache space its write-through
@@ -1155,31 +1180,170 @@ static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
 	}
 	cent_free(tmp);
 	tmp = NULL;
-	if (iv->count == 0 && fdb_index_count(s->index) > 1) {
-		/* An empty interval goes; the first interval's key stays the
-		 * empty key, below everything. */
-		int first = iv->klen == 0;
-		cache_drop(s, iv);
-		fdb_index_remove(s->index, &p);
-		free(iv->key);
-		free(iv);
-		if (first) {
-			struct fdb_ipath q;
-			struct fdb_ival *f = fdb_index_first(s->index, &q);
-			free(f->key);
-			f->key = malloc(1);
-			f->klen = 0;
-			if (!f->key)
-				return -ENOMEM;
-			fdb_index_rekey(s->index, &q);
-		}
-		return 0;
-	}
+	if (iv->count == 0 && fdb_index_count(s->index) > 1)
+		return ival_remove_empty(s, &p, iv); /* an empty interval goes */
 	if (op->op == FDB_OP_DEL)
 		return ival_maybe_merge(s, &p, iv);
 	return 0;
 out:
 	cent_free(tmp);
+	return rc;
+}
+
+/* ---- range deletes (exclusive lock) -------------------------------------------- */
+
+/* Where a range edge falls in the interval holding it: the position of
+ * the first pair >= key, the interval's pair count, and that pair's
+ * offset in the interval (its size when none). */
+struct range_edge {
+	struct fdb_ival *iv;
+	uint64_t off; /* the interval's */
+	uint32_t pos, n, at;
+};
+
+static int range_edge(struct fdb_store *s, const void *key, uint32_t klen, struct range_edge *e)
+{
+	struct fdb_ipath p;
+	e->iv = fdb_index_find(s->index, key, klen, &p);
+	if (!e->iv)
+		return FLEX_ECORRUPT;
+	struct fdb_cent *tmp;
+	int rc = ival_load(s, &p, e->iv, &tmp, NULL);
+	if (rc)
+		return rc;
+	/* Only numbers are kept: loading the other edge may evict this
+	 * entry. */
+	const struct fdb_cent *c = tmp ? tmp : e->iv->cache;
+	int found;
+	e->off = fdb_index_offset(&p);
+	e->n = c->n;
+	e->pos = cent_lower(c, key, klen, &found);
+	e->at = e->pos < c->n ? c->off[e->pos] : c->size;
+	cent_free(tmp);
+	return 0;
+}
+
+/* Removes pairs [from, to) of iv, whose bytes are gone from the space,
+ * from its cache entry (dropped if thin: it is rebuilt when next read)
+ * and its accounts. */
+static int range_trim(struct fdb_store *s, struct fdb_ival *iv, uint32_t from, uint32_t to,
+		      uint32_t bytes)
+{
+	struct fdb_cent *c = iv->cache;
+	int rc = 0;
+	if (c && c->raw && to > from) {
+		rc = cent_splice(c, from, to - from, NULL, 0, 0);
+		if (!rc)
+			cache_recharge(s, c);
+	} else if (c && to > from) {
+		cache_drop(s, iv);
+	}
+	iv->count -= to - from;
+	iv->size -= bytes;
+	s->keys -= to - from;
+	return rc;
+}
+
+static int store_delete_range(struct fdb_store *s, const void *start, uint32_t slen,
+			      const void *end, uint32_t elen)
+{
+	struct range_edge l, r;
+	int rc = range_edge(s, start, slen, &l);
+	if (!rc)
+		rc = range_edge(s, end, elen, &r);
+	if (rc)
+		return rc;
+	/* Every pair in [a, b) goes: the tail of the left edge interval, the
+	 * intervals between the edges whole, the head of the right one. */
+	uint64_t a = l.off + l.at, b = r.off + r.at;
+	if (b <= a)
+		return 0;
+	if ((rc = flexspace_collapse(s->fs, a, b - a)) != 0)
+		return rc;
+	s->bytes -= b - a;
+	/* The intervals between: out of the index a leaf's run at a time,
+	 * without reading them. */
+	uint64_t middle = 0;
+	struct fdb_ival *gone[128];
+	for (;;) {
+		struct fdb_ipath p;
+		fdb_index_find(s->index, l.iv->key, l.iv->klen, &p);
+		struct fdb_ival *iv = fdb_index_next(&p);
+		if (!iv || iv == r.iv || l.iv == r.iv)
+			break;
+		uint32_t k = 0;
+		const struct fdb_ival *x;
+		while (k < sizeof(gone) / sizeof(gone[0]) && (x = fdb_index_peek(&p, (int)k)) &&
+		       x != r.iv)
+			gone[k++] = (struct fdb_ival *)x;
+		for (uint32_t i = 0; i < k; i++) {
+			cache_drop(s, gone[i]);
+			if (gone[i]->count == FDB_COUNT_UNKNOWN)
+				s->uncounted--;
+			else
+				s->keys -= gone[i]->count;
+			middle += gone[i]->size;
+		}
+		k = fdb_index_remove_n(s->index, &p, k);
+		for (uint32_t i = 0; i < k; i++) {
+			free(gone[i]->key);
+			free(gone[i]);
+		}
+	}
+	/* Then the edges, and the offsets after them. */
+	struct fdb_ipath p;
+	if (l.iv == r.iv) {
+		fdb_index_find(s->index, l.iv->key, l.iv->klen, &p);
+		rc = range_trim(s, l.iv, l.pos, r.pos, (uint32_t)(b - a));
+		fdb_index_shift(&p, -(int64_t)(b - a));
+	} else {
+		uint32_t tail = l.iv->size - l.at;
+		fdb_index_find(s->index, l.iv->key, l.iv->klen, &p);
+		rc = range_trim(s, l.iv, l.pos, l.n, tail);
+		fdb_index_shift(&p, -(int64_t)(tail + middle));
+		if (!rc) {
+			fdb_index_find(s->index, r.iv->key, r.iv->klen, &p);
+			rc = range_trim(s, r.iv, 0, r.pos, r.at);
+			fdb_index_shift(&p, -(int64_t)r.at);
+		}
+	}
+	if (rc)
+		return rc;
+	/* The pair now at a starts an interval, unless the range lay inside
+	 * one interval that keeps pairs before it. */
+	if (a > 0 && a < s->bytes && !(l.iv == r.iv && l.pos > 0))
+		rc = set_tag(s, a, FDB_ANCHOR);
+	/* Emptied edges go (the right one first: the left may be the first
+	 * interval, whose key passes to its successor). */
+	if (!rc && r.iv != l.iv && r.iv->count == 0 && fdb_index_count(s->index) > 1) {
+		fdb_index_find(s->index, r.iv->key, r.iv->klen, &p);
+		rc = ival_remove_empty(s, &p, r.iv);
+	}
+	if (!rc && l.iv->count == 0 && fdb_index_count(s->index) > 1) {
+		fdb_index_find(s->index, l.iv->key, l.iv->klen, &p);
+		return ival_remove_empty(s, &p, l.iv);
+	}
+	if (!rc) {
+		fdb_index_find(s->index, l.iv->key, l.iv->klen, &p);
+		rc = ival_maybe_merge(s, &p, l.iv);
+	}
+	return rc;
+}
+
+int fdb_store_delete_range(struct fdb_store *s, const void *start, uint32_t slen,
+			   const void *end, uint32_t elen)
+{
+	if (s->failed)
+		return FLEX_EFAILED;
+	atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
+	if (s->ngrave)
+		fdb_store_reap(s);
+	int rc = store_delete_range(s, start ? start : "", slen, end, elen);
+	/* As in fdb_store_apply: the index may no longer describe the space. */
+	if (rc)
+		s->failed = rc;
+	if (s->cache_bytes > ring_limit(s))
+		cache_evict(s, 0, NULL, 0);
 	return rc;
 }
 

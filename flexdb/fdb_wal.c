@@ -418,21 +418,26 @@ int fdb_payload_next(const uint8_t *payload, size_t len, size_t *pos, struct fdb
 	const uint8_t *p = payload + *pos;
 	op->op = *p++;
 	size_t a = fdb_varint_get(p, end, &op->klen);
-	if (!a || (op->op != FDB_OP_PUT && op->op != FDB_OP_DEL))
+	if (!a || (op->op != FDB_OP_PUT && op->op != FDB_OP_DEL && op->op != FDB_OP_DEL_RANGE))
 		return FLEX_ECORRUPT;
 	p += a;
 	op->vlen = 0;
-	if (op->op == FDB_OP_PUT) {
+	if (op->op != FDB_OP_DEL) {
 		a = fdb_varint_get(p, end, &op->vlen);
 		if (!a)
 			return FLEX_ECORRUPT;
 		p += a;
 	}
-	if (op->klen == 0 || op->klen > FLEXDB_MAX_KEY || op->vlen > FLEXDB_MAX_VALUE ||
+	/* A range's start may be empty; its end is a key. */
+	int range = op->op == FDB_OP_DEL_RANGE;
+	if ((op->klen == 0 && !range) || op->klen > FLEXDB_MAX_KEY ||
+	    op->vlen > (range ? FLEXDB_MAX_KEY : FLEXDB_MAX_VALUE) || (range && op->vlen == 0) ||
 	    (size_t)(end - p) < (size_t)op->klen + op->vlen)
 		return FLEX_ECORRUPT;
 	op->key = p;
 	op->val = p + op->klen;
+	if (range && fdb_keycmp(op->key, op->klen, op->val, op->vlen) >= 0)
+		return FLEX_ECORRUPT;
 	*pos = (size_t)(p + op->klen + op->vlen - payload);
 	return 1;
 }

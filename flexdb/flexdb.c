@@ -16,7 +16,8 @@
  * flush may have missed the write.
  *
  * The committer: syncs the immutable memtable's WAL (so the FlexSpace
- * never holds a change the WAL could lose), applies its pairs in key order
+ * never holds a change the WAL could lose), applies its range deletes
+ * (each one collapse, fdb_store_delete_range), then its pairs in key order
  * to the FlexSpace in chunks of FDB_COMMIT_CHUNK pairs (read under the
  * shared lock first, then applied under the exclusive db->lock, which is
  * let go every FDB_APPLY_BURST pairs so that no reader waits for more
@@ -30,10 +31,11 @@
  * Recovery: the FlexSpace recovers itself; the index is rebuilt from the
  * anchor tags (fdb_store.c); the WAL files left are replayed in
  * generation and sequence order straight into the FlexSpace (re-applying
- * a committed put or delete is harmless), the FlexSpace is synced and the
- * WALs removed.  A read-only handle replays them the same way into a
- * memtable it keeps as the immutable one for its whole life; it has no
- * WAL of its own and no committer, and refuses writes before taking wmu.
+ * a committed put, delete or range delete is harmless), the FlexSpace is
+ * synced and the WALs removed.  A read-only handle replays them the same
+ * way into a memtable it keeps as the immutable one for its whole life; it
+ * has no WAL of its own and no committer, and refuses writes before
+ * taking wmu.
  *
  * Lock order: wmu -> mtmu; syncmu and db->lock are never held with another
  * of these except mtmu briefly to take references.
@@ -199,17 +201,38 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 	struct fdb_cand *cv = malloc(FDB_COMMIT_CHUNK * sizeof(*cv));
 	if (!ops || !cv)
 		rc = -ENOMEM;
+	/* Range deletes first, each in one hold of the exclusive lock (one
+	 * collapse, and index work for the intervals it drops), then the
+	 * pairs written after them: a pair a range delete of this memtable
+	 * covers and is newer than is left out (fdb_mt_val).  Readers see
+	 * no difference meanwhile: the memtable's own range deletes hide
+	 * the store's pairs until it is dropped.  Applying them again after
+	 * a crash gives the same store. */
+	const struct fdb_mt_range *rd = fdb_mt_ranges(m->mt);
+	for (; rd && !rc; rd = rd->next) {
+		pthread_rwlock_wrlock(&db->lock);
+		rc = fdb_store_delete_range(&db->store, rd->start, rd->slen, rd->end, rd->elen);
+		pthread_rwlock_unlock(&db->lock);
+		atomic_fetch_add(&db->committed_pairs, 1);
+		if (!rc) {
+			FLEX_KILLPOINT("fdb.commit.range_applied");
+			rc = flexspace_maintain(db->fs);
+		}
+	}
 	struct fdb_mt_iter it;
 	fdb_mt_seek(&it, m->mt, NULL, 0);
 	while (fdb_mt_valid(&it) && !rc) {
 		/* A chunk of pairs (the memtable outlives the commit). */
 		int n = 0;
-		for (; n < FDB_COMMIT_CHUNK && fdb_mt_valid(&it); n++, fdb_mt_next(&it)) {
+		for (; n < FDB_COMMIT_CHUNK && fdb_mt_valid(&it); fdb_mt_next(&it)) {
 			const struct fdb_val *v = fdb_mt_val(&it, UINT64_MAX);
+			if (v->tomb == 2)
+				continue; /* removed by a range delete above */
 			ops[n].key = fdb_mt_key(&it, &ops[n].klen);
 			ops[n].op = v->tomb ? FDB_OP_DEL : FDB_OP_PUT;
 			ops[n].val = v->data;
 			ops[n].vlen = v->vlen;
+			n++;
 		}
 		/* Read the intervals it changes while readers go on; only the
 		 * committer changes the store, so they are still current when
@@ -373,6 +396,7 @@ struct flexdb_batch {
 	uint8_t *buf; /* u32 count, then the ops */
 	size_t len, cap;
 	uint32_t count;
+	uint32_t nranges; /* range deletes among the ops */
 };
 
 static int check_kv(const void *key, size_t klen, const void *val, size_t vlen, int put)
@@ -381,6 +405,19 @@ static int check_kv(const void *key, size_t klen, const void *val, size_t vlen, 
 		return -EINVAL;
 	if (klen > FLEXDB_MAX_KEY || (put && vlen > FLEXDB_MAX_VALUE))
 		return FLEX_ETOOBIG;
+	return 0;
+}
+
+/* A range [start, end): start may be empty (from the first key), end is
+ * a key, and start < end. */
+static int check_range(const void *start, size_t slen, const void *end, size_t elen)
+{
+	if ((!start && slen) || !end || elen == 0)
+		return -EINVAL;
+	if (slen > FLEXDB_MAX_KEY || elen > FLEXDB_MAX_KEY)
+		return FLEX_ETOOBIG;
+	if (fdb_keycmp(slen ? start : "", (uint32_t)slen, end, (uint32_t)elen) >= 0)
+		return -EINVAL;
 	return 0;
 }
 
@@ -403,15 +440,17 @@ static int batch_add(struct flexdb_batch *b, uint8_t op, const void *key, size_t
 	uint8_t *p = b->buf + b->len;
 	*p++ = op;
 	p += fdb_varint_put(p, (uint32_t)klen);
-	if (op == FDB_OP_PUT)
+	if (op != FDB_OP_DEL)
 		p += fdb_varint_put(p, (uint32_t)vlen);
-	memcpy(p, key, klen);
+	if (klen)
+		memcpy(p, key, klen);
 	p += klen;
 	if (vlen)
 		memcpy(p, val, vlen);
 	p += vlen;
 	b->len = (size_t)(p - b->buf);
 	b->count++;
+	b->nranges += op == FDB_OP_DEL_RANGE;
 	memcpy(b->buf, &b->count, 4);
 	return 0;
 }
@@ -448,12 +487,22 @@ int flexdb_batch_delete(struct flexdb_batch *b, const void *key, size_t klen)
 	return rc ? rc : batch_add(b, FDB_OP_DEL, key, klen, NULL, 0);
 }
 
+int flexdb_batch_delete_range(struct flexdb_batch *b, const void *start, size_t slen,
+			      const void *end, size_t elen)
+{
+	if (!b)
+		return -EINVAL;
+	int rc = check_range(start, slen, end, elen);
+	return rc ? rc : batch_add(b, FDB_OP_DEL_RANGE, start, slen, end, elen);
+}
+
 void flexdb_batch_clear(struct flexdb_batch *b)
 {
 	if (!b)
 		return;
 	b->len = 4;
 	b->count = 0;
+	b->nranges = 0;
 	memset(b->buf, 0, 4);
 }
 
@@ -500,7 +549,92 @@ static int sync_to(struct flexdb *db, uint64_t seq)
 	return rc ? db_fail(db, rc) : 0;
 }
 
-static int db_write(struct flexdb *db, const uint8_t *payload, size_t len)
+/* The range deletes of a batch payload, with their places among its ops:
+ * a put or delete that a range delete after it in the same batch covers
+ * is dropped before it reaches a memtable, so that the range delete (of
+ * the same sequence number) is all that remains of it. */
+struct batch_ranges {
+	struct fdb_batch_op *op;
+	uint32_t *at;
+	uint32_t n;
+};
+
+static void batch_ranges_free(struct batch_ranges *br)
+{
+	free(br->op);
+	free(br->at);
+	br->op = NULL;
+	br->at = NULL;
+	br->n = 0;
+}
+
+static int batch_ranges_get(const uint8_t *payload, size_t len, struct batch_ranges *br)
+{
+	size_t pos = 0, cap = 0;
+	struct fdb_batch_op op;
+	int more;
+	br->n = 0;
+	br->op = NULL;
+	br->at = NULL;
+	for (uint32_t i = 0; (more = fdb_payload_next(payload, len, &pos, &op)) == 1; i++) {
+		if (op.op != FDB_OP_DEL_RANGE)
+			continue;
+		if (br->n == cap) {
+			cap = cap ? 2 * cap : 4;
+			struct fdb_batch_op *o = realloc(br->op, cap * sizeof(*o));
+			if (o)
+				br->op = o;
+			uint32_t *a = realloc(br->at, cap * sizeof(*a));
+			if (a)
+				br->at = a;
+			if (!o || !a) {
+				batch_ranges_free(br);
+				return -ENOMEM;
+			}
+		}
+		br->op[br->n] = op;
+		br->at[br->n++] = i;
+	}
+	if (more < 0)
+		batch_ranges_free(br);
+	return more;
+}
+
+/* Whether op i, a put or delete, is covered by a later range delete. */
+static int batch_point_dead(const struct batch_ranges *br, uint32_t i,
+			    const struct fdb_batch_op *op)
+{
+	for (uint32_t r = 0; r < br->n; r++) {
+		const struct fdb_batch_op *d = &br->op[r];
+		if (br->at[r] > i && fdb_keycmp(d->key, d->klen, op->key, op->klen) <= 0 &&
+		    fdb_keycmp(op->key, op->klen, d->val, d->vlen) < 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* Puts a batch's ops into a memtable with sequence number seq. */
+static int batch_to_mt(struct fdb_mt *mt, const uint8_t *payload, size_t len, int ranges,
+		       uint64_t seq)
+{
+	size_t pos = 0;
+	struct fdb_batch_op op;
+	int more, rc = 0;
+	struct batch_ranges br = {0};
+	if (ranges && (rc = batch_ranges_get(payload, len, &br)) != 0)
+		return rc;
+	for (uint32_t i = 0; !rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1; i++) {
+		if (op.op == FDB_OP_DEL_RANGE)
+			rc = fdb_mt_del_range(mt, op.key, op.klen, op.val, op.vlen, seq);
+		else if (!br.n || !batch_point_dead(&br, i, &op))
+			rc = fdb_mt_put(mt, op.key, op.klen, op.val, op.vlen, op.op == FDB_OP_DEL,
+					seq);
+	}
+	batch_ranges_free(&br);
+	return rc;
+}
+
+static int db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges)
 {
 	if (db->read_only)
 		return FLEX_EREADONLY;
@@ -520,12 +654,7 @@ static int db_write(struct flexdb *db, const uint8_t *payload, size_t len)
 	if (!rc) {
 		db->seq = seq;
 		atomic_store(&db->written, seq);
-		size_t pos = 0;
-		struct fdb_batch_op op;
-		int more;
-		while (!rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1)
-			rc = fdb_mt_put(db->active->mt, op.key, op.klen, op.val, op.vlen,
-					op.op == FDB_OP_DEL, seq);
+		rc = batch_to_mt(db->active->mt, payload, len, ranges, seq);
 		if (rc)
 			db_fail(db, rc);
 		else
@@ -545,7 +674,7 @@ int flexdb_write(struct flexdb *db, struct flexdb_batch *b)
 		return FLEX_EREADONLY;
 	if (b->count == 0)
 		return 0;
-	return db_write(db, b->buf, b->len);
+	return db_write(db, b->buf, b->len, b->nranges > 0);
 }
 
 /* A one-op batch on the stack (or heap for large values). */
@@ -564,7 +693,7 @@ static int db_write1(struct flexdb *db, uint8_t op, const void *key, size_t klen
 		return -ENOMEM;
 	rc = batch_add(&b, op, key, klen, val, vlen);
 	if (!rc)
-		rc = db_write(db, b.buf, b.len);
+		rc = db_write(db, b.buf, b.len, 0);
 	if (b.buf != stackbuf)
 		free(b.buf);
 	return rc;
@@ -582,6 +711,20 @@ int flexdb_delete(struct flexdb *db, const void *key, size_t klen)
 	if (!db)
 		return -EINVAL;
 	return db_write1(db, FDB_OP_DEL, key, klen, NULL, 0);
+}
+
+int flexdb_delete_range(struct flexdb *db, const void *start, size_t slen, const void *end,
+			size_t elen)
+{
+	if (!db)
+		return -EINVAL;
+	int rc = check_range(start, slen, end, elen);
+	if (rc)
+		return rc;
+	uint8_t buf[4 + 11 + 2 * FLEXDB_MAX_KEY];
+	struct flexdb_batch b = {.buf = buf, .len = 4, .cap = sizeof(buf)};
+	rc = batch_add(&b, FDB_OP_DEL_RANGE, start, slen, end, elen);
+	return rc ? rc : db_write(db, b.buf, b.len, 1);
 }
 
 int flexdb_sync(struct flexdb *db)
@@ -753,6 +896,67 @@ static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, 
 	return 0;
 }
 
+/* Whether a range delete of a memtable newer than source `src` (0 active,
+ * 1 immutable, 2 store) covers key. */
+static int iter_covered(const struct fdb_memref *a, const struct fdb_memref *im, int src,
+			const void *key, uint32_t klen, uint64_t vis)
+{
+	if (src > 0 && fdb_mt_ranges(a->mt) && fdb_mt_range_find(a->mt, key, klen, vis))
+		return 1;
+	return src > 1 && im && fdb_mt_ranges(im->mt) && fdb_mt_range_find(im->mt, key, klen, vis);
+}
+
+/* Where the store's part of a chunk starts: past the keys at `from` that
+ * the memtables' range deletes cover, which the store may hold by the
+ * million until the committer collapses them.  Forward, a covered *from
+ * moves to the range's end (inclusive); in reverse to its start
+ * (exclusive), while a range reaching up to that start covers what lies
+ * just below it.  Returns 0 when the store has nothing to give. */
+static int iter_store_from(const struct fdb_memref *a, const struct fdb_memref *im, int reverse,
+			   uint64_t vis, const void **from, uint32_t *flen, int *inclusive)
+{
+	if (reverse && *flen == 0)
+		return 1; /* from the last key: nothing to test */
+	if (*flen == 0)
+		*from = "";
+	for (int guard = 0; guard < 64; guard++) {
+		const struct fdb_mt_range *r = NULL;
+		for (int s = 0; s < 2 && !r; s++) {
+			const struct fdb_memref *m = s ? im : a;
+			if (!m)
+				continue;
+			if (!reverse) {
+				r = fdb_mt_range_find(m->mt, *from, *flen, vis);
+				continue;
+			}
+			/* A range holding *from (inclusive) or, exclusive, the
+			 * keys just below it: start < from <= end. */
+			for (const struct fdb_mt_range *q = fdb_mt_ranges(m->mt); q && !r;
+			     q = q->next) {
+				if (q->seq > vis || fdb_keycmp(q->start, q->slen, *from, *flen) >= 0)
+					continue;
+				int c = fdb_keycmp(*from, *flen, q->end, q->elen);
+				if (c < 0 || (c == 0 && !*inclusive))
+					r = q;
+			}
+		}
+		if (!r)
+			return 1;
+		if (!reverse) {
+			*from = r->end;
+			*flen = r->elen;
+			*inclusive = 1;
+		} else {
+			if (r->slen == 0)
+				return 0; /* everything below is covered */
+			*from = r->start;
+			*flen = r->slen;
+			*inclusive = 0;
+		}
+	}
+	return 1;
+}
+
 /* Reads the next chunk after (or before) `from`: up to FDB_ITER_CHUNK pairs
  * from each source, merged newest-first, tombstones dropped, cut at the
  * first source bound that may hide more keys. */
@@ -797,27 +1001,31 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		iter_reset(it);
 		it->reverse = reverse;
 		struct fdb_memref *a = NULL, *im = NULL;
+		uint64_t vis = 0;
+		int ranges = 0; /* the memtables hold range deletes */
 		if (!rc) {
-			uint64_t vis = atomic_load(&db->visible);
+			vis = atomic_load(&db->visible);
 			memrefs_get(db, &a, &im);
+			ranges = fdb_mt_ranges(a->mt) || (im && fdb_mt_ranges(im->mt));
 			rc = mt_collect(a->mt, from, flen, inclusive, reverse, lim, limlen, vis,
 					src[0], &cnt[0], &it->ar);
 			if (!rc && im)
 				rc = mt_collect(im->mt, from, flen, inclusive, reverse, lim, limlen,
 						vis, src[1], &cnt[1], &it->ar);
 		}
-		if (!rc) {
+		const void *sfrom = from;
+		uint32_t sflen = flen;
+		int sinc = inclusive;
+		if (!rc && (!ranges || iter_store_from(a, im, reverse, vis, &sfrom, &sflen, &sinc))) {
 			struct fdb_cands cands;
 			pthread_rwlock_rdlock(&db->lock);
 			fdb_cands_init(&db->store, &cands, NULL, 0);
-			rc = fdb_store_scan(&db->store, from, flen, inclusive, reverse, lim, limlen,
+			rc = fdb_store_scan(&db->store, sfrom, sflen, sinc, reverse, lim, limlen,
 					    src[2], FDB_ITER_CHUNK, &cnt[2], &it->ar, &cands);
 			fdb_store_admit(&db->store, &cands, 1);
 			pthread_rwlock_unlock(&db->lock);
 			cache_reap(db);
 		}
-		memref_put(a);
-		memref_put(im);
 		/* The chunk is complete up to the smallest last key among
 		 * sources that filled up (largest, in reverse). */
 		int bsrc = -1;
@@ -877,10 +1085,13 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 				    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
 					rc = FLEX_ECORRUPT; /* merge order broken: cannot happen */
 			idx[best]++;
-			if (w->tomb)
+			if (w->tomb ||
+			    (ranges && best > 0 && iter_covered(a, im, best, w->key, w->klen, vis)))
 				continue;
 			it->pairs[it->n++] = *w;
 		}
+		memref_put(a);
+		memref_put(im);
 		it->exhausted = bound == NULL;
 		for (int s = 0; s < 3; s++)
 			cnt[s] = 0;
@@ -1151,29 +1362,45 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 	struct fdb_batch_op op;
 	int more, rc = 0;
 	uint32_t seen = 0;
+	/* A range delete goes straight into the memtable (its place among
+	 * the pairs is its sequence number); the record's earlier pairs it
+	 * covers are dropped, as db_write dropped them. */
+	struct batch_ranges br = {0};
+	rc = batch_ranges_get(payload, len, &br);
 	while (!rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1) {
+		uint32_t i = seen++;
+		r->db->recovered_ops++;
+		if (op.op == FDB_OP_DEL_RANGE) {
+			rc = fdb_mt_del_range(r->db->imm->mt, op.key, op.klen, op.val, op.vlen, seq);
+			continue;
+		}
+		if (br.n && batch_point_dead(&br, i, &op))
+			continue;
 		if (r->n == r->cap) {
 			size_t cap = r->cap ? 2 * r->cap : 4096;
 			struct replay_op *v = realloc(r->ops, cap * sizeof(*v));
-			if (!v)
-				return -ENOMEM;
+			if (!v) {
+				rc = -ENOMEM;
+				break;
+			}
 			r->ops = v;
 			r->cap = cap;
 		}
 		int tomb = op.op == FDB_OP_DEL;
 		uint32_t vlen = tomb ? 0 : op.vlen;
 		uint8_t *kv = fdb_ar_alloc(&r->ar, (size_t)op.klen + vlen);
-		if (!kv)
-			return -ENOMEM;
+		if (!kv) {
+			rc = -ENOMEM;
+			break;
+		}
 		memcpy(kv, op.key, op.klen);
 		if (vlen)
 			memcpy(kv + op.klen, op.val, vlen);
 		r->ops[r->n++] = (struct replay_op){
 		    .key = kv, .klen = op.klen, .vlen = vlen, .seq = seq, .ord = r->ord++, .tomb = tomb};
 		r->bytes += (size_t)op.klen + vlen;
-		seen++;
-		r->db->recovered_ops++;
 	}
+	batch_ranges_free(&br);
 	if (!rc && more < 0)
 		rc = more;
 	if (!rc && seen != count)

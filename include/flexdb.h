@@ -113,10 +113,10 @@ struct flexdb_stats {
 	 * read (no FlexTree lookup); the others found them moved since */
 	uint64_t cache_thin_located;
 	uint64_t memtable_bytes;   /* both memtables */
-	uint64_t memtable_entries; /* both memtables */
+	uint64_t memtable_entries; /* both memtables (range deletes count) */
 	uint64_t wal_bytes;	   /* WAL files on disk; 0 when read-only */
 	uint64_t committer_runs;   /* memtables committed to the FlexSpace */
-	uint64_t committed_pairs;  /* puts and deletes applied by the committer */
+	uint64_t committed_pairs;  /* puts, deletes, range deletes committed */
 	uint64_t writer_stalls;	   /* times a writer waited for the committer */
 	uint64_t wal_syncs;	   /* WAL fdatasyncs (group commits) */
 	uint64_t recovered_ops;	   /* WAL operations replayed at open */
@@ -170,6 +170,23 @@ FLEX_EXPORT int flexdb_put(struct flexdb *db, const void *key, size_t klen, cons
  * flexdb_put. */
 FLEX_EXPORT int flexdb_delete(struct flexdb *db, const void *key, size_t klen);
 
+/* Removes every key k with start <= k < end, atomically and durably like
+ * a one-op batch.  start may be empty (slen 0, start may be NULL): from
+ * the first key; end is 1 .. FLEXDB_MAX_KEY bytes, ordered as keys are.
+ * A range beyond the last key removes nothing and is not an error.  Keys
+ * written after the call returns are not affected.  Until the committer
+ * applies it, the range delete hides the older pairs it covers from gets
+ * and iterators; it then removes them in one collapse of their bytes
+ * (no tombstone stays behind), their space freed by the FlexSpace's next
+ * garbage collection.  Range deletes waiting in the memtables are checked
+ * one by one by every get and iterator chunk that meets a memtable holding
+ * any: many thousands between two commits slow reads down until then.
+ * Returns 0, -EINVAL (NULL with nonzero length, elen 0, start >= end:
+ * nothing is changed), FLEX_ETOOBIG (a key over FLEXDB_MAX_KEY),
+ * FLEX_EFAILED, -errno. */
+FLEX_EXPORT int flexdb_delete_range(struct flexdb *db, const void *start, size_t slen,
+				    const void *end, size_t elen);
+
 /* Looks key up.  0 when found: copies min(cap, value length) bytes to buf
  * (buf may be NULL when cap is 0) and stores the full length in *vlen
  * (vlen may be NULL).  FLEXDB_NOTFOUND when absent.  Negative on error,
@@ -222,12 +239,20 @@ FLEX_EXPORT int flexdb_sync(struct flexdb *db);
  *                  usable) */
 FLEX_EXPORT int flexdb_checkpoint(struct flexdb *db, const char *dest_dir);
 
-/* Atomic batches: puts and deletes applied all together or not at all,
- * also across a crash.  Later operations on the same key win. */
+/* Atomic batches: puts, deletes and range deletes applied all together or
+ * not at all, also across a crash, in their order in the batch: later
+ * operations on the same key win, so a range delete removes the keys the
+ * batch put before it and not those it puts after.  flexdb_batch_put,
+ * _delete and _delete_range check their arguments as flexdb_put,
+ * flexdb_delete and flexdb_delete_range do (-EINVAL also for a NULL
+ * batch) and return 0, -ENOMEM, or FLEX_ETOOBIG when the batch would pass
+ * 4 GiB. */
 FLEX_EXPORT struct flexdb_batch *flexdb_batch_new(void);
 FLEX_EXPORT int flexdb_batch_put(struct flexdb_batch *b, const void *key, size_t klen,
 				 const void *val, size_t vlen);
 FLEX_EXPORT int flexdb_batch_delete(struct flexdb_batch *b, const void *key, size_t klen);
+FLEX_EXPORT int flexdb_batch_delete_range(struct flexdb_batch *b, const void *start,
+					  size_t slen, const void *end, size_t elen);
 /* Empties a batch for reuse. */
 FLEX_EXPORT void flexdb_batch_clear(struct flexdb_batch *b);
 FLEX_EXPORT void flexdb_batch_free(struct flexdb_batch *b);

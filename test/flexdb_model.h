@@ -317,6 +317,21 @@ static void fm_del(struct fmodel *m, const void *k, uint32_t kn)
 	m->n--;
 }
 
+/* Removes every key k with s <= k < e. */
+static void fm_del_range(struct fmodel *m, const void *s, uint32_t sn, const void *e, uint32_t en)
+{
+	size_t i = fm_lower(m, sn ? s : "", sn), j = fm_lower(m, e, en);
+	if (j <= i)
+		return;
+	for (size_t x = i; x < j; x++) {
+		m->digest -= pair_hash(m->e[x].k, m->e[x].kn, m->e[x].v, m->e[x].vn);
+		free(m->e[x].k);
+		free(m->e[x].v);
+	}
+	memmove(m->e + i, m->e + j, (m->n - j) * sizeof(*m->e));
+	m->n -= j - i;
+}
+
 static void fm_free(struct fmodel *m)
 {
 	for (size_t i = 0; i < m->n; i++) {

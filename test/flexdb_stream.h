@@ -4,6 +4,9 @@
  * child and the parent expand identically, the model states it passes
  * through, and the check that a recovered store is one of them.
  *
+ * Range deletes span a few neighbouring keys of the (sorted) pool, alone
+ * or inside batches.
+ *
  * The property the crash and fault suites check: the recovered store
  * equals the model after a single prefix of the stream, ops 1..k with
  * lo <= k <= hi, lo being the last operation acknowledged and hi the last
@@ -29,7 +32,7 @@
 
 /* ---- the operation stream ------------------------------------------------------ */
 
-enum { COP_PUT, COP_DEL, COP_BATCH, COP_SYNC };
+enum { COP_PUT, COP_DEL, COP_BATCH, COP_SYNC, COP_DELRANGE };
 
 /* Operation i of a stream: everything derives from its seed, so the child
  * and the parent produce the same operations without sharing state. */
@@ -39,13 +42,21 @@ static int cop_type(uint64_t stream_seed, long i, uint64_t *opseed)
 	rnd(&r);
 	*opseed = rnd(&r);
 	uint64_t k = rnd_below(&r, 100);
-	return k < 52 ? COP_PUT : k < 72 ? COP_DEL : k < 88 ? COP_BATCH : COP_SYNC;
+	return k < 50	? COP_PUT
+	       : k < 69 ? COP_DEL
+	       : k < 72 ? COP_DELRANGE
+	       : k < 88 ? COP_BATCH
+			: COP_SYNC;
 }
 
+/* del: 0 a put, 1 a delete, 2 a range delete of [k, v). */
 typedef void (*cop_fn)(void *arg, int del, const uint8_t *k, uint32_t kn, const uint8_t *v,
 		       uint32_t vn);
 
-/* Expands a put, delete or batch into its key operations. */
+/* Above every key of the pool. */
+static const uint8_t cop_top[5] = {0xff, 0xff, 0xff, 0xff, 0xff};
+
+/* Expands a put, delete, range delete or batch into its key operations. */
 static void cop_expand(const struct keypool *pool, int type, uint64_t opseed, uint8_t *vbuf,
 		       cop_fn fn, void *arg)
 {
@@ -56,6 +67,16 @@ static void cop_expand(const struct keypool *pool, int type, uint64_t opseed, ui
 		size_t ki = j && rnd_below(&r, 4) == 0 ? keys[rnd_below(&r, (uint64_t)j)]
 						       : (size_t)rnd_below(&r, pool->n);
 		keys[j] = ki;
+		if (type == COP_DELRANGE || (type == COP_BATCH && rnd_below(&r, 100) < 5)) {
+			size_t ke = ki + 1 + (size_t)rnd_below(&r, 12);
+			if (ke < pool->n)
+				fn(arg, 2, pool->keys[ki].k, pool->keys[ki].n, pool->keys[ke].k,
+				   pool->keys[ke].n);
+			else
+				fn(arg, 2, pool->keys[ki].k, pool->keys[ki].n, cop_top,
+				   sizeof(cop_top));
+			continue;
+		}
 		int del = type == COP_DEL || (type == COP_BATCH && rnd_below(&r, 100) < 30);
 		uint32_t vn = 0;
 		if (!del) {
@@ -81,17 +102,22 @@ static void dbapply_fn(void *arg, int del, const uint8_t *k, uint32_t kn, const 
 	if (a->rc)
 		return;
 	if (a->b)
-		a->rc =
-		    del ? flexdb_batch_delete(a->b, k, kn) : flexdb_batch_put(a->b, k, kn, v, vn);
+		a->rc = del == 2 ? flexdb_batch_delete_range(a->b, k, kn, v, vn)
+			: del	 ? flexdb_batch_delete(a->b, k, kn)
+				 : flexdb_batch_put(a->b, k, kn, v, vn);
 	else
-		a->rc = del ? flexdb_delete(a->db, k, kn) : flexdb_put(a->db, k, kn, v, vn);
+		a->rc = del == 2 ? flexdb_delete_range(a->db, k, kn, v, vn)
+			: del	 ? flexdb_delete(a->db, k, kn)
+				 : flexdb_put(a->db, k, kn, v, vn);
 }
 
 static void mapply_fn(void *arg, int del, const uint8_t *k, uint32_t kn, const uint8_t *v,
 		      uint32_t vn)
 {
 	struct fmodel *m = arg;
-	if (del)
+	if (del == 2)
+		fm_del_range(m, k, kn, v, vn);
+	else if (del)
 		fm_del(m, k, kn);
 	else
 		fm_put(m, k, kn, v, vn);

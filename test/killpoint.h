@@ -83,6 +83,7 @@ static const struct kp_point kp_points[] = {
     {"fdb.wal.sync.after", KP_DB, 0},
     {"fdb.switch.wal_synced", KP_DB, 0},
     {"fdb.commit.pair_applied", KP_DB, 0},
+    {"fdb.commit.range_applied", KP_DB, 0},
     {"fdb.commit.space_synced", KP_DB, 0},
     {"fdb.commit.dir.sync.before", KP_DB, 0},
     {"fdb.commit.dir.sync.after", KP_DB, 0},

@@ -964,6 +964,8 @@ Test(api_edges, flexdb_null_handles)
 	cr_assert_eq(flexdb_sync(NULL), -EINVAL);
 	cr_assert_eq(flexdb_batch_put(NULL, "k", 1, "v", 1), -EINVAL);
 	cr_assert_eq(flexdb_batch_delete(NULL, "k", 1), -EINVAL);
+	cr_assert_eq(flexdb_delete_range(NULL, "a", 1, "b", 1), -EINVAL);
+	cr_assert_eq(flexdb_batch_delete_range(NULL, "a", 1, "b", 1), -EINVAL);
 	flexdb_batch_clear(NULL);
 	flexdb_batch_free(NULL);
 	cr_assert_eq(flexdb_write(NULL, NULL), -EINVAL);
@@ -1030,6 +1032,28 @@ Test(api_edges, flexdb_bad_arguments)
 	cr_assert_eq(flexdb_get(db, "absent", 6, buf, sizeof(buf), &len), FLEXDB_NOTFOUND);
 	cr_assert_eq(flexdb_delete(db, "absent", 6), 0);
 
+	/* Range deletes: NULL with a length, an empty end, empty or inverted
+	 * ranges (nothing changes), keys too long; an empty start and a
+	 * range beyond the last key are fine. */
+	cr_assert_eq(flexdb_delete_range(db, NULL, 1, "z", 1), -EINVAL);
+	cr_assert_eq(flexdb_delete_range(db, "a", 1, NULL, 1), -EINVAL);
+	cr_assert_eq(flexdb_delete_range(db, "a", 1, NULL, 0), -EINVAL);
+	cr_assert_eq(flexdb_delete_range(db, NULL, 0, "", 0), -EINVAL);
+	cr_assert_eq(flexdb_delete_range(db, "k", 1, "k", 1), -EINVAL, "empty range");
+	cr_assert_eq(flexdb_delete_range(db, "z", 1, "a", 1), -EINVAL, "inverted range");
+	cr_assert_eq(flexdb_delete_range(db, "k\0", 2, "k", 1), -EINVAL, "longer start");
+	cr_assert_eq(flexdb_delete_range(db, big, FLEXDB_MAX_KEY + 1, "z", 1), FLEX_ETOOBIG);
+	cr_assert_eq(flexdb_delete_range(db, "a", 1, big, FLEXDB_MAX_KEY + 1), FLEX_ETOOBIG);
+	cr_assert_eq(flexdb_delete_range(db, "a", 1, "z", SIZE_MAX), FLEX_ETOOBIG);
+	cr_assert_eq(flexdb_get(db, "k", 1, buf, sizeof(buf), &len), 0, "refused: no change");
+	cr_assert_eq(flexdb_delete_range(db, "x", 1, "\xff\xff", 2), 0, "beyond the last key");
+	cr_assert_eq(flexdb_delete_range(db, NULL, 0, "\x01", 1), 0, "an empty start");
+	cr_assert_eq(flexdb_get(db, "k", 1, buf, sizeof(buf), &len), 0);
+	cr_assert_eq(flexdb_delete_range(db, "k", 1, "k\0", 2), 0, "exactly one key");
+	cr_assert_eq(flexdb_get(db, "k", 1, buf, sizeof(buf), &len), FLEXDB_NOTFOUND);
+	cr_assert_eq(flexdb_put(db, "k", 1, "v", 1), 0, "a put after it");
+	cr_assert_eq(flexdb_get(db, "k", 1, buf, sizeof(buf), &len), 0);
+
 	/* Batches. */
 	struct flexdb_batch *b = flexdb_batch_new();
 	cr_assert_not_null(b);
@@ -1044,7 +1068,13 @@ Test(api_edges, flexdb_bad_arguments)
 	cr_assert_eq(flexdb_batch_delete(b, NULL, 1), -EINVAL);
 	cr_assert_eq(flexdb_batch_delete(b, "k", 0), -EINVAL);
 	cr_assert_eq(flexdb_batch_delete(b, "k", SIZE_MAX), FLEX_ETOOBIG);
+	cr_assert_eq(flexdb_batch_delete_range(b, NULL, 1, "z", 1), -EINVAL);
+	cr_assert_eq(flexdb_batch_delete_range(b, "a", 1, NULL, 1), -EINVAL);
+	cr_assert_eq(flexdb_batch_delete_range(b, "k", 1, "k", 1), -EINVAL);
+	cr_assert_eq(flexdb_batch_delete_range(b, "z", 1, "a", 1), -EINVAL);
+	cr_assert_eq(flexdb_batch_delete_range(b, "a", 1, big, FLEXDB_MAX_KEY + 1), FLEX_ETOOBIG);
 	cr_assert_eq(flexdb_write(db, b), 0, "failed adds leave the batch empty");
+	cr_assert_eq(flexdb_get(db, "k", 1, buf, sizeof(buf), &len), 0);
 	cr_assert_eq(flexdb_batch_put(b, "b", 1, "1", 1), 0);
 	flexdb_batch_clear(b);
 	flexdb_batch_clear(b);
@@ -1486,6 +1516,7 @@ static const char *const exported_covered[] = {
     "flexdb_sync",	     "flexdb_batch_new",
     "flexdb_batch_put",	     "flexdb_batch_delete",
     "flexdb_batch_clear",    "flexdb_batch_free",
+    "flexdb_delete_range",   "flexdb_batch_delete_range",
     "flexdb_write",	     "flexdb_iter_open",
     "flexdb_iter_seek",	     "flexdb_iter_seek_for_prev",
     "flexdb_iter_valid",     "flexdb_iter_next",

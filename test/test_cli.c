@@ -941,6 +941,40 @@ Test(cli, db_batch_commit_abort)
 	run_free(&r);
 }
 
+Test(cli, db_delrange_delprefix)
+{
+	need_tools();
+	const char *db = path("db");
+	golden(dbcli, db,
+	       "put a 1\nput b 2\nput ba 3\nput bb 4\nput \"b\\xff\" 5\nput c 6\nput 0xff 7\n"
+	       "put 0xffff 8\nput 0xfe 9\n"
+	       "delprefix b\n"
+	       "scan\n"
+	       "delprefix 0xff\n"
+	       "scan\n"
+	       "delrange a c\n"	/* c stays: TO is exclusive */
+	       "delrange \"\" a\n" /* nothing below a */
+	       "scan\n",
+	       "a 1\nc 6\n\"\\xfe\" 9\n\"\\xff\" 7\n\"\\xff\\xff\" 8\n"
+	       "a 1\nc 6\n\"\\xfe\" 9\n"
+	       "c 6\n\"\\xfe\" 9\n");
+	/* In a batch, in order with puts and deletes: the put before the
+	 * range goes, the one after stays. */
+	golden(dbcli, db,
+	       "put k1 old\nput k2 old\nput k3 old\n"
+	       "batch\nput k0 before\ndelrange k k3\nput k2 after\ndelprefix 0xfe\ncommit\n"
+	       "scan\n",
+	       "c 6\nk2 after\nk3 old\n");
+	/* Refused: an empty or inverted range, an empty TO or prefix. */
+	struct run r;
+	script(dbcli, db, "delrange k3 k2\ndelrange k k\ndelrange k \"\"\ndelprefix \"\"\n", &r);
+	cr_expect_eq(count_lines(r.err), 4, "stderr:\n%s", r.err);
+	cr_expect(strstr(r.err, "line 1: delrange: empty range"), "%s", r.err);
+	cr_expect_eq(code(&r), 1);
+	run_free(&r);
+	golden(dbcli, db, "count\ncheck\n", "3\nok\n");
+}
+
 Test(cli, db_sync_stats_check_timer)
 {
 	need_tools();
@@ -1021,7 +1055,8 @@ Test(cli, backup_of_a_store_and_of_a_space)
 Test(cli, db_help_usage_options)
 {
 	need_tools();
-	static const char *const all[] = {"put",    "get",   "del",    "scan",	"prefix",
+	static const char *const all[] = {"put",    "get",   "del",    "delrange", "delprefix",
+					  "scan",	"prefix",
 					  "count",  "batch", "commit", "abort", "sync",
 					  "stats",  "check", "dump",   "load",	"help",
 					  ".timer", "quit",  "exit",   NULL};
@@ -1335,11 +1370,13 @@ Test(cli, db_load_rejects_malformed_files)
  * ====================================================================== */
 
 static const char *const db_cmds[] = {
-    "put",   "get",   "del",  "scan", "prefix", "count",  "batch", "commit", "abort", "sync",
-    "stats", "check", "dump", "load", "help",	".timer", "quit",  "exit",   NULL};
+    "put",    "get",   "del",   "delrange", "delprefix", "scan", "prefix", "count",
+    "batch",  "commit", "abort", "sync",    "stats",     "check", "dump",  "load",
+    "help",   ".timer", "quit",  "exit",    NULL};
 /* argument counts that are wrong for each of db_cmds (-1 ends) */
 static const int db_wrong[][4] = {
-    {0, 1, 3, -1},   {0, 2, 3, -1},  {0, 2, 3, -1},  {4, 5, -1, -1}, {0, 3, -1, -1},
+    {0, 1, 3, -1},   {0, 2, 3, -1},  {0, 2, 3, -1},  {0, 1, 3, -1},  {0, 2, 3, -1},
+    {4, 5, -1, -1},  {0, 3, -1, -1},
     {3, 4, -1, -1},  {1, 2, -1, -1}, {1, 2, -1, -1}, {1, 2, -1, -1}, {1, -1, -1, -1},
     {1, -1, -1, -1}, {1, 2, -1, -1}, {2, 3, -1, -1}, {0, 2, -1, -1}, {2, 3, -1, -1},
     {0, 2, -1, -1},  {1, 2, -1, -1}, {1, 3, -1, -1},
@@ -1462,6 +1499,10 @@ Test(cli, db_fuzz_malformed_lines_change_nothing)
 	static const char *const sem_bad[] = {
 	    "put \"\" v",
 	    "del \"\"",
+	    "delrange b a",
+	    "delrange a a",
+	    "delrange a \"\"",
+	    "delprefix \"\"",
 	    "get \"\"",
 	    "load /nonexistent/file",
 	    "commit",

@@ -280,7 +280,15 @@ static void *cwriter(void *arg)
 		else if (cls >= 2)
 			del = rnd_below(&r, 100) < 30;
 		uint32_t v = ++ver[idx];
-		if (del) {
+		if (del && rnd_below(&r, 20) == 0) {
+			/* The same delete as a range delete of [k, k + "\0"),
+			 * which holds k alone: range deletes published to
+			 * readers while they search. */
+			char e[33];
+			memcpy(e, k, (size_t)kl);
+			e[kl] = 0;
+			rc = flexdb_delete_range(s->db, k, (size_t)kl, e, (size_t)kl + 1);
+		} else if (del) {
 			rc = flexdb_delete(s->db, k, (size_t)kl);
 		} else {
 			size_t vn = cval_make(vb, w, idx, v, &r);
@@ -748,7 +756,7 @@ struct mrun {
 	long op;
 	uint64_t sess_committer, sess_gc, sess_tree, sess_thin, sess_located;
 	uint64_t committer_runs, gc_runs, tree_commits, max_cache, scans, scan_steps, turns,
-	    batches, gets, checks, thin_hits, thin_located, bounded_scans;
+	    batches, gets, checks, thin_hits, thin_located, bounded_scans, ranges, range_keys;
 };
 
 #define MFAIL(mr, ...)                                                                             \
@@ -1106,6 +1114,91 @@ static void m_reopen(struct mrun *mr)
 	m_full(mr);
 }
 
+/* A range to delete, copied into s and e (FLEXDB_MAX_KEY + 1 bytes each):
+ * mostly from a present key to one a few dozen keys on, sometimes between
+ * two random keys (start empty now and then), sometimes a whole prefix's
+ * worth.  Returns 0 when the two keys came out equal (no range). */
+static int m_range(struct mrun *mr, uint8_t *s, uint32_t *sn, uint8_t *e, uint32_t *en)
+{
+	const uint8_t *k;
+	uint32_t kn;
+	uint64_t how = rnd_below(&mr->r, 100);
+	if (how < 97 && mr->m.n) {
+		size_t i = rnd_below(&mr->r, mr->m.n);
+		size_t j = i + 1 + rnd_below(&mr->r, rnd_below(&mr->r, 8) ? 6 : 40);
+		memcpy(s, mr->m.e[i].k, mr->m.e[i].kn);
+		*sn = mr->m.e[i].kn;
+		if (j < mr->m.n) {
+			memcpy(e, mr->m.e[j].k, mr->m.e[j].kn);
+			*en = mr->m.e[j].kn;
+		} else {
+			memset(e, 0xff, 8);
+			*en = 8;
+		}
+	} else if (how < 98) {
+		k = m_key(mr, &kn);
+		memcpy(s, k, kn);
+		*sn = rnd_below(&mr->r, 8) ? kn : 0;
+		k = m_key(mr, &kn);
+		memcpy(e, k, kn);
+		*en = kn;
+		int c = fkey_cmp(*sn ? s : (const uint8_t *)"", *sn, e, *en);
+		if (c == 0)
+			return 0;
+		if (c > 0 && *sn) {
+			uint8_t t[FLEXDB_MAX_KEY];
+			uint32_t tn = *sn;
+			memcpy(t, s, tn);
+			memcpy(s, e, *en);
+			*sn = *en;
+			memcpy(e, t, tn);
+			*en = tn;
+		}
+	} else {
+		/* A prefix: [p, p + 1) for a prefix of a present key, most of
+		 * it (a short one would take most keys). */
+		k = m_existing(mr, &kn);
+		uint32_t cut = (uint32_t)rnd_below(&mr->r, 4);
+		uint32_t pn = kn > cut ? kn - cut : 1;
+		memcpy(s, k, pn);
+		*sn = pn;
+		memcpy(e, k, pn);
+		while (pn && e[pn - 1] == 0xff)
+			pn--;
+		if (!pn)
+			return 0;
+		e[pn - 1]++;
+		*en = pn;
+	}
+	return 1;
+}
+
+static void m_delrange(struct mrun *mr)
+{
+	uint8_t *s = malloc(FLEXDB_MAX_KEY + 1), *e = malloc(FLEXDB_MAX_KEY + 1);
+	uint32_t sn, en;
+	if (m_range(mr, s, &sn, e, &en)) {
+		size_t before = mr->m.n;
+		int rc = flexdb_delete_range(mr->db, sn ? s : NULL, sn, e, en);
+		if (rc)
+			MFAIL(mr, "delete_range: %s (%d)", flex_strerror(rc), rc);
+		fm_del_range(&mr->m, s, sn, e, en);
+		mr->ranges++;
+		mr->range_keys += before - mr->m.n;
+		/* Just inside, at and around the edges. */
+		m_get_one(mr, e, en);
+		if (sn)
+			m_get_one(mr, s, sn);
+		size_t i = fm_lower(&mr->m, s, sn);
+		if (i < mr->m.n)
+			m_get_one(mr, mr->m.e[i].k, mr->m.e[i].kn);
+		if (i > 0)
+			m_get_one(mr, mr->m.e[i - 1].k, mr->m.e[i - 1].kn);
+	}
+	free(s);
+	free(e);
+}
+
 static void m_batch(struct mrun *mr, struct flexdb_batch *b)
 {
 	/* The batch's ops, applied to a model copy only once it succeeded. */
@@ -1115,20 +1208,36 @@ static void m_batch(struct mrun *mr, struct flexdb_batch *b)
 		uint32_t kn;
 		uint8_t *v;
 		uint32_t vn;
-		int del;
+		int del; /* 2: a range delete of [k, v) */
 	} ops[20];
 	flexdb_batch_clear(b);
 	for (int j = 0; j < nb; j++) {
 		const uint8_t *k;
 		uint32_t kn;
-		if (j && rnd_below(&mr->r, 3) == 0) {
-			int src = (int)rnd_below(&mr->r, (uint64_t)j); /* a repeated key */
+		int src = j && rnd_below(&mr->r, 3) == 0 ? (int)rnd_below(&mr->r, (uint64_t)j) : -1;
+		if (src >= 0 && ops[src].kn) {
+			/* A repeated key (or a range delete's start). */
 			k = ops[src].k;
 			kn = ops[src].kn;
 		} else {
 			k = rnd_below(&mr->r, 2) ? m_existing(mr, &kn) : m_key(mr, &kn);
 		}
-		ops[j].k = malloc(kn);
+		if (rnd_below(&mr->r, 100) < 2) {
+			ops[j].k = malloc(FLEXDB_MAX_KEY + 1);
+			ops[j].v = malloc(FLEXDB_MAX_KEY + 1);
+			if (!m_range(mr, ops[j].k, &ops[j].kn, ops[j].v, &ops[j].vn)) {
+				ops[j].kn = 0;
+				ops[j].v[0] = 0;
+				ops[j].vn = 1;
+			}
+			ops[j].del = 2;
+			int rc = flexdb_batch_delete_range(b, ops[j].kn ? ops[j].k : NULL, ops[j].kn,
+							   ops[j].v, ops[j].vn);
+			if (rc)
+				MFAIL(mr, "flexdb_batch_delete_range: %s", flex_strerror(rc));
+			continue;
+		}
+		ops[j].k = malloc(kn ? kn : 1);
 		memcpy(ops[j].k, k, kn);
 		ops[j].kn = kn;
 		ops[j].del = rnd_below(&mr->r, 100) < 30;
@@ -1145,14 +1254,17 @@ static void m_batch(struct mrun *mr, struct flexdb_batch *b)
 	if (rc)
 		MFAIL(mr, "flexdb_write of %d ops: %s (%d)", nb, flex_strerror(rc), rc);
 	for (int j = 0; j < nb; j++) {
-		if (ops[j].del)
+		if (ops[j].del == 2)
+			fm_del_range(&mr->m, ops[j].k, ops[j].kn, ops[j].v, ops[j].vn);
+		else if (ops[j].del)
 			fm_del(&mr->m, ops[j].k, ops[j].kn);
 		else
 			fm_put(&mr->m, ops[j].k, ops[j].kn, ops[j].v, ops[j].vn);
 	}
 	/* Later operations on the same key won: check the batch's keys. */
 	for (int j = 0; j < nb; j++)
-		m_get_one(mr, ops[j].k, ops[j].kn);
+		if (ops[j].kn)
+			m_get_one(mr, ops[j].k, ops[j].kn);
 	for (int j = 0; j < nb; j++) {
 		free(ops[j].k);
 		free(ops[j].v);
@@ -1196,7 +1308,7 @@ static void model_run(const char *name, struct flexdb_options opt, long nops, in
 			fm_put(&mr->m, key, kn, mr->vbuf, vn);
 			if (rnd_below(&mr->r, 4) == 0)
 				m_get_one(mr, key, kn);
-		} else if (k < 520) {
+		} else if (k < 510) {
 			key = rnd_below(&mr->r, 10) < 8 ? m_existing(mr, &kn) : m_key(mr, &kn);
 			/* The key may point into the model entry: copy it. */
 			uint8_t *kc = malloc(kn);
@@ -1208,6 +1320,8 @@ static void model_run(const char *name, struct flexdb_options opt, long nops, in
 			if (rnd_below(&mr->r, 4) == 0)
 				m_get_one(mr, kc, kn);
 			free(kc);
+		} else if (k < 520) {
+			m_delrange(mr); /* narrow mostly: the store keeps most keys */
 		} else if (k < 760) {
 			key = rnd_below(&mr->r, 10) < 6 ? m_existing(mr, &kn) : m_key(mr, &kn);
 			m_get_one(mr, key, kn);
@@ -1236,13 +1350,13 @@ static void model_run(const char *name, struct flexdb_options opt, long nops, in
 	fprintf(stderr,
 		"  %s: %ld ops in %.1f s, %zu keys, %" PRIu64 " gets, %" PRIu64 " scans (%" PRIu64
 		" bounded, %" PRIu64 " steps, %" PRIu64 " turns), %" PRIu64 " batches, %" PRIu64
-		" checks; committer runs %" PRIu64 ", max cache %" PRIu64 ", intervals %" PRIu64
-		", GC runs %" PRIu64 ", tree commits %" PRIu64 ", thin-entry lookups %" PRIu64
-		" (%" PRIu64 " located)\n",
+		" checks, %" PRIu64 " range deletes (%" PRIu64 " keys); committer runs %" PRIu64
+		", max cache %" PRIu64 ", intervals %" PRIu64 ", GC runs %" PRIu64
+		", tree commits %" PRIu64 ", thin-entry lookups %" PRIu64 " (%" PRIu64 " located)\n",
 		name, nops, now_sec() - t0, mr->m.n, mr->gets, mr->scans, mr->bounded_scans,
-		mr->scan_steps, mr->turns, mr->batches, mr->checks, mr->committer_runs,
-		mr->max_cache, st.intervals, mr->gc_runs, mr->tree_commits, mr->thin_hits,
-		mr->thin_located);
+		mr->scan_steps, mr->turns, mr->batches, mr->checks, mr->ranges, mr->range_keys,
+		mr->committer_runs, mr->max_cache, st.intervals, mr->gc_runs, mr->tree_commits,
+		mr->thin_hits, mr->thin_located);
 	/* A cache far smaller than the store keeps most intervals thin. */
 	if (opt.cache_size && opt.cache_size <= FDB_TINY_CACHE)
 		cr_expect(mr->thin_hits > 0, "%s: no lookup went through a thin entry", name);
@@ -2312,6 +2426,116 @@ Test(flexdb, iterator_skips_long_runs_of_deleted_keys)
 	expect_keys(t.db, keys, lens, 12, "tombstones in the memtable");
 	tdb_reopen(&t, NULL);
 	expect_keys(t.db, keys, lens, 12, "after commit");
+	tdb_done(&t);
+}
+
+/* The keys from `from` on (in reverse with rev) match want[0..n). */
+static void expect_run(struct flexdb *db, const char *from, int rev, const char *const *want,
+		       int n, const char *what)
+{
+	struct flexdb_iter *it;
+	cr_assert_eq(flexdb_iter_open(db, &it), 0);
+	cr_assert_eq(rev ? flexdb_iter_seek_for_prev(it, from, strlen(from))
+			 : flexdb_iter_seek(it, from, strlen(from)),
+		     0);
+	for (int i = 0; i < n; i++) {
+		size_t kn;
+		const char *k = flexdb_iter_key(it, &kn);
+		cr_assert(k && kn == strlen(want[i]) && !memcmp(k, want[i], kn),
+			  "%s: position %d from %s is %.*s, expected %s", what, i, from,
+			  k ? (int)kn : 4, k ? k : "none", want[i]);
+		cr_assert_eq(rev ? flexdb_iter_prev(it) : flexdb_iter_next(it), 0);
+	}
+	flexdb_iter_close(it);
+}
+
+static long count_keys(struct flexdb *db)
+{
+	struct flexdb_iter *it;
+	cr_assert_eq(flexdb_iter_open(db, &it), 0);
+	long n = 0;
+	int rc = flexdb_iter_seek(it, NULL, 0);
+	while (!rc && flexdb_iter_valid(it)) {
+		n++;
+		rc = flexdb_iter_next(it);
+	}
+	cr_assert_eq(rc, 0);
+	flexdb_iter_close(it);
+	return n;
+}
+
+/* 30000 keys over more than a thousand intervals (several index leaves);
+ * a batch puts a key, deletes 25000 keys around it and puts one back.
+ * Before the commit the memtable's range delete hides the store's keys
+ * from gets and both iterator directions; after it the intervals between
+ * the edges are gone from the index and the bytes from the space; the
+ * index rebuilt from the anchors at open agrees. */
+static void delrange_big_check(struct flexdb *db, const char *what)
+{
+	expect_val(db, "k00001999", 9, "v", 1);
+	expect_absent(db, "k00002000", 9);
+	expect_absent(db, "k00015000", 9);
+	expect_absent(db, "k00026998", 9);
+	expect_val(db, "k00026999", 9, "after", 5);
+	expect_val(db, "k00027000", 9, "v", 1);
+	static const char *const fwd[] = {"k00001998", "k00001999", "k00026999", "k00027000",
+					  "k00027001"};
+	static const char *const bwd[] = {"k00027001", "k00027000", "k00026999", "k00001999",
+					  "k00001998"};
+	expect_run(db, "k00001998", 0, fwd, 5, what);
+	expect_run(db, "k00027001", 1, bwd, 5, what);
+	expect_run(db, "k00002000", 0, fwd + 2, 3, what);
+	expect_run(db, "k00026998", 1, bwd + 3, 2, what);
+	cr_assert_eq(count_keys(db), 30000 - 25000 + 1, "%s: key count", what);
+}
+
+Test(flexdb, delete_range_drops_thousands_of_intervals)
+{
+	struct tdb t;
+	tdb_open(&t, "delrange", NULL);
+	char k[32];
+	uint8_t v[40];
+	memset(v, 'v', sizeof(v));
+	for (int i = 0; i < 30000; i++) {
+		snprintf(k, sizeof(k), "k%08d", i);
+		cr_assert_eq(flexdb_put(t.db, k, 9, v, i == 1999 || i >= 27000 ? 1 : sizeof(v)), 0);
+	}
+	tdb_reopen(&t, NULL);
+	struct flexdb_stats st0, st;
+	cr_assert_eq(flexdb_stats(t.db, &st0), 0);
+	cr_assert_gt(st0.intervals, 500);
+	struct flexdb_batch *b = flexdb_batch_new();
+	cr_assert_eq(flexdb_batch_put(b, "k00002000", 9, "before", 6), 0);
+	cr_assert_eq(flexdb_batch_put(b, "k00026999", 9, "doomed", 6), 0);
+	cr_assert_eq(flexdb_batch_delete_range(b, "k00002000", 9, "k00027000", 9), 0);
+	cr_assert_eq(flexdb_batch_put(b, "k00026999", 9, "after", 5), 0);
+	cr_assert_eq(flexdb_write(t.db, b), 0);
+	flexdb_batch_free(b);
+	/* Inside the first: nothing left to delete. */
+	cr_assert_eq(flexdb_delete_range(t.db, "k00010000", 9, "k00010005", 9), 0);
+	delrange_big_check(t.db, "in the memtable");
+	tdb_reopen(&t, NULL);
+	cr_assert_eq(flexdb_check(t.db), 0);
+	delrange_big_check(t.db, "committed");
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	cr_assert_lt(st.intervals, st0.intervals / 4, "%" PRIu64 " intervals of %" PRIu64,
+		     st.intervals, st0.intervals);
+	cr_assert_lt(st.bytes, st0.bytes / 4);
+	tdb_reopen(&t, NULL);
+	cr_assert_eq(flexdb_check(t.db), 0);
+	delrange_big_check(t.db, "reopened");
+	/* Everything, from an empty start: the store is empty and usable. */
+	cr_assert_eq(flexdb_delete_range(t.db, NULL, 0, "l", 1), 0);
+	cr_assert_eq(count_keys(t.db), 0);
+	tdb_reopen(&t, NULL);
+	cr_assert_eq(flexdb_check(t.db), 0);
+	cr_assert_eq(count_keys(t.db), 0);
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	cr_assert_eq(st.bytes, 0);
+	put_s(t.db, "k", "again");
+	tdb_reopen(&t, NULL);
+	expect_val(t.db, "k", 1, "again", 5);
+	cr_assert_eq(flexdb_check(t.db), 0);
 	tdb_done(&t);
 }
 

@@ -1,7 +1,9 @@
 /*
  * test_flexdb_crash.c - FlexDB across crashes: kill -9 of a process in the
  * middle of a workload, simulated power losses through the I/O seam, damaged
- * WAL records and damaged pairs in the FlexSpace, and one-record logs.
+ * WAL records and damaged pairs in the FlexSpace, one-record logs, and a
+ * range delete over hundreds of intervals cut at every sync and kill point
+ * of its commit (present whole or absent, never in part).
  *
  * The property checked after every crash (flexdb_stream.h): the recovered
  * store equals the model after a single prefix of the operation stream,
@@ -651,6 +653,207 @@ Test(flexdb_crash, power_loss_with_one_wal_per_session_recovers_a_prefix)
 Test(flexdb_crash, power_loss_with_sync_writes_keeps_every_returned_write)
 {
 	power_loss_run("power_loss_sync_writes", 1, 64u << 10, scaled(3), 600);
+}
+
+/* ======================================================================
+ * A range delete over hundreds of intervals, cut by crashes
+ * ====================================================================== */
+
+/* Keys r000000 .. r005999; the range delete takes [r001000, r005000). */
+#define BR_KEYS 6000
+#define BR_LO 1000
+#define BR_HI 5000
+
+static void br_key(char *k, int i)
+{
+	snprintf(k, 16, "r%06d", i);
+}
+
+/* A store of BR_KEYS keys, closed cleanly: a few hundred intervals. */
+static void br_fill(const char *dir)
+{
+	struct flexdb_options o = fdb_tiny_opts();
+	struct flexdb *db;
+	tmp_clear(dir);
+	cr_assert_eq(flexdb_open(dir, &o, &db), 0);
+	char k[16], v[40];
+	memset(v, 'v', sizeof(v));
+	for (int i = 0; i < BR_KEYS; i++) {
+		br_key(k, i);
+		cr_assert_eq(flexdb_put(db, k, 7, v, sizeof(v)), 0);
+	}
+	cr_assert_eq(flexdb_close(db), 0);
+}
+
+/* Recovers dir and checks that the range is there whole or gone whole
+ * (gone when acked), every other key there, and flexdb_check.  0, or 1
+ * with msg. */
+static int br_verify(const char *dir, int acked, int *gone, char *msg, size_t cap)
+{
+	struct flexdb_options o = fdb_tiny_opts();
+	struct flexdb *db;
+	int rc = flexdb_open(dir, &o, &db);
+	if (rc) {
+		snprintf(msg, cap, "open: %s", flex_strerror(rc));
+		return 1;
+	}
+	struct flexdb_iter *it;
+	long inside = 0, outside = 0, bad = -1;
+	rc = flexdb_iter_open(db, &it);
+	if (!rc)
+		rc = flexdb_iter_seek(it, NULL, 0);
+	for (int i = 0; !rc && flexdb_iter_valid(it); i++) {
+		size_t kn;
+		const char *k = flexdb_iter_key(it, &kn);
+		int n = -1;
+		if (kn == 7 && k[0] == 'r')
+			n = atoi(k + 1);
+		if (n < 0)
+			bad = i;
+		else if (n >= BR_LO && n < BR_HI)
+			inside++;
+		else
+			outside++;
+		rc = flexdb_iter_next(it);
+	}
+	flexdb_iter_close(it);
+	int crc = rc ? rc : flexdb_check(db);
+	flexdb_close(db);
+	*gone = inside == 0;
+	if (rc || crc || bad >= 0 || outside != BR_KEYS - (BR_HI - BR_LO) ||
+	    (inside && (acked || inside != BR_HI - BR_LO))) {
+		snprintf(msg, cap,
+			 "%ld keys of the range and %ld others recovered (acknowledged %d), "
+			 "iteration %s, check %s",
+			 inside, outside, acked, flex_strerror(rc), flex_strerror(crc));
+		return 1;
+	}
+	return 0;
+}
+
+struct br_state {
+	struct cio cio;
+	const char *dir;
+	char img[300];
+	uint64_t r;
+	_Atomic int acked;
+	long images, gone;
+	char msg[400];
+	int bad;
+	pthread_mutex_t mu; /* the writer and the committer both sync */
+};
+
+static void br_hook(struct cio *c, void *arg)
+{
+	struct br_state *s = arg;
+	pthread_mutex_lock(&s->mu);
+	if (s->bad) {
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	int acked = atomic_load(&s->acked);
+	for (int how = 0; how < 2 && !s->bad; how++) {
+		long nch;
+		tmp_remove(s->img);
+		int rc = cio_materialise(c, s->dir, s->img, &s->r,
+					 how ? CIO_NONE_APPLIED : CIO_RANDOM, &nch);
+		int gone = 0;
+		char m[300];
+		if (rc)
+			snprintf(m, sizeof(m), "materialising: %s", strerror(-rc));
+		if (rc || br_verify(s->img, acked, &gone, m, sizeof(m))) {
+			s->bad = 1;
+			snprintf(s->msg, sizeof(s->msg), "power loss at sync %ld: %s", c->nsyncs, m);
+		}
+		s->images++;
+		s->gone += gone;
+	}
+	tmp_remove(s->img);
+	pthread_mutex_unlock(&s->mu);
+}
+
+Test(flexdb_crash, range_delete_is_whole_or_absent_after_power_loss_and_kill9)
+{
+	char dir[256], report[300], msg[300];
+	fdb_tmpdir(dir, sizeof(dir), "bigrange");
+	snprintf(report, sizeof(report), "%s.killpoint", dir);
+	char lo[16], hi[16];
+	br_key(lo, BR_LO);
+	br_key(hi, BR_HI);
+	/* Power loss at every sync of a session that deletes the range with
+	 * sync_writes and closes (committing it): the WAL append, the
+	 * memtable switch, the collapse's FlexSpace sync, the WAL removal. */
+	br_fill(dir);
+	struct br_state *s = calloc(1, sizeof(*s));
+	pthread_mutex_init(&s->mu, NULL);
+	s->dir = dir;
+	s->r = test_seed("range delete power loss");
+	snprintf(s->img, sizeof(s->img), "%s.img", dir);
+	fdb_tmp_track(s->img);
+	cio_init(&s->cio);
+	s->cio.track = 1;
+	s->cio.before_sync = br_hook;
+	s->cio.hook_arg = s;
+	struct flexdb_options o = fdb_tiny_opts();
+	o.sync_writes = 1;
+	o.space.io = &s->cio.io;
+	struct flexdb *db;
+	cr_assert_eq(flexdb_open(dir, &o, &db), 0);
+	cr_assert_eq(flexdb_delete_range(db, lo, 7, hi, 7), 0);
+	atomic_store(&s->acked, 1);
+	cr_assert_eq(flexdb_close(db), 0);
+	cr_assert(!s->bad, "%s", s->msg);
+	cr_assert_gt(s->gone, 0, "no crash image had the range applied");
+	cr_assert_lt(s->gone, s->images, "no crash image predates the range delete");
+	int gone;
+	cr_assert(!br_verify(dir, 1, &gone, msg, sizeof(msg)), "after the clean close: %s", msg);
+	fprintf(stderr, "  range delete power loss: %ld crash images, %ld without the range\n",
+		s->images, s->gone);
+	cio_destroy(&s->cio);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+	/* kill -9: before the record is acknowledged (all or nothing), after
+	 * the collapse and after the FlexSpace sync of the commit. */
+	static const struct {
+		const char *point;
+		int acked;
+	} kp[] = {
+	    {"fdb.wal.appended", 0},
+	    {"fdb.commit.range_applied", 1},
+	    {"fdb.commit.space_synced", 1},
+	};
+	for (size_t i = 0; i < sizeof(kp) / sizeof(kp[0]); i++) {
+		br_fill(dir);
+		fflush(NULL);
+		pid_t pid = fork();
+		cr_assert(pid >= 0);
+		if (pid == 0) {
+			alarm(60);
+			kp_arm(kp[i].point, 1, report);
+			struct flexdb_options co = fdb_tiny_opts();
+			if (flexdb_open(dir, &co, &db) != 0)
+				_exit(3);
+			if (flexdb_delete_range(db, lo, 7, hi, 7) != 0)
+				_exit(4);
+			flexdb_close(db); /* commits: dies at the point on the way */
+			_exit(5);
+		}
+		int status;
+		cr_assert_eq(waitpid(pid, &status, 0), pid);
+		char fired[64];
+		long n;
+		cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
+			      kp_fired(report, fired, sizeof(fired), &n) == 1 &&
+			      !strcmp(fired, kp[i].point),
+			  "the child did not die at %s (status 0x%x)", kp[i].point, status);
+		cr_assert(!br_verify(dir, kp[i].acked, &gone, msg, sizeof(msg)),
+			  "killed at %s: %s", kp[i].point, msg);
+		/* Once more: the recovered store reopens the same. */
+		cr_assert(!br_verify(dir, gone, &gone, msg, sizeof(msg)),
+			  "reopened after the kill at %s: %s", kp[i].point, msg);
+	}
+	unlink(report);
+	tmp_remove(dir);
 }
 
 /* ======================================================================
