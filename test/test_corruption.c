@@ -585,6 +585,9 @@ static int db_op(uint64_t seed, long i, uint32_t *k, uint32_t *ver, int *del)
 		ver[j] = 1000 + (uint32_t)i * 4 + (uint32_t)j;
 		del[j] = rnd_below(&r, 100) < 20;
 	}
+	/* Now and then a range delete of four keys from k[0] (del 2). */
+	if (n == 1 && i % 25 == 12)
+		del[0] = 2;
 	return n;
 }
 
@@ -593,6 +596,12 @@ static void model_op(struct fmodel *m, uint64_t seed, long i)
 	uint32_t k[3], ver[3];
 	int del[3];
 	int n = db_op(seed, i, k, ver, del);
+	if (del[0] == 2) {
+		char kb[32], eb[32];
+		int kl = db_key(kb, k[0]), el = db_key(eb, k[0] + 4);
+		fm_del_range(m, kb, (uint32_t)kl, eb, (uint32_t)el);
+		return;
+	}
 	for (int j = 0; j < n; j++) {
 		char kb[32];
 		uint8_t vb[DB_VMAX];
@@ -610,6 +619,11 @@ static int db_run_op(struct flexdb *db, struct flexdb_batch *b, uint64_t seed, l
 	int del[3];
 	int n = db_op(seed, i, k, ver, del);
 	flexdb_batch_clear(b);
+	if (del[0] == 2) {
+		char kb[32], eb[32];
+		int kl = db_key(kb, k[0]), el = db_key(eb, k[0] + 4);
+		return flexdb_delete_range(db, kb, (size_t)kl, eb, (size_t)el);
+	}
 	int rc = 0;
 	for (int j = 0; j < n && !rc; j++) {
 		char kb[32];
@@ -648,6 +662,14 @@ static void db_phase(struct flexdb *db, struct fmodel *m, int phase)
 			cr_assert_eq(flexdb_delete(db, kb, (size_t)kl), 0);
 			fm_del(m, kb, (uint32_t)kl);
 		}
+	}
+	if (phase == 2) {
+		/* A range delete over several intervals, committed with the
+		 * session. */
+		char eb[32];
+		int kl = db_key(kb, 300), el = db_key(eb, 340);
+		cr_assert_eq(flexdb_delete_range(db, kb, (size_t)kl, eb, (size_t)el), 0);
+		fm_del_range(m, kb, (uint32_t)kl, eb, (uint32_t)el);
 	}
 }
 
