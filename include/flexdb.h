@@ -183,7 +183,7 @@ FLEX_EXPORT int flexdb_delete(struct flexdb *db, const void *key, size_t klen);
  * any: many thousands between two commits slow reads down until then.
  * Returns 0, -EINVAL (NULL with nonzero length, elen 0, start >= end:
  * nothing is changed), FLEX_ETOOBIG (a key over FLEXDB_MAX_KEY),
- * FLEX_EFAILED, -errno. */
+ * FLEX_EFAILED, FLEX_EREADONLY (a read-only handle), -errno. */
 FLEX_EXPORT int flexdb_delete_range(struct flexdb *db, const void *start, size_t slen,
 				    const void *end, size_t elen);
 

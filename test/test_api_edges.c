@@ -1321,6 +1321,8 @@ Test(api_edges, flexdb_options_and_paths)
 	cr_assert_eq(flexdb_put(db, "k", 1, "v", 1), FLEX_EREADONLY);
 	cr_assert_eq(flexdb_delete(db, "k", 1), FLEX_EREADONLY);
 	cr_assert_eq(flexdb_write(db, b), FLEX_EREADONLY);
+	cr_assert_eq(flexdb_delete_range(db, "a", 1, "a", 1), -EINVAL);
+	cr_assert_eq(flexdb_delete_range(db, "a", 1, "z", 1), FLEX_EREADONLY);
 	cr_assert_eq(flexdb_sync(db), FLEX_EREADONLY);
 	flexdb_batch_free(b);
 	uint8_t v[8];

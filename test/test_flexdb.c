@@ -2792,6 +2792,10 @@ static void ro_db_changes_refused(struct flexdb *db)
 	cr_expect_eq(flexdb_write(db, b), FLEX_EREADONLY, "an empty batch");
 	cr_assert_eq(flexdb_batch_put(b, "new", 3, "v", 1), 0);
 	cr_expect_eq(flexdb_write(db, b), FLEX_EREADONLY);
+	cr_expect_eq(flexdb_delete_range(db, "", 0, "\xff", 1), FLEX_EREADONLY);
+	flexdb_batch_clear(b);
+	cr_assert_eq(flexdb_batch_delete_range(b, "", 0, "\xff", 1), 0);
+	cr_expect_eq(flexdb_write(db, b), FLEX_EREADONLY, "a batch's range delete");
 	cr_expect_eq(flexdb_sync(db), FLEX_EREADONLY);
 	flexdb_batch_free(b);
 }
