@@ -537,7 +537,12 @@ int fs_log_replay(struct flexspace *fs, uint64_t *records)
 			 * the maximum (fuzzing found both accepted). */
 			int mapped = (r.op == FS_OP_INSERT || r.op == FS_OP_REMAP) &&
 				     r.arg != FLEXTREE_HOLE;
+			/* An insert moves everything after it up: the space
+			 * grows by len from max(loff, size). */
+			uint64_t now = flextree_size(fs->tree);
+			uint64_t from = r.loff > now ? r.loff : now;
 			if (r.loff > FLEXSPACE_MAX_SIZE || r.len > FLEXSPACE_MAX_SIZE - r.loff ||
+			    (r.op == FS_OP_INSERT && r.len > FLEXSPACE_MAX_SIZE - from) ||
 			    (mapped && r.len > fs->max_extent) || fs_apply(fs->tree, &r) != 0) {
 				/* A checksummed record that does not fit the
 				 * tree: the files disagree. */

@@ -152,7 +152,8 @@ static struct ft_leaf_body *ft_body_take_locked(struct flextree *t)
 {
 	struct ft_leaf_body *b = t->body_pool;
 	if (b) {
-		memcpy(&t->body_pool, b, sizeof(b));
+		/* A pooled body's first bytes hold the next one. */
+		memcpy(&t->body_pool, (const void *)b, sizeof(t->body_pool));
 		t->npool--;
 	}
 	return b;
@@ -165,7 +166,7 @@ static void ft_body_give_locked(struct flextree *t, struct ft_leaf_body *b)
 		free(b);
 		return;
 	}
-	memcpy(b, &t->body_pool, sizeof(b));
+	memcpy((void *)b, &t->body_pool, sizeof(t->body_pool));
 	t->body_pool = b;
 	t->npool++;
 }
