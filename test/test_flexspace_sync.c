@@ -585,6 +585,10 @@ static void gt_case(const char *file, int what, int writes_go_on)
 	pthread_mutex_unlock(&GT.mu);
 	struct flexspace_options o = tiny_options();
 	o.io = &io;
+	/* Leaves in memory whatever the build's default leaf cache (make
+	 * test-tinycache): with one leaf every change commits the tree, and
+	 * the sync or collection this parks would never come. */
+	o.tree_cache_size = 16u << 20;
 	if (what != GT_COMMIT)
 		o.log_limit = 1u << 30; /* no tree commit but the one asked for */
 	if (what == GT_GC)
