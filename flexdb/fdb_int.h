@@ -349,6 +349,10 @@ struct fdb_store {
 	uint32_t ngrave, grave_cap;
 	size_t grave_bytes;
 	uint64_t admit_tick;
+	/* Whether thin entries keep their maps (fdb_store.c, maps_policy):
+	 * relaxed atomic, set under cache_mu or the exclusive lock. */
+	int use_maps;
+	uint64_t pol_tick;
 	uint64_t keys, bytes; /* keys: cache_mu or the exclusive lock */
 	uint64_t uncounted; /* intervals whose pair count is not known yet */
 	/* Status of a change that failed part-way: the FlexSpace may hold
