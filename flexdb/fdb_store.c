@@ -865,6 +865,7 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 	memset(s, 0, sizeof(*s));
 	s->fs = fs;
 	s->cache_limit = cache_limit;
+	FDB_ATOMIC_OBJ(&s->use_maps, sizeof(s->use_maps));
 	FDB_ATOMIC_OBJ(&s->cache_bytes, sizeof(s->cache_bytes));
 	FDB_ATOMIC_OBJ(&s->grave_bytes, sizeof(s->grave_bytes));
 	int mrc = pthread_mutex_init(&s->cache_mu, NULL);
