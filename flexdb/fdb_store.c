@@ -1638,7 +1638,9 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
 	uint8_t *raw;
 	struct fdb_pmap *map = NULL;
 	int kind = cands->n < cands->cap && ival_keepable(s, iv->size) ? ADMIT_AUTO : ADMIT_NONE;
-	int rc = ival_read_raw(s, iv, off, &raw, kind != ADMIT_NONE ? &map : NULL);
+	/* Where the bytes lie comes with the read, when thin entries keep it. */
+	int maps = kind != ADMIT_NONE && __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
+	int rc = ival_read_raw(s, iv, off, &raw, maps ? &map : NULL);
 	if (rc)
 		return rc;
 	if (kind != ADMIT_NONE) {
