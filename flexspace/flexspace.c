@@ -465,57 +465,159 @@ static int fs_insert_data(struct flexspace *fs, const uint8_t *buf, uint64_t off
 	return 0;
 }
 
-static ssize_t fs_put(struct flexspace *fs, const void *buf, uint64_t off, size_t len, int insert)
+/* ---- changes: one or several as one (flexspace_apply) ----------------------- */
+
+static int fs_op_puts(int type)
 {
-	if (!fs || (!buf && len))
+	return type == FLEXSPACE_OP_WRITE || type == FLEXSPACE_OP_INSERT ||
+	       type == FLEXSPACE_OP_REPLACE;
+}
+
+/* The checks that need no state: the bytes the ops put (*bytes), and
+ * whether any op changes anything (*changes: zero-length writes and
+ * inserts do not, and then the call takes no lock). */
+static int fs_ops_check(const struct flexspace_op *ops, size_t n, uint64_t *bytes, int *changes)
+{
+	*bytes = 0;
+	*changes = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct flexspace_op *o = &ops[i];
+		if (o->type < FLEXSPACE_OP_WRITE || o->type > FLEXSPACE_OP_TAG)
+			return -EINVAL;
+		if (!fs_op_puts(o->type)) {
+			*changes = 1;
+			continue;
+		}
+		if (!o->buf && o->buf_len)
+			return -EINVAL;
+		if (o->type != FLEXSPACE_OP_REPLACE &&
+		    (o->off > FLEXSPACE_MAX_SIZE || o->buf_len > FLEXSPACE_MAX_SIZE - o->off))
+			return FLEX_ETOOBIG;
+		if (o->buf_len > FLEXSPACE_MAX_SIZE)
+			return FLEX_ETOOBIG;
+		*bytes += o->buf_len; /* n ops of at most 2^48 bytes each: no overflow */
+		*changes |= o->buf_len > 0 || o->type == FLEXSPACE_OP_REPLACE;
+	}
+	return 0;
+}
+
+/* The checks against the space's size, as each op leaves it. */
+static int fs_ops_fit(const struct flexspace_op *ops, size_t n, uint64_t size)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct flexspace_op *o = &ops[i];
+		switch (o->type) {
+		case FLEXSPACE_OP_WRITE:
+			if (o->buf_len && o->off + o->buf_len > size)
+				size = o->off + o->buf_len;
+			break;
+		case FLEXSPACE_OP_INSERT:
+			if (!o->buf_len)
+				break;
+			if ((o->off > size ? o->off : size) + o->buf_len > FLEXSPACE_MAX_SIZE)
+				return FLEX_ETOOBIG;
+			size = (o->off > size ? o->off : size) + o->buf_len;
+			break;
+		case FLEXSPACE_OP_COLLAPSE:
+		case FLEXSPACE_OP_REPLACE:
+			if (o->off > size || o->len > size - o->off)
+				return -ERANGE;
+			size -= o->len;
+			if (o->type == FLEXSPACE_OP_COLLAPSE)
+				break;
+			if (o->buf_len > FLEXSPACE_MAX_SIZE - size)
+				return FLEX_ETOOBIG;
+			size += o->buf_len;
+			break;
+		default: /* FLEXSPACE_OP_TAG */
+			if (o->off >= size)
+				return -ERANGE;
+			break;
+		}
+	}
+	return 0;
+}
+
+/* One op, checked; the caller holds the exclusive lock. */
+static int fs_op(struct flexspace *fs, const struct flexspace_op *o)
+{
+	uint64_t size = flextree_size(fs->tree);
+	int rc = 0;
+	switch (o->type) {
+	case FLEXSPACE_OP_WRITE:
+		if (!o->buf_len)
+			return 0;
+		if (o->off < size)
+			rc = fs_remove(fs, o->off, o->buf_len < size - o->off ? o->buf_len
+									: size - o->off);
+		break;
+	case FLEXSPACE_OP_COLLAPSE:
+	case FLEXSPACE_OP_REPLACE:
+		rc = fs_remove(fs, o->off, o->len);
+		break;
+	case FLEXSPACE_OP_TAG:
+		return fs_change(fs, FS_OP_TAG, o->off, 0, o->tag);
+	default:
+		break;
+	}
+	if (!rc && fs_op_puts(o->type))
+		rc = fs_insert_data(fs, o->buf, o->off, o->buf_len);
+	return rc;
+}
+
+int flexspace_apply(struct flexspace *fs, const struct flexspace_op *ops, size_t n)
+{
+	if (!fs || (!ops && n))
 		return -EINVAL;
-	if (off > FLEXSPACE_MAX_SIZE || len > FLEXSPACE_MAX_SIZE - off)
-		return FLEX_ETOOBIG;
-	if (len == 0)
-		return fs->read_only ? FLEX_EREADONLY : 0;
-	int rc = fs_begin_write(fs);
+	uint64_t bytes;
+	int changes;
+	int rc = fs_ops_check(ops, n, &bytes, &changes);
 	if (rc)
 		return rc;
-	uint64_t size = flextree_size(fs->tree);
-	if (insert && size + len > FLEXSPACE_MAX_SIZE)
-		rc = FLEX_ETOOBIG;
-	else
-		rc = fs_reserve_space(fs, len);
+	if (!changes)
+		return fs->read_only ? FLEX_EREADONLY : 0;
+	if ((rc = fs_begin_write(fs)) != 0)
+		return rc;
+	/* Room first, while nothing has changed: making it may sync or
+	 * collect, which must not fall between two of the ops. */
+	rc = fs_ops_fit(ops, n, flextree_size(fs->tree));
 	if (!rc)
-		rc = fs_preflush(fs, len);
+		rc = fs_reserve_space(fs, bytes);
+	if (!rc)
+		rc = fs_preflush(fs, bytes);
 	fs_excl_lock(fs);
-	if (!rc && !insert && off < size)
-		rc = fs_remove(fs, off, len < size - off ? len : size - off);
-	if (!rc)
-		rc = fs_insert_data(fs, buf, off, len);
-	rc = fs_end_write(fs, rc);
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = fs_op(fs, &ops[i]);
+	return fs_end_write(fs, rc);
+}
+
+static ssize_t fs_put(struct flexspace *fs, const void *buf, uint64_t off, size_t len, int type)
+{
+	struct flexspace_op o = {.type = type, .off = off, .buf = buf, .buf_len = len};
+	int rc = flexspace_apply(fs, &o, 1);
 	return rc ? rc : (ssize_t)len;
 }
 
 ssize_t flexspace_write(struct flexspace *fs, const void *buf, uint64_t off, size_t len)
 {
-	return fs_put(fs, buf, off, len, 0);
+	return fs_put(fs, buf, off, len, FLEXSPACE_OP_WRITE);
 }
 
 ssize_t flexspace_insert(struct flexspace *fs, const void *buf, uint64_t off, size_t len)
 {
-	return fs_put(fs, buf, off, len, 1);
+	return fs_put(fs, buf, off, len, FLEXSPACE_OP_INSERT);
 }
 
 int flexspace_collapse(struct flexspace *fs, uint64_t off, uint64_t len)
 {
-	if (!fs)
-		return -EINVAL;
-	int rc = fs_begin_write(fs);
-	if (rc)
-		return rc;
-	fs_excl_lock(fs);
-	uint64_t size = flextree_size(fs->tree);
-	if (off > size || len > size - off)
-		rc = -ERANGE;
-	else
-		rc = fs_remove(fs, off, len);
-	return fs_end_write(fs, rc);
+	struct flexspace_op o = {.type = FLEXSPACE_OP_COLLAPSE, .off = off, .len = len};
+	return flexspace_apply(fs, &o, 1);
+}
+
+int flexspace_tag_set(struct flexspace *fs, uint64_t off, uint16_t tag)
+{
+	struct flexspace_op o = {.type = FLEXSPACE_OP_TAG, .off = off, .tag = tag};
+	return flexspace_apply(fs, &o, 1);
 }
 
 int flexspace_truncate(struct flexspace *fs, uint64_t size)
@@ -553,21 +655,6 @@ int flexspace_sync(struct flexspace *fs)
 	pthread_mutex_unlock(&fs->change_mu);
 	pthread_mutex_unlock(&fs->sync_mu);
 	return rc;
-}
-
-int flexspace_tag_set(struct flexspace *fs, uint64_t off, uint16_t tag)
-{
-	if (!fs)
-		return -EINVAL;
-	int rc = fs_begin_write(fs);
-	if (rc)
-		return rc;
-	fs_excl_lock(fs);
-	if (off >= flextree_size(fs->tree))
-		rc = -ERANGE;
-	else
-		rc = fs_change(fs, FS_OP_TAG, off, 0, tag);
-	return fs_end_write(fs, rc);
 }
 
 /* Rewrites one run of mapped bytes [off, off+len) as fresh extents and

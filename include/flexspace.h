@@ -239,6 +239,49 @@ FLEX_EXPORT int flexspace_collapse(struct flexspace *fs, uint64_t off, uint64_t 
  * FLEX_EREADONLY, -errno. */
 FLEX_EXPORT int flexspace_truncate(struct flexspace *fs, uint64_t size);
 
+/* One change made of several: flexspace_apply applies ops[0..n) in order,
+ * each to the space as the ones before it left it, as one change.  It is
+ * all or nothing:
+ *   - every op is checked against the sizes the ones before it leave
+ *     before anything changes, so a bad op (or -ENOSPC from a space with
+ *     max_data_size) returns its error with nothing applied;
+ *   - readers see the space before the call or after it, never between;
+ *   - a sync or a tree commit never falls inside a call: after a crash,
+ *     recovery gives the space with all of the call or none of it (all of
+ *     it, if a sync that began after the call returned succeeded).
+ * An error while applying (the data could not be written, memory ran
+ * out) fails the handle as any failed change does, and nothing of the
+ * call reaches the disk.  The ops, with the same checks and returns as
+ * the calls they name (off and len in bytes, buf holding buf_len bytes):
+ *   FLEXSPACE_OP_WRITE     flexspace_write(buf, off, buf_len)
+ *   FLEXSPACE_OP_INSERT    flexspace_insert(buf, off, buf_len)
+ *   FLEXSPACE_OP_COLLAPSE  flexspace_collapse(off, len)
+ *   FLEXSPACE_OP_REPLACE   removes [off, off+len) and inserts buf_len
+ *                          bytes of buf at off: both must fit as a
+ *                          collapse and an insert would (-ERANGE,
+ *                          FLEX_ETOOBIG)
+ *   FLEXSPACE_OP_TAG       flexspace_tag_set(off, tag)
+ * Returns 0 (n == 0 included), -EINVAL (NULL fs, NULL ops with n > 0, an
+ * unknown type, NULL buf with buf_len > 0), -ERANGE, FLEX_ETOOBIG,
+ * -ENOSPC, FLEX_EFAILED, FLEX_EREADONLY, -errno.  Not durable until
+ * flexspace_sync. */
+enum flexspace_op_type {
+	FLEXSPACE_OP_WRITE = 1,
+	FLEXSPACE_OP_INSERT = 2,
+	FLEXSPACE_OP_COLLAPSE = 3,
+	FLEXSPACE_OP_REPLACE = 4,
+	FLEXSPACE_OP_TAG = 5,
+};
+struct flexspace_op {
+	int type;	/* enum flexspace_op_type */
+	uint16_t tag;	/* FLEXSPACE_OP_TAG */
+	uint64_t off;
+	uint64_t len;	/* bytes removed: COLLAPSE, REPLACE */
+	const void *buf; /* bytes put: WRITE, INSERT, REPLACE */
+	size_t buf_len;
+};
+FLEX_EXPORT int flexspace_apply(struct flexspace *fs, const struct flexspace_op *ops, size_t n);
+
 /* Logical size; 0 for NULL. */
 FLEX_EXPORT uint64_t flexspace_size(struct flexspace *fs);
 

@@ -318,14 +318,19 @@ enum op_type {
 	OP_COLLAPSE,
 	OP_TRUNCATE,
 	OP_DEFRAG,
+	OP_APPLY, /* flexspace_apply of a few random ops (batch_ops) */
 	OP_SYNC,
 	OP_REOPEN,
 	OP_READ,
 	OP_NTYPES
 };
 
-static const char *const op_names[OP_NTYPES] = {"write",  "insert", "collapse", "truncate",
-						"defrag", "sync",   "reopen",   "read"};
+static const char *const op_names[OP_NTYPES] = {"write", "insert", "collapse", "truncate",
+						"defrag", "apply",  "sync",     "reopen", "read"};
+
+/* An OP_APPLY: at most this many ops, with at most this many bytes. */
+#define BATCH_MAX_OPS 64
+#define BATCH_BYTES 65536
 
 struct op {
 	int type;
@@ -337,6 +342,7 @@ struct gen_cfg {
 	uint64_t target_size; /* the space hovers around this size */
 	uint64_t big_len;     /* the longest occasional write/insert */
 	int insert_pct, collapse_pct, truncate_pct, defrag_pct, sync_pct, reopen_pct, read_pct;
+	int apply_pct;
 };
 
 static uint64_t gen_len(uint64_t *r, const struct gen_cfg *g)
@@ -376,6 +382,8 @@ static void gen_op(uint64_t *r, uint64_t size, const struct gen_cfg *g, struct o
 		op->type = OP_TRUNCATE;
 	else if (k < (c += g->defrag_pct))
 		op->type = OP_DEFRAG;
+	else if (k < (c += g->apply_pct))
+		op->type = OP_APPLY;
 	else
 		op->type = OP_WRITE;
 
@@ -421,6 +429,11 @@ static void gen_op(uint64_t *r, uint64_t size, const struct gen_cfg *g, struct o
 		if (op->type == OP_DEFRAG && op->len > (1u << 20))
 			op->len = 1u << 20;
 		break;
+	case OP_APPLY:
+		/* every batch size from 1 to 16, now and then a long one */
+		op->len = rnd_below(r, 16) == 0 ? 17 + rnd_below(r, BATCH_MAX_OPS - 16)
+						: 1 + rnd_below(r, 16);
+		break;
 	default:
 		break;
 	}
@@ -438,6 +451,47 @@ static void op_data(uint64_t dseed, uint8_t *buf, uint64_t len)
 		uint64_t v = rnd(&s);
 		memcpy(buf + i, &v, len - i);
 	}
+}
+
+/* The ops of an OP_APPLY (op->len of them) for a space of the given
+ * size, each on the space the ones before it leave, with their bytes in
+ * buf (at most BATCH_BYTES): they depend only on op->dseed and the size,
+ * so the model and the space get the same ops. */
+static size_t batch_ops(const struct op *op, uint64_t size, struct flexspace_op *o, uint8_t *buf)
+{
+	uint64_t r = op->dseed, per = BATCH_BYTES / op->len, used = 0;
+	for (uint64_t j = 0; j < op->len; j++) {
+		struct flexspace_op *x = &o[j];
+		memset(x, 0, sizeof(*x));
+		uint64_t k = rnd_below(&r, 100);
+		x->type = !size	   ? FLEXSPACE_OP_INSERT
+			  : k < 30 ? FLEXSPACE_OP_WRITE
+			  : k < 55 ? FLEXSPACE_OP_INSERT
+			  : k < 70 ? FLEXSPACE_OP_COLLAPSE
+			  : k < 90 ? FLEXSPACE_OP_REPLACE
+				   : FLEXSPACE_OP_TAG;
+		x->off = rnd_below(&r, x->type == FLEXSPACE_OP_TAG ? size : size + 1);
+		if (x->type == FLEXSPACE_OP_COLLAPSE || x->type == FLEXSPACE_OP_REPLACE) {
+			uint64_t room = size - x->off < 8192 ? size - x->off : 8192;
+			x->len = rnd_below(&r, room + 1);
+			size -= x->len;
+		}
+		if (x->type == FLEXSPACE_OP_TAG) {
+			x->tag = (uint16_t)(1 + rnd_below(&r, 1000));
+			continue;
+		}
+		if (x->type == FLEXSPACE_OP_COLLAPSE)
+			continue;
+		x->buf_len = 1 + rnd_below(&r, per);
+		x->buf = buf + used;
+		op_data(rnd(&r), buf + used, x->buf_len);
+		used += x->buf_len;
+		if (x->type != FLEXSPACE_OP_WRITE)
+			size += x->buf_len;
+		else if (x->off + x->buf_len > size)
+			size = x->off + x->buf_len;
+	}
+	return (size_t)op->len;
 }
 
 /* Applies a change to the model (reads, syncs and reopens change nothing).
@@ -459,6 +513,19 @@ static void model_apply(struct model *m, const struct op *op, uint8_t *buf)
 	case OP_TRUNCATE:
 		model_truncate(m, op->len);
 		break;
+	case OP_APPLY: {
+		struct flexspace_op o[BATCH_MAX_OPS];
+		size_t n = batch_ops(op, m->size, o, buf);
+		for (size_t j = 0; j < n; j++) {
+			if (o[j].type == FLEXSPACE_OP_COLLAPSE || o[j].type == FLEXSPACE_OP_REPLACE)
+				model_collapse(m, o[j].off, o[j].len);
+			if (o[j].type == FLEXSPACE_OP_WRITE)
+				model_write(m, o[j].buf, o[j].off, o[j].buf_len);
+			else if (o[j].type == FLEXSPACE_OP_INSERT || o[j].type == FLEXSPACE_OP_REPLACE)
+				model_insert(m, o[j].buf, o[j].off, o[j].buf_len);
+		}
+		break;
+	}
 	default:
 		break;
 	}
@@ -466,7 +533,7 @@ static void model_apply(struct model *m, const struct op *op, uint8_t *buf)
 
 static int op_is_change(int type)
 {
-	return type <= OP_DEFRAG;
+	return type <= OP_APPLY;
 }
 
 /* Applies a change or sync to the space: 0 or the status.  Reads and
@@ -489,6 +556,10 @@ static int space_apply(struct flexspace *fs, const struct op *op, uint8_t *buf)
 		return flexspace_truncate(fs, op->len);
 	case OP_DEFRAG:
 		return flexspace_defrag(fs, op->off, op->len);
+	case OP_APPLY: {
+		struct flexspace_op o[BATCH_MAX_OPS];
+		return flexspace_apply(fs, o, batch_ops(op, flexspace_size(fs), o, buf));
+	}
 	case OP_SYNC:
 		return flexspace_sync(fs);
 	default:

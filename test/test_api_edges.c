@@ -585,6 +585,8 @@ Test(api_edges, flexspace_null_handles)
 	cr_assert_eq(flexspace_maintain(NULL), -EINVAL);
 	cr_assert_eq(flexspace_read_extent(NULL, 0, buf, sizeof(buf), &u, &u), -EINVAL);
 	cr_assert_eq(flexspace_tag_set(NULL, 0, 1), -EINVAL);
+	struct flexspace_op op = {.type = FLEXSPACE_OP_TAG, .off = 0, .tag = 1};
+	cr_assert_eq(flexspace_apply(NULL, &op, 1), -EINVAL);
 	cr_assert_eq(flexspace_tag_get(NULL, 0, &tag, &u), -EINVAL);
 	cr_assert_eq(flexspace_extents(NULL, 0, 1, count_extent, &n), -EINVAL);
 	struct flextree_mapping loc[1] = {{.poff = 0, .len = 1}};
@@ -1507,7 +1509,7 @@ static const char *const exported_covered[] = {
     "flexspace_collapse",    "flexspace_truncate",
     "flexspace_size",	     "flexspace_sync",
     "flexspace_maintain",
-    "flexspace_read_extent", "flexspace_tag_set",
+    "flexspace_read_extent", "flexspace_tag_set", "flexspace_apply",
     "flexspace_read_locate", "flexspace_locate",
     "flexspace_read_located",
     "flexspace_tag_get",     "flexspace_extents",

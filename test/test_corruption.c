@@ -1256,6 +1256,7 @@ static const struct gen_cfg fs_gen = {.target_size = 256u << 10,
 				      .collapse_pct = 12,
 				      .truncate_pct = 2,
 				      .defrag_pct = 4,
+				      .apply_pct = 6,
 				      .sync_pct = 10};
 
 static struct flexspace_options fs_opts(void)

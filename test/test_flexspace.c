@@ -116,7 +116,8 @@ static void model_test(const struct model_run *mr, struct flexspace_stats *out)
 		model_apply(&m, &op, buf);
 		rc = space_apply(fs, &op, buf);
 		if (rc == -ENOSPC && mr->enospc_ok &&
-		    (op.type == OP_WRITE || op.type == OP_INSERT || op.type == OP_DEFRAG)) {
+		    (op.type == OP_WRITE || op.type == OP_INSERT || op.type == OP_DEFRAG ||
+		     op.type == OP_APPLY)) {
 			/* Refused: nothing changed, and the space goes on. */
 			nenospc++;
 			model_copy(&m, &prev);
@@ -162,11 +163,11 @@ static void model_test(const struct model_run *mr, struct flexspace_stats *out)
 		     w.msg);
 	cr_assert_eq(flexspace_close(fs), 0);
 	fprintf(stderr,
-		"%s: %ld ops (w %ld i %ld c %ld t %ld d %ld s %ld r %ld reads %ld), %ld ENOSPC, "
+		"%s: %ld ops (w %ld i %ld c %ld t %ld d %ld a %ld s %ld r %ld reads %ld), %ld ENOSPC, "
 		"gc_runs %" PRIu64 ", gc moved %" PRIu64 ", tree commits %" PRIu64
 		", size %" PRIu64 ", data file %" PRIu64 " for %" PRIu64 " live\n",
 		mr->name, mr->nops, counts[OP_WRITE], counts[OP_INSERT], counts[OP_COLLAPSE],
-		counts[OP_TRUNCATE], counts[OP_DEFRAG], counts[OP_SYNC], counts[OP_REOPEN],
+		counts[OP_TRUNCATE], counts[OP_DEFRAG], counts[OP_APPLY], counts[OP_SYNC], counts[OP_REOPEN],
 		counts[OP_READ], nenospc, acc.gc_runs, acc.gc_bytes_moved, acc.tree_commits,
 		acc.size, acc.data_file_bytes, acc.live_bytes);
 	acc.syncs = (uint64_t)nenospc; /* reported to the caller in an unused field */
@@ -186,7 +187,7 @@ Test(flexspace, model_default_geometry)
 		.opt = {.create = 1},
 		.gen = {.target_size = 3u << 20, .big_len = 6u << 20, .insert_pct = 20,
 			.collapse_pct = 12, .truncate_pct = 3, .defrag_pct = 2, .sync_pct = 5,
-			.reopen_pct = 1, .read_pct = 15},
+			.reopen_pct = 1, .read_pct = 15, .apply_pct = 8},
 		.nops = scaled(3000),
 		.check_every = 300,
 	};
@@ -200,7 +201,7 @@ Test(flexspace, model_tiny_segments_gc_and_commits_run_constantly)
 		.opt = tiny_options(),
 		.gen = {.target_size = 768u << 10, .big_len = 300u << 10, .insert_pct = 20,
 			.collapse_pct = 12, .truncate_pct = 3, .defrag_pct = 3, .sync_pct = 5,
-			.reopen_pct = 1, .read_pct = 15},
+			.reopen_pct = 1, .read_pct = 15, .apply_pct = 8},
 		.nops = scaled(10000),
 		.check_every = 250,
 	};
@@ -218,7 +219,7 @@ Test(flexspace, model_tiny_segments_reading_without_the_mapping)
 		.opt = tiny_options(),
 		.gen = {.target_size = 768u << 10, .big_len = 300u << 10, .insert_pct = 20,
 			.collapse_pct = 12, .truncate_pct = 3, .defrag_pct = 3, .sync_pct = 5,
-			.reopen_pct = 1, .read_pct = 15},
+			.reopen_pct = 1, .read_pct = 15, .apply_pct = 8},
 		.nops = scaled(4000),
 		.check_every = 250,
 	};
@@ -237,7 +238,7 @@ Test(flexspace, model_small_max_data_size_reserves_collects_and_refuses_with_eno
 		.opt = o,
 		.gen = {.target_size = 4000u << 10, .big_len = 400u << 10, .insert_pct = 30,
 			.collapse_pct = 3, .truncate_pct = 1, .defrag_pct = 3, .sync_pct = 4,
-			.reopen_pct = 1, .read_pct = 10},
+			.reopen_pct = 1, .read_pct = 10, .apply_pct = 8},
 		.nops = scaled(5000),
 		.check_every = 250,
 		.enospc_ok = 1,
@@ -480,6 +481,171 @@ Test(flexspace, collapse_past_end_is_erange_and_changes_nothing)
 	cr_assert_eq(flexspace_size(fs), 50);
 	cr_assert_eq(flexspace_collapse(fs, 0, 50), 0);
 	cr_assert_eq(flexspace_size(fs), 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+/* flexspace_apply checks every op against the sizes the ones before it
+ * leave before it changes anything: one bad op refuses the whole call. */
+Test(flexspace, apply_is_all_or_nothing_and_ops_see_the_ones_before)
+{
+	char dir[PATH_MAX];
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), NULL);
+	uint8_t b[100], rb[128];
+	for (int i = 0; i < 100; i++)
+		b[i] = (uint8_t)i;
+	cr_assert_eq(flexspace_write(fs, b, 0, 100), 100);
+	cr_assert_eq(flexspace_apply(fs, NULL, 0), 0);
+	cr_assert_eq(flexspace_apply(fs, NULL, 1), -EINVAL);
+	struct {
+		struct flexspace_op ops[3];
+		int want;
+	} bad[] = {
+	    /* the third op collapses past the end the first two leave */
+	    {{{.type = FLEXSPACE_OP_REPLACE, .off = 10, .len = 5, .buf = "XYZ", .buf_len = 3},
+	      {.type = FLEXSPACE_OP_INSERT, .off = 0, .buf = "ab", .buf_len = 2},
+	      {.type = FLEXSPACE_OP_COLLAPSE, .off = 90, .len = 11}},
+	     -ERANGE},
+	    {{{.type = FLEXSPACE_OP_COLLAPSE, .off = 0, .len = 50},
+	      {.type = FLEXSPACE_OP_TAG, .off = 50, .tag = 3}},
+	     -ERANGE},
+	    {{{.type = FLEXSPACE_OP_WRITE, .off = 0, .buf = "q", .buf_len = 1},
+	      {.type = FLEXSPACE_OP_REPLACE, .off = 99, .len = 2, .buf = "r", .buf_len = 1}},
+	     -ERANGE},
+	    {{{.type = FLEXSPACE_OP_WRITE, .off = 0, .buf = "q", .buf_len = 1}, {.type = 0}},
+	     -EINVAL},
+	    {{{.type = FLEXSPACE_OP_TAG, .off = 1, .tag = 1},
+	      {.type = FLEXSPACE_OP_INSERT, .off = 3, .buf = NULL, .buf_len = 4}},
+	     -EINVAL},
+	    {{{.type = FLEXSPACE_OP_WRITE, .off = FLEXSPACE_MAX_SIZE - 8, .buf = "12345678",
+	       .buf_len = 8},
+	      {.type = FLEXSPACE_OP_INSERT, .off = 0, .buf = "z", .buf_len = 1}},
+	     FLEX_ETOOBIG},
+	    {{{.type = FLEXSPACE_OP_REPLACE, .off = 0, .len = 0, .buf = "z",
+	       .buf_len = FLEXSPACE_MAX_SIZE}},
+	     FLEX_ETOOBIG},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		size_t n = 0;
+		while (n < 3 && (bad[i].ops[n].type || (n == 1 && bad[i].want == -EINVAL)))
+			n++;
+		cr_assert_eq(flexspace_apply(fs, bad[i].ops, n), bad[i].want, "case %zu", i);
+		cr_assert_eq(flexspace_size(fs), 100, "case %zu changed the size", i);
+		cr_assert_eq(flexspace_read(fs, rb, 0, 100), 100);
+		cr_assert_eq(memcmp(rb, b, 100), 0, "case %zu changed the bytes", i);
+	}
+	/* Each op sees the ones before: a tag past the old end, a replace of
+	 * bytes an insert made, a write into a hole a write made. */
+	struct flexspace_op ok[] = {
+	    {.type = FLEXSPACE_OP_INSERT, .off = 100, .buf = "0123456789", .buf_len = 10},
+	    {.type = FLEXSPACE_OP_TAG, .off = 105, .tag = 9},
+	    {.type = FLEXSPACE_OP_REPLACE, .off = 102, .len = 3, .buf = "ABCDE", .buf_len = 5},
+	    {.type = FLEXSPACE_OP_COLLAPSE, .off = 0, .len = 90},
+	    {.type = FLEXSPACE_OP_WRITE, .off = 30, .buf = "end", .buf_len = 3},
+	};
+	cr_assert_eq(flexspace_apply(fs, ok, sizeof(ok) / sizeof(ok[0])), 0);
+	static const char want[] = "\x5a\x5b\x5c\x5d\x5e\x5f\x60\x61\x62\x63"
+				   "01ABCDE56789\0\0\0\0\0\0\0\0end";
+	cr_assert_eq(flexspace_size(fs), sizeof(want) - 1);
+	cr_assert_eq(flexspace_read(fs, rb, 0, sizeof(rb)), (ssize_t)sizeof(want) - 1);
+	cr_assert_eq(memcmp(rb, want, sizeof(want) - 1), 0);
+	uint16_t tag;
+	uint64_t at;
+	cr_assert_eq(flexspace_tag_get(fs, 17, &tag, &at), 0);
+	cr_assert_eq(tag, 9, "the tag set before the replace moved with its bytes");
+	cr_assert_eq(at, 17);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(dir, NULL, &fs), 0);
+	cr_assert_eq(flexspace_read(fs, rb, 0, sizeof(rb)), (ssize_t)sizeof(want) - 1);
+	cr_assert_eq(memcmp(rb, want, sizeof(want) - 1), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+/* Readers see a space before or after a call of flexspace_apply, never
+ * between its ops: every call moves one unit from one counter to another
+ * (two replaces of different lengths, so the bytes after them move), and
+ * the readers' sum never changes. */
+struct apply_reader {
+	struct flexspace *fs;
+	atomic_int stop;
+	long reads, bad;
+};
+
+static void *apply_reader_run(void *arg)
+{
+	struct apply_reader *ar = arg;
+	char b[4096];
+	while (!atomic_load(&ar->stop)) {
+		ssize_t n = flexspace_read(ar->fs, b, 0, sizeof(b) - 1);
+		if (n < 0) {
+			ar->bad++;
+			continue;
+		}
+		b[n] = 0;
+		long sum = 0, k = 0;
+		for (char *p = b; *p; k++) {
+			char *e;
+			sum += strtol(p, &e, 10);
+			if (*e != ';')
+				break;
+			p = e + 1;
+		}
+		ar->bad += sum != 1000 || k != 8;
+		ar->reads++;
+	}
+	return NULL;
+}
+
+Test(flexspace, readers_never_see_half_of_an_apply)
+{
+	char dir[PATH_MAX];
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), NULL);
+	long v[8] = {1000, 0, 0, 0, 0, 0, 0, 0};
+	char b[256];
+	size_t len = 0;
+	for (int i = 0; i < 8; i++)
+		len += (size_t)snprintf(b + len, sizeof(b) - len, "%ld;", v[i]);
+	cr_assert_eq(flexspace_write(fs, b, 0, len), (ssize_t)len);
+	struct apply_reader ar = {.fs = fs};
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, apply_reader_run, &ar), 0);
+	uint64_t r = test_seed("apply_readers");
+	for (int round = 0; round < 20000; round++) {
+		int from = (int)rnd_below(&r, 8), to = (int)rnd_below(&r, 8);
+		if (from == to || v[from] == 0)
+			continue;
+		/* the offsets and lengths of the two numbers, before the call */
+		uint64_t off[8], old[8];
+		char tmp[2][24];
+		uint64_t at = 0;
+		for (int i = 0; i < 8; i++) {
+			old[i] = (uint64_t)snprintf(tmp[0], sizeof(tmp[0]), "%ld", v[i]);
+			off[i] = at;
+			at += old[i] + 1;
+		}
+		int lo = from < to ? from : to, hi = from < to ? to : from;
+		v[from]--;
+		v[to]++;
+		size_t nlo = (size_t)snprintf(tmp[0], sizeof(tmp[0]), "%ld", v[lo]);
+		size_t nhi = (size_t)snprintf(tmp[1], sizeof(tmp[1]), "%ld", v[hi]);
+		/* the higher first, so the lower's offset still holds */
+		struct flexspace_op ops[2] = {
+		    {.type = FLEXSPACE_OP_REPLACE, .off = off[hi], .len = old[hi], .buf = tmp[1],
+		     .buf_len = nhi},
+		    {.type = FLEXSPACE_OP_REPLACE, .off = off[lo], .len = old[lo], .buf = tmp[0],
+		     .buf_len = nlo},
+		};
+		cr_assert_eq(flexspace_apply(fs, ops, 2), 0);
+		if (round % 5000 == 0)
+			cr_assert_eq(flexspace_sync(fs), 0);
+	}
+	atomic_store(&ar.stop, 1);
+	pthread_join(th, NULL);
+	cr_assert_eq(ar.bad, 0, "%ld of %ld reads saw half a call", ar.bad, ar.reads);
+	cr_assert_gt(ar.reads, 0);
 	cr_assert_eq(flexspace_check(fs), 0);
 	cr_assert_eq(flexspace_close(fs), 0);
 	tmp_remove(dir);
@@ -1083,7 +1249,7 @@ struct fault_tally {
 static const struct gen_cfg fault_gen = {.target_size = 512u << 10, .big_len = 100u << 10,
 					 .insert_pct = 20, .collapse_pct = 10,
 					 .truncate_pct = 3, .defrag_pct = 4, .sync_pct = 9,
-					 .reopen_pct = 2, .read_pct = 8};
+					 .reopen_pct = 2, .read_pct = 8, .apply_pct = 6};
 
 /* Runs the workload with the at-th call of the class failing (0: none).
  * Returns 0 when the contract held; *calls gets the calls of the class. */
@@ -1908,6 +2074,10 @@ static void ro_changes_refused(struct flexspace *fs)
 	cr_expect_eq(flexspace_truncate(fs, 0), FLEX_EREADONLY);
 	cr_expect_eq(flexspace_truncate(fs, size + 10), FLEX_EREADONLY);
 	cr_expect_eq(flexspace_tag_set(fs, 1, 7), FLEX_EREADONLY);
+	struct flexspace_op ro_op = {.type = FLEXSPACE_OP_REPLACE, .off = 0, .len = 1,
+				     .buf = "x", .buf_len = 1};
+	cr_expect_eq(flexspace_apply(fs, &ro_op, 1), FLEX_EREADONLY);
+	cr_expect_eq(flexspace_apply(fs, NULL, 0), FLEX_EREADONLY);
 	cr_expect_eq(flexspace_defrag(fs, 0, size), FLEX_EREADONLY);
 	cr_expect_eq(flexspace_sync(fs), FLEX_EREADONLY);
 	cr_expect_eq(flexspace_maintain(fs), FLEX_EREADONLY);
@@ -2138,7 +2308,7 @@ Test(flexspace, read_only_open_needs_no_write_permission)
 
 static const struct gen_cfg ckpt_gen = {.target_size = 256u << 10, .big_len = 64u << 10,
 					.insert_pct = 25, .collapse_pct = 10, .truncate_pct = 2,
-					.defrag_pct = 3, .sync_pct = 4};
+					.defrag_pct = 3, .sync_pct = 4, .apply_pct = 6};
 
 /* A writer that applies a seeded stream to the space and the model in
  * step, keeping the size and hash of every state: state k is the model

@@ -55,7 +55,7 @@ TestSuite(flexspace_crash, .timeout = 300);
 static const struct gen_cfg crash_gen = {.target_size = 512u << 10, .big_len = 200u << 10,
 					 .insert_pct = 22, .collapse_pct = 12,
 					 .truncate_pct = 3, .defrag_pct = 3, .sync_pct = 7,
-					 .reopen_pct = 1, .read_pct = 0};
+					 .reopen_pct = 1, .read_pct = 0, .apply_pct = 10};
 
 /* ---- kill -9 -------------------------------------------------------------- */
 

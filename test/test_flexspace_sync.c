@@ -681,6 +681,7 @@ static const struct gen_cfg plc_gen = {.target_size = 512u << 10,
 				       .insert_pct = 22,
 				       .collapse_pct = 12,
 				       .truncate_pct = 3,
+				       .apply_pct = 6,
 				       .defrag_pct = 3};
 
 struct plc {
