@@ -362,13 +362,19 @@ struct fdb_store {
 	atomic_ullong hits, thin_hits, thin_located, misses;
 	atomic_ullong gen; /* changed by every apply: see fdb_cands */
 	uint8_t *rec; /* scratch for one encoded record */
+	/* The run of changes being worked out (fdb_store.c, "runs"): while
+	 * in_run is set the FlexSpace is behind the index. */
+	struct fdb_run *run;
+	int in_run;
 };
 
 int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_limit);
 void fdb_store_close(struct fdb_store *s);
-/* Exclusive lock held: applies one put or delete to the FlexSpace.  After
- * a failure every fdb_store_* call below returns FLEX_EFAILED. */
-int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
+/* Exclusive lock held: applies the puts and deletes at the start of
+ * ops[0..n), sorted by key, that fall into one interval (*done of them,
+ * at least one unless it fails) as one flexspace_apply.  After a failure
+ * every fdb_store_* call below returns FLEX_EFAILED. */
+int fdb_store_apply_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n, int *done);
 
 /* Exclusive lock held: removes every pair with start <= key < end: the
  * bytes of the edge intervals' pairs and of every interval between them

@@ -535,7 +535,7 @@ static int cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *
 		if (shared && grave_reserve(s, c->bytes))
 			return -ENOSPC;
 		if (c->raw && !force) {
-			int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
+			int maps = !s->in_run && __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
 			struct fdb_pmap *pm = c->map || !maps ? NULL : cent_locate(s, c);
 			size_t thin = cent_thin_bytes(c) + (pm ? pmap_bytes(pm->n) : 0);
 			struct fdb_cent *t = s->thin_bytes + thin <= thin_cap
@@ -942,6 +942,116 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 	return rc;
 }
 
+/* ---- runs: one interval's changes as one FlexSpace change -------------------- */
+
+/* A run is the changes of a commit chunk that fall into one interval.
+ * They are made to the interval's entry and the index as they are worked
+ * out, and their bytes and tags are collected here, to go to the
+ * FlexSpace as one flexspace_apply at the end: readers, a crash and the
+ * FlexSpace's maintenance see all of a run or none of it.  Until then the
+ * FlexSpace is behind the index, so nothing reads it meanwhile (the
+ * interval is loaded before the run starts, and an eviction does not
+ * locate entries while a run is open: cache_evict). */
+struct fdb_run {
+	struct flexspace_op *ops;
+	uint32_t n, cap;
+	uint8_t *buf; /* the records the ops put, back to back */
+	size_t used, bcap;
+	uint64_t size; /* the FlexSpace's size once the ops are applied */
+};
+
+static int run_open(struct fdb_store *s)
+{
+	struct fdb_run *r = s->run;
+	if (!r && !(r = s->run = calloc(1, sizeof(*r))))
+		return -ENOMEM;
+	r->n = 0;
+	r->used = 0;
+	r->size = flexspace_size(s->fs);
+	s->in_run = 1;
+	return 0;
+}
+
+static void run_free(struct fdb_run *r)
+{
+	if (r) {
+		free(r->ops);
+		free(r->buf);
+		free(r);
+	}
+}
+
+/* Room for one more op and, with rec, one more record, which then goes
+ * at r->buf + r->used. */
+static int run_room(struct fdb_run *r, int rec)
+{
+	if (r->n == r->cap) {
+		uint32_t cap = r->cap ? r->cap * 2 : 64;
+		struct flexspace_op *o = realloc(r->ops, cap * sizeof(*o));
+		if (!o)
+			return -ENOMEM;
+		r->ops = o;
+		r->cap = cap;
+	}
+	if (rec && r->used + FDB_REC_MAX > r->bcap) {
+		size_t cap = r->bcap ? r->bcap * 2 : 64u << 10;
+		while (cap < r->used + FDB_REC_MAX)
+			cap *= 2;
+		uint8_t *b = realloc(r->buf, cap);
+		if (!b)
+			return -ENOMEM;
+		r->buf = b;
+		r->bcap = cap;
+	}
+	return 0;
+}
+
+/* Adds an op to the run.  A record's rs bytes, encoded by the caller at
+ * run_room's address, are known by their place in buf (which may move)
+ * until run_apply points at them. */
+static void run_add(struct fdb_run *r, int type, uint64_t off, uint64_t len, size_t rs,
+		    uint16_t tag)
+{
+	r->ops[r->n++] = (struct flexspace_op){.type = type, .off = off, .len = len, .tag = tag,
+					       .buf = (const void *)(uintptr_t)r->used,
+					       .buf_len = rs};
+	r->used += rs;
+	if (type == FLEXSPACE_OP_COLLAPSE || type == FLEXSPACE_OP_REPLACE)
+		r->size -= len;
+	if (type == FLEXSPACE_OP_INSERT || type == FLEXSPACE_OP_REPLACE)
+		r->size += rs;
+}
+
+static int run_apply(struct fdb_store *s)
+{
+	struct fdb_run *r = s->run;
+	s->in_run = 0;
+	for (uint32_t i = 0; i < r->n; i++)
+		if (r->ops[i].buf_len)
+			r->ops[i].buf = r->buf + (uintptr_t)r->ops[i].buf;
+	int rc = flexspace_apply(s->fs, r->ops, r->n);
+	if (r->bcap > (1u << 20)) {
+		/* the buffer of a run of large values is not kept */
+		free(r->buf);
+		r->buf = NULL;
+		r->bcap = 0;
+	}
+	return rc;
+}
+
+/* Sets an extent tag: an op of the run while one is open. */
+static int set_tag(struct fdb_store *s, uint64_t off, uint16_t tag)
+{
+	if (!s->in_run)
+		return off < flexspace_size(s->fs) ? flexspace_tag_set(s->fs, off, tag) : 0;
+	if (off >= s->run->size)
+		return 0;
+	int rc = run_room(s->run, 0);
+	if (!rc)
+		run_add(s->run, FLEXSPACE_OP_TAG, off, 0, 0, tag);
+	return rc;
+}
+
 void fdb_store_close(struct fdb_store *s)
 {
 	for (uint32_t i = 0; i < s->nring; i++) {
@@ -954,17 +1064,11 @@ void fdb_store_close(struct fdb_store *s)
 	pthread_mutex_destroy(&s->cache_mu);
 	fdb_index_free(s->index);
 	free(s->rec);
+	run_free(s->run);
 	memset(s, 0, sizeof(*s));
 }
 
 /* ---- changes (exclusive lock) ------------------------------------------------ */
-
-static int set_tag(struct fdb_store *s, uint64_t off, uint16_t tag)
-{
-	if (off >= flexspace_size(s->fs))
-		return 0;
-	return flexspace_tag_set(s->fs, off, tag);
-}
 
 /* Splits an interval in two at its middle pair (c is its entry, cached
  * or private). */
@@ -1075,34 +1179,76 @@ static int ival_remove_empty(struct fdb_store *s, struct fdb_ipath *p, struct fd
 	return 0;
 }
 
-static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op);
-
-/* Applies one change, then gives back cache space its write-through
- * growth took. */
-int fdb_store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
+/* A run ends once its interval passes a split threshold, so that it
+ * splits where a change at a time would split it. */
+static int run_full(const struct fdb_ival *iv)
 {
-	if (s->failed)
-		return FLEX_EFAILED;
-	atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
-	if (s->ngrave)
-		fdb_store_reap(s);
-	int rc = store_apply(s, op);
-	/* A failure part-way (say the old pair collapsed, the new one not
-	 * inserted) leaves the index offsets off from the FlexSpace: reading
-	 * through them would report intact pairs as corrupt, or miss them. */
-	if (rc)
-		s->failed = rc;
-	if (s->cache_bytes > ring_limit(s))
-		cache_evict(s, 0, NULL, 0);
+	return iv->size > FDB_SPLIT_BYTES || iv->count > FDB_SPLIT_PAIRS;
+}
+
+/* One put or delete of a run, to iv's entry c, whose first byte is at
+ * off0 in the FlexSpace as the run leaves it; *delta: the change of the
+ * interval's size. */
+static int run_op(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, uint64_t off0,
+		  const struct fdb_batch_op *op, int64_t *delta)
+{
+	struct fdb_run *r = s->run;
+	int found, rc;
+	uint32_t pos = cent_lower(c, op->key, op->klen, &found);
+	uint64_t at = off0 + (pos < c->n ? c->off[pos] : iv->size);
+	const uint8_t *k, *v;
+	uint32_t kl, vl, old = 0;
+	if (found)
+		cent_pair(c, pos, &k, &kl, &v, &vl, &old);
+	*delta = 0;
+	if (op->op == FDB_OP_DEL) {
+		if (!found)
+			return 0;
+		if ((rc = run_room(r, 0)) != 0)
+			return rc;
+		run_add(r, FLEXSPACE_OP_COLLAPSE, at, old, 0, 0);
+		if ((rc = cent_splice(c, pos, 1, NULL, 0, 0)) != 0)
+			return rc;
+		cache_recharge(s, c);
+		*delta = -(int64_t)old;
+		iv->count--;
+		s->keys--;
+		return pos == 0 && c->n > 0 ? set_tag(s, off0, FDB_ANCHOR) : 0;
+	}
+	if ((rc = run_room(r, 1)) != 0)
+		return rc;
+	uint8_t *rec = r->buf + r->used;
+	size_t rs = fdb_rec_encode(rec, op->key, op->klen, op->val, op->vlen);
+	uint16_t fp = fdb_fingerprint(op->key, op->klen);
+	if (!found)
+		run_add(r, FLEXSPACE_OP_INSERT, at, 0, rs, 0);
+	else if (rs == old)
+		run_add(r, FLEXSPACE_OP_WRITE, at, 0, rs, 0);
+	else
+		run_add(r, FLEXSPACE_OP_REPLACE, at, old, rs, 0);
+	if ((rc = cent_splice(c, pos, (uint32_t)found, rec, (uint32_t)rs, fp)) != 0)
+		return rc;
+	cache_recharge(s, c);
+	*delta = (int64_t)rs - old;
+	if (!found) {
+		iv->count++;
+		s->keys++;
+	}
+	/* A new or rewritten first pair must carry the anchor tag; the pair
+	 * it pushed back must not. */
+	if (pos == 0 && (rc = set_tag(s, off0, FDB_ANCHOR)) == 0 && !found && c->n > 1)
+		rc = set_tag(s, off0 + rs, 0);
 	return rc;
 }
 
-static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
+static int store_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n, int *done)
 {
 	struct fdb_ipath p;
-	struct fdb_ival *iv = fdb_index_find(s->index, op->key, op->klen, &p);
+	struct fdb_ival *iv = fdb_index_find(s->index, ops[0].key, ops[0].klen, &p);
 	if (!iv)
 		return FLEX_ECORRUPT;
+	struct fdb_ipath q = p;
+	const struct fdb_ival *nx = fdb_index_next(&q);
 	struct fdb_cent *tmp;
 	int fragmented = 0;
 	int rc = ival_load(s, &p, iv, &tmp, &fragmented);
@@ -1110,89 +1256,61 @@ static int store_apply(struct fdb_store *s, const struct fdb_batch_op *op)
 		return rc;
 	struct fdb_cent *c = tmp ? tmp : iv->cache;
 	uint64_t off0 = fdb_index_offset(&p);
-	if (fragmented && iv->size) {
-		/* Rewrite the interval contiguously (tags are kept). */
-		if ((rc = flexspace_defrag(s->fs, off0, iv->size)) != 0)
-			goto out;
-	}
-	int found;
-	uint32_t pos = cent_lower(c, op->key, op->klen, &found);
-	uint64_t at = off0 + (pos < c->n ? c->off[pos] : iv->size);
-	int64_t delta = 0;
-	if (op->op == FDB_OP_PUT) {
-		size_t rs = fdb_rec_encode(s->rec, op->key, op->klen, op->val, op->vlen);
-		uint16_t fp = fdb_fingerprint(op->key, op->klen);
-		if (found) {
-			const uint8_t *k, *v;
-			uint32_t kl, vl, old;
-			cent_pair(c, pos, &k, &kl, &v, &vl, &old);
-			if (rs == old) {
-				ssize_t w = flexspace_write(s->fs, s->rec, at, rs);
-				rc = w < 0 ? (int)w : 0;
-			} else {
-				rc = flexspace_collapse(s->fs, at, old);
-				if (!rc) {
-					ssize_t w = flexspace_insert(s->fs, s->rec, at, rs);
-					rc = w < 0 ? (int)w : 0;
-				}
-			}
-			if (!rc)
-				rc = cent_splice(c, pos, 1, s->rec, (uint32_t)rs, fp);
-			if (rc)
-				goto out;
-			delta = (int64_t)rs - old;
-		} else {
-			ssize_t w = flexspace_insert(s->fs, s->rec, at, rs);
-			if (w < 0) {
-				rc = (int)w;
-				goto out;
-			}
-			if ((rc = cent_splice(c, pos, 0, s->rec, (uint32_t)rs, fp)) != 0)
-				goto out;
-			delta = (int64_t)rs;
-			iv->count++;
-			s->keys++;
-		}
-		cache_recharge(s, c);
-		/* A new or rewritten first pair must carry the anchor tag; the
-		 * pair it pushed back must not. */
-		if (pos == 0 && (rc = set_tag(s, off0, FDB_ANCHOR)) == 0 && !found && c->n > 1)
-			rc = set_tag(s, off0 + rs, 0);
-	} else {
-		if (!found)
-			goto out;
-		const uint8_t *k, *v;
-		uint32_t kl, vl, old;
-		cent_pair(c, pos, &k, &kl, &v, &vl, &old);
-		if ((rc = flexspace_collapse(s->fs, at, old)) != 0)
-			goto out;
-		if ((rc = cent_splice(c, pos, 1, NULL, 0, 0)) != 0)
-			goto out;
-		cache_recharge(s, c);
-		delta = -(int64_t)old;
-		iv->count--;
-		s->keys--;
-		if (pos == 0 && c->n > 0)
-			rc = set_tag(s, off0, FDB_ANCHOR);
-	}
-	iv->size = (uint32_t)((int64_t)iv->size + delta);
-	s->bytes = (uint64_t)((int64_t)s->bytes + delta);
-	fdb_index_shift(&p, delta);
-	if (rc)
+	/* Rewrite the interval contiguously (tags are kept), before the run. */
+	if (fragmented && iv->size && (rc = flexspace_defrag(s->fs, off0, iv->size)) != 0)
 		goto out;
-	if (c->n >= 2 && (iv->size > FDB_SPLIT_BYTES || iv->count > FDB_SPLIT_PAIRS)) {
+	if ((rc = run_open(s)) != 0)
+		goto out;
+	int64_t shift = 0;
+	int deleted = 0, k = 0;
+	for (; k < n && !rc; k++) {
+		if (k && ((nx && fdb_keycmp(ops[k].key, ops[k].klen, nx->key, nx->klen) >= 0) ||
+			  run_full(iv)))
+			break;
+		int64_t d;
+		rc = run_op(s, iv, c, off0, &ops[k], &d);
+		iv->size = (uint32_t)((int64_t)iv->size + d);
+		s->bytes = (uint64_t)((int64_t)s->bytes + d);
+		shift += d;
+		deleted |= ops[k].op == FDB_OP_DEL;
+	}
+	*done = k;
+	fdb_index_shift(&p, shift);
+	if (!rc && c->n >= 2 && (iv->size > FDB_SPLIT_BYTES || iv->count > FDB_SPLIT_PAIRS))
 		rc = ival_split(s, &p, iv, c);
-		goto out;
-	}
-	cent_free(tmp);
-	tmp = NULL;
-	if (iv->count == 0 && fdb_index_count(s->index) > 1)
-		return ival_remove_empty(s, &p, iv); /* an empty interval goes */
-	if (op->op == FDB_OP_DEL)
-		return ival_maybe_merge(s, &p, iv);
-	return 0;
+	else if (!rc && iv->count == 0 && fdb_index_count(s->index) > 1)
+		rc = ival_remove_empty(s, &p, iv); /* an empty interval goes */
+	else if (!rc && deleted)
+		rc = ival_maybe_merge(s, &p, iv);
+	if (!rc)
+		rc = run_apply(s);
+	s->in_run = 0;
 out:
 	cent_free(tmp);
+	return rc;
+}
+
+/* Applies the puts and deletes at the start of ops that fall into one
+ * interval, then gives back cache space their write-through growth
+ * took. */
+int fdb_store_apply_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n, int *done)
+{
+	*done = 0;
+	if (s->failed)
+		return FLEX_EFAILED;
+	if (n <= 0)
+		return 0;
+	atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
+	if (s->ngrave)
+		fdb_store_reap(s);
+	int rc = store_run(s, ops, n, done);
+	/* A failure part-way (the entry and the index changed, the FlexSpace
+	 * not) leaves the index offsets off from the FlexSpace: reading
+	 * through them would report intact pairs as corrupt, or miss them. */
+	if (rc)
+		s->failed = rc;
+	if (s->cache_bytes > ring_limit(s))
+		cache_evict(s, 0, NULL, 0);
 	return rc;
 }
 
@@ -1345,7 +1463,7 @@ int fdb_store_delete_range(struct fdb_store *s, const void *start, uint32_t slen
 	if (s->ngrave)
 		fdb_store_reap(s);
 	int rc = store_delete_range(s, start ? start : "", slen, end, elen);
-	/* As in fdb_store_apply: the index may no longer describe the space. */
+	/* As in fdb_store_apply_run: the index may no longer describe the space. */
 	if (rc)
 		s->failed = rc;
 	if (s->cache_bytes > ring_limit(s))

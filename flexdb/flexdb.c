@@ -244,14 +244,19 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 		pthread_rwlock_unlock(&db->lock);
 		pthread_rwlock_wrlock(&db->lock);
 		fdb_store_admit(&db->store, &cands, 0);
-		for (int i = 0; i < n && !rc; i++) {
-			if (i && i % FDB_APPLY_BURST == 0) {
+		/* One FlexSpace change per interval the chunk touches. */
+		for (int i = 0, burst = 0; i < n && !rc;) {
+			if (burst >= FDB_APPLY_BURST) {
 				/* Let the readers that queued behind this burst in. */
 				pthread_rwlock_unlock(&db->lock);
 				pthread_rwlock_wrlock(&db->lock);
+				burst = 0;
 			}
-			rc = fdb_store_apply(&db->store, &ops[i]);
-			atomic_fetch_add(&db->committed_pairs, 1);
+			int done;
+			rc = fdb_store_apply_run(&db->store, ops + i, n - i, &done);
+			atomic_fetch_add(&db->committed_pairs, (uint64_t)done);
+			i += done;
+			burst += done;
 			/* Mid-commit: some pairs are in the FlexSpace, unsynced. */
 			if (!rc)
 				FLEX_KILLPOINT("fdb.commit.pair_applied");
