@@ -6,6 +6,7 @@
  *                                               script on standard input
  *   flexspace-cli [OPTIONS] DIR -c 'CMD; CMD'   run the commands and exit
  *
+ * `batch` ... `commit` is one flexspace_apply, so all or nothing.
  * A thin client of the public API (include/flexspace.h).  Arguments and
  * the REPL are shared with flexdb-cli (cli_common.h); docs/CLI.md has the
  * reference.  Offsets and lengths are decimal or 0x hex with an optional
@@ -31,6 +32,13 @@ struct fs_ctx {
 	uint64_t segment_size;	      /* --segment-size, for opt */
 	struct flexspace *fs;
 	unsigned char *buf; /* CHUNK bytes */
+	/* Between `batch` and commit/abort: the queued changes, their DATA
+	 * back to back in data (an op's buf is its offset there until
+	 * commit). */
+	int batch;
+	struct flexspace_op *ops;
+	size_t nops, cap;
+	struct cli_buf data;
 };
 
 static struct flexspace *fs_of(struct cli_app *app)
@@ -38,11 +46,28 @@ static struct flexspace *fs_of(struct cli_app *app)
 	return ((struct fs_ctx *)app->ctx)->fs;
 }
 
+/* Fails with msg unless a batch is open (open 1), or none is (open 0). */
+static int need_batch(struct cli_app *app, int open, const char *msg)
+{
+	if (!((struct fs_ctx *)app->ctx)->batch == !open)
+		return 0;
+	cli_error(app, "%s", msg);
+	return 1;
+}
+
+/* The changes that cannot be part of a batch are refused inside one. */
+static int outside_batch(struct cli_app *app)
+{
+	return need_batch(app, 0, "not inside a batch (commit or abort it first)");
+}
+
 static int cmd_import(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct fs_ctx *c = app->ctx;
 	struct stat st;
 	(void)n;
+	if (outside_batch(app))
+		return 1;
 	const char *path = cli_path(app, &a[1]);
 	if (!path)
 		return 1;
@@ -268,36 +293,66 @@ static int data_arg(struct cli_app *app, const struct cli_token *t, struct cli_b
 	return 0;
 }
 
-static int cmd_write(struct cli_app *app, struct cli_token *a, size_t n)
+/* Applies one change, or queues it in the open batch. */
+static int change(struct cli_app *app, int type, uint64_t off, uint64_t len,
+		  const unsigned char *v, size_t vl)
+{
+	struct fs_ctx *c = app->ctx;
+	struct flexspace_op o = {.type = type, .off = off, .len = len, .buf = v, .buf_len = vl};
+	if (!c->batch)
+		return cli_done(app, flexspace_apply(c->fs, &o, 1));
+	if (vl > DATA_MAX - c->data.len) {
+		cli_error(app, "the batch would hold more than %zu bytes of DATA", DATA_MAX);
+		return 1;
+	}
+	if (c->nops == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 16;
+		struct flexspace_op *ops = realloc(c->ops, cap * sizeof(*ops));
+		if (!ops)
+			return cli_status(app, NULL, -ENOMEM);
+		c->ops = ops;
+		c->cap = cap;
+	}
+	o.buf = (const void *)(uintptr_t)c->data.len;
+	cli_buf_add(&c->data, v, vl);
+	c->ops[c->nops++] = o;
+	return 0;
+}
+
+/* OFF [LEN] DATA of write, insert and replace, then the change. */
+static int put_cmd(struct cli_app *app, struct cli_token *a, int type)
 {
 	struct cli_buf b = {0};
 	const unsigned char *v;
 	size_t vl;
-	uint64_t off;
-	(void)n;
-	if (cli_number(app, &a[1], "OFF", &off) || data_arg(app, &a[2], &b, &v, &vl)) {
+	uint64_t off, len = 0;
+	int d = type == FLEXSPACE_OP_REPLACE ? 3 : 2;
+	if (cli_number(app, &a[1], "OFF", &off) ||
+	    (d == 3 && cli_number(app, &a[2], "LEN", &len)) || data_arg(app, &a[d], &b, &v, &vl)) {
 		cli_buf_free(&b);
 		return 1;
 	}
-	ssize_t r = flexspace_write(fs_of(app), v, off, vl);
+	int rc = change(app, type, off, len, v, vl);
 	cli_buf_free(&b);
-	return cli_done(app, r < 0 ? (int)r : 0);
+	return rc;
+}
+
+static int cmd_write(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	(void)n;
+	return put_cmd(app, a, FLEXSPACE_OP_WRITE);
 }
 
 static int cmd_insert(struct cli_app *app, struct cli_token *a, size_t n)
 {
-	struct cli_buf b = {0};
-	const unsigned char *v;
-	size_t vl;
-	uint64_t off;
 	(void)n;
-	if (cli_number(app, &a[1], "OFF", &off) || data_arg(app, &a[2], &b, &v, &vl)) {
-		cli_buf_free(&b);
-		return 1;
-	}
-	ssize_t r = flexspace_insert(fs_of(app), v, off, vl);
-	cli_buf_free(&b);
-	return cli_done(app, r < 0 ? (int)r : 0);
+	return put_cmd(app, a, FLEXSPACE_OP_INSERT);
+}
+
+static int cmd_replace(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	(void)n;
+	return put_cmd(app, a, FLEXSPACE_OP_REPLACE);
 }
 
 static int cmd_collapse(struct cli_app *app, struct cli_token *a, size_t n)
@@ -306,14 +361,56 @@ static int cmd_collapse(struct cli_app *app, struct cli_token *a, size_t n)
 	(void)n;
 	if (cli_number(app, &a[1], "OFF", &off) || cli_number(app, &a[2], "LEN", &len))
 		return 1;
-	return cli_done(app, flexspace_collapse(fs_of(app), off, len));
+	return change(app, FLEXSPACE_OP_COLLAPSE, off, len, NULL, 0);
 }
+
+static void batch_drop(struct fs_ctx *c)
+{
+	c->batch = 0;
+	c->nops = 0;
+	cli_buf_free(&c->data);
+}
+
+static int cmd_batch(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	if (need_batch(app, 0, "a batch is already open (commit or abort it first)"))
+		return 1;
+	((struct fs_ctx *)app->ctx)->batch = 1;
+	return 0;
+}
+
+static int cmd_commit(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	struct fs_ctx *c = app->ctx;
+	(void)a;
+	(void)n;
+	if (need_batch(app, 1, "no batch is open (start one with: batch)"))
+		return 1;
+	for (size_t i = 0; i < c->nops; i++)
+		c->ops[i].buf = c->data.p + (uintptr_t)c->ops[i].buf;
+	int rc = flexspace_apply(c->fs, c->ops, c->nops);
+	batch_drop(c);
+	return rc ? cli_status(app, "batch not applied", rc) : 0;
+}
+
+static int cmd_abort(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	if (need_batch(app, 1, "no batch is open"))
+		return 1;
+	batch_drop(app->ctx);
+	return 0;
+}
+
 
 static int cmd_truncate(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	uint64_t size;
 	(void)n;
-	if (cli_number(app, &a[1], "SIZE", &size))
+	if (outside_batch(app) || cli_number(app, &a[1], "SIZE", &size))
 		return 1;
 	return cli_done(app, flexspace_truncate(fs_of(app), size));
 }
@@ -348,6 +445,8 @@ static int opt_range(struct cli_app *app, struct cli_token *a, size_t n, uint64_
 static int cmd_defrag(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	uint64_t off, len;
+	if (outside_batch(app))
+		return 1;
 	int r = opt_range(app, a, n, &off, &len);
 	if (r)
 		return r > 0; /* -1, nothing to do, is a success */
@@ -457,6 +556,22 @@ static const struct cli_cmd commands[] = {
      1u << 1, 0, NULL},
     {"collapse", "OFF LEN", 2, 2, "remove [OFF, OFF+LEN); what followed moves down", NULL,
      cmd_collapse, 3u << 1, 0, NULL},
+    {"replace", "OFF LEN DATA", 3, 3, "replace [OFF, OFF+LEN) with DATA, atomically",
+     "    One change (flexspace_apply): a crash or a reader sees the old bytes\n"
+     "    or DATA, never the range removed and DATA not yet in.  DATA as for\n"
+     "    write.\n",
+     cmd_replace, 3u << 1, 0, NULL},
+    {"batch", "", 0, 0, "start an atomic batch of write, insert, collapse and replace",
+     "    They are queued until commit applies them all at once, in order, each\n"
+     "    at offsets as the ones before it leave the space (one flexspace_apply,\n"
+     "    atomic also across a crash), or abort drops them.  One that does not\n"
+     "    fit (past the end, say) fails commit with nothing applied.  read and\n"
+     "    the other reading commands see the space, not the batch; import,\n"
+     "    truncate and defrag are refused while it is open.  A batch still\n"
+     "    open at the end is dropped, with an error.\n",
+     cmd_batch, 0, 0, NULL},
+    {"commit", "", 0, 0, "apply the open batch atomically", NULL, cmd_commit, 0, 0, NULL},
+    {"abort", "", 0, 0, "drop the open batch", NULL, cmd_abort, 0, 0, NULL},
     {"truncate", "SIZE", 1, 1, "shrink, or grow with a hole, to SIZE bytes", NULL, cmd_truncate,
      1u << 1, 0, NULL},
     {"size", "", 0, 0, "print the logical size in bytes", NULL, cmd_size, 0, 1, NULL},
@@ -500,11 +615,26 @@ static const char *fs_bad_option(struct cli_app *app)
 	return field;
 }
 
+/* A batch still open at the end is dropped, and fails a script. */
+static void fs_finish(struct cli_app *app)
+{
+	struct fs_ctx *c = app->ctx;
+	if (!c->batch)
+		return;
+	app->cur = NULL;
+	cli_error(app, "a batch of %zu changes was not committed; dropped", c->nops);
+	batch_drop(c);
+	if (!app->interactive)
+		app->failed = 1;
+}
+
 static int fs_close(struct cli_app *app)
 {
 	struct fs_ctx *c = app->ctx;
 	int rc = flexspace_close(c->fs);
 	free(c->buf);
+	free(c->ops);
+	cli_buf_free(&c->data);
 	return rc;
 }
 
@@ -538,6 +668,7 @@ int main(int argc, char **argv)
 	    .details = "\nDetails: help CMD, and docs/CLI.md.\n",
 	    .open = fs_open,
 	    .bad_option = fs_bad_option,
+	    .finish = fs_finish,
 	    .close = fs_close,
 	};
 	struct cli_app app = {

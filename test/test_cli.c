@@ -1642,6 +1642,61 @@ Test(cli, space_commands_golden)
 	run_free(&r);
 }
 
+/* replace and a batch give what the same edits one at a time give; a
+ * batch with an op that does not fit changes nothing. */
+Test(cli, space_replace_and_batches_are_atomic)
+{
+	need_tools();
+	const char *a = path("one-at-a-time"), *b = path("batched");
+	golden(fscli, a,
+	       "write 0 \"0123456789\"\n"
+	       "collapse 2 3\n"
+	       "insert 2 ABC\n"
+	       "insert 0 >>\n"
+	       "write 12 0x2121\n"
+	       "read -s 0 100\n",
+	       ">>01ABC56789!!\n");
+	golden(fscli, b,
+	       "write 0 \"0123456789\"\n"
+	       "replace 2 3 ABC\n"
+	       "read -s 0 100\n"
+	       "batch\n"
+	       "insert 0 >>\n"
+	       "write 12 0x2121\n"
+	       "read -s 0 100\n"
+	       "commit\n"
+	       "read -s 0 100\n",
+	       "01ABC56789\n01ABC56789\n>>01ABC56789!!\n");
+	/* The third op collapses past the end the first two leave. */
+	struct run r;
+	cmdline(fscli, b, "batch; insert 0 xx; replace 0 4 y; collapse 10 5; commit; read -s 0 100",
+		&r);
+	cr_expect_eq(code(&r), 1, "%s", r.err);
+	cr_expect(strstr(r.err, "commit: batch not applied"), "%s", r.err);
+	cr_expect_str_eq(r.out, ">>01ABC56789!!\n");
+	run_free(&r);
+	/* Commands that are not part of a batch, and one left open. */
+	const char *const refused[] = {"truncate 1", "defrag", "import /nonexistent", "batch"};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		char cmd[128];
+		snprintf(cmd, sizeof(cmd), "batch; insert 0 q; %s; abort; size", refused[i]);
+		cmdline(fscli, b, cmd, &r);
+		cr_expect_eq(code(&r), 1, "%s: %s", refused[i], r.err);
+		cr_expect(strstr(r.err, refused[i][0] == 'b' ? "already open" : "not inside a batch"),
+			  "%s: %s", refused[i], r.err);
+		cr_expect_str_eq(r.out, "14\n", "%s", refused[i]);
+		run_free(&r);
+	}
+	cmdline(fscli, b, "batch; insert 0 q", &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect(strstr(r.err, "a batch of 1 changes was not committed; dropped"), "%s", r.err);
+	run_free(&r);
+	cmdline(fscli, b, "commit", &r);
+	cr_expect(strstr(r.err, "no batch is open"), "%s", r.err);
+	run_free(&r);
+	golden(fscli, b, "size\ncheck\n", "14\nok\n");
+}
+
 Test(cli, space_import_export_binary)
 {
 	need_tools();
@@ -2302,8 +2357,9 @@ Test(cli, space_readonly_reads_work_writes_fail_and_nothing_changes)
 	run_free(&r);
 	char imp[300];
 	snprintf(imp, sizeof(imp), "import %s", f);
-	const char *const writes[] = {
-	    "write 0 x", "insert 0 x", "collapse 0 1", "truncate 0", "defrag", "sync", imp};
+	const char *const writes[] = {"write 0 x",   "insert 0 x", "collapse 0 1", "replace 0 1 x",
+				      "batch",	     "commit",	   "abort",	   "truncate 0",
+				      "defrag",	     "sync",	   imp};
 	for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++)
 		expect_refused(fscli, sp, writes[i]);
 	char *after = tree_sig(sp);
