@@ -8,9 +8,13 @@
  *   fdb_wal.c      write-ahead log files
  *   fdb_index.c    the sparse index: intervals found by key, whose offsets
  *                  are partial offsets plus shifts (paper section 5.1)
- *   fdb_store.c    intervals in the FlexSpace: loading, the CLOCK interval
- *                  cache, applying puts, deletes and range deletes,
- *                  recovery, check
+ *   fdb_store.c    intervals in the FlexSpace: the index rebuilt at open,
+ *                  puts and deletes applied a run at a time, splits and
+ *                  merges, range deletes, check
+ *   fdb_cache.c    the interval cache: entries (whole or thin, with maps),
+ *                  the CLOCK ring, loading an interval, admission
+ *   fdb_read.c     gets, the committer's prefetch, scans (fdb_cache.h is
+ *                  what these three share)
  *   flexdb.c       the API, the committer thread, batches, iterators
  *
  * Locking (flexdb.c has the details):
@@ -310,7 +314,7 @@ int fdb_index_check(const struct fdb_index *x);
 struct fdb_pmap {
 	uint64_t stamp;
 	uint32_t n;
-	uint32_t loff[]; /* then uint64_t poff[n], 8-aligned: fdb_store.c */
+	uint32_t loff[]; /* then uint64_t poff[n], 8-aligned: fdb_cache.c */
 };
 
 struct fdb_cent {
@@ -349,7 +353,7 @@ struct fdb_store {
 	uint32_t ngrave, grave_cap;
 	size_t grave_bytes;
 	uint64_t admit_tick;
-	/* Whether thin entries keep their maps (fdb_store.c, maps_policy):
+	/* Whether thin entries keep their maps (fdb_cache.c, maps_policy):
 	 * relaxed atomic, set under cache_mu or the exclusive lock. */
 	int use_maps;
 	uint64_t pol_tick;

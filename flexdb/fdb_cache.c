@@ -1,0 +1,859 @@
+/*
+ * fdb_cache.c - the interval cache: entries, the CLOCK ring, loading an
+ * interval, and admission of what readers read.
+ *
+ * The interval cache holds intervals as their raw bytes plus the offset
+ * and a 16-bit key fingerprint of each pair, and is updated write-through
+ * by every change; CLOCK picks victims, and every byte of an entry is
+ * charged to the cache size.  A victim is first made *thin* (its raw bytes
+ * dropped), while thin entries take at most a quarter of the cache: a
+ * lookup through one reads only the record whose fingerprint matches, so
+ * a cache smaller than the store still spares most lookups the read of a
+ * whole interval.  A thin entry also keeps where its interval's bytes lie
+ * in the FlexSpace's data file (struct fdb_pmap, from the read that loaded
+ * the interval or from the FlexTree when the entry is made thin), so that
+ * the record is read without a FlexTree lookup: after random inserts an
+ * interval is about one extent per pair, and the tree of a large store
+ * does not fit its leaf cache.  The FlexSpace says when the bytes moved
+ * (garbage collection freed their segment), and the lookup then goes
+ * through the tree.  An entry larger than a quarter of the cache is never
+ * kept.  Readers build entries from the intervals they read under the
+ * shared lock and offer them (fdb_cands); they are attached under the
+ * exclusive lock if no change came in between.  Intervals whose pairs are
+ * split across extents are defragmented at their next update.  Reads do
+ * not ask for rewrites (the paper's access-driven defragmentation): with
+ * thin entries a lookup reads one pair whatever the layout, and rewriting
+ * what reads touched made GC move five times the bytes rewritten and
+ * stalled read-only workloads (docs/BENCHMARKS.md).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fdb_cache.h"
+
+/* ---- cache entries -------------------------------------------------------- */
+
+struct fdb_cent *fdb_cent_new(void)
+{
+	struct fdb_cent *c = calloc(1, sizeof(*c));
+	if (c) {
+		c->bytes = sizeof(*c);
+		c->slot = UINT32_MAX;
+		/* Readers set the CLOCK bit under the shared lock. */
+		FDB_ATOMIC_OBJ(&c->ref, sizeof(c->ref));
+	}
+	return c;
+}
+
+/* ---- where an interval's bytes lie ----------------------------------------- */
+
+static size_t pmap_head(uint32_t n)
+{
+	return (sizeof(struct fdb_pmap) + (size_t)n * sizeof(uint32_t) + 7) & ~(size_t)7;
+}
+
+static size_t pmap_bytes(uint32_t n)
+{
+	return pmap_head(n) + (size_t)n * sizeof(uint64_t);
+}
+
+static uint64_t *pmap_poff(const struct fdb_pmap *m)
+{
+	return (uint64_t *)((uint8_t *)m + pmap_head(m->n));
+}
+
+/* The map of the interval at [off, off + size), cut out of a read's
+ * report loc[0..n) that covers it; NULL when none (or out of memory). */
+static struct fdb_pmap *pmap_new(const struct flextree_mapping *loc, size_t n, uint64_t stamp,
+				 uint64_t off, uint32_t size)
+{
+	size_t a = 0;
+	while (a < n && loc[a].loff + loc[a].len <= off)
+		a++;
+	size_t b = a;
+	while (b < n && loc[b].loff < off + size)
+		b++;
+	if (a == b || loc[a].loff > off || loc[b - 1].loff + loc[b - 1].len < off + size)
+		return NULL;
+	struct fdb_pmap *m = malloc(pmap_bytes((uint32_t)(b - a)));
+	if (!m)
+		return NULL;
+	m->stamp = stamp;
+	m->n = (uint32_t)(b - a);
+	uint64_t *poff = pmap_poff(m);
+	for (size_t i = a; i < b; i++) {
+		uint64_t skip = i == a ? off - loc[i].loff : 0;
+		m->loff[i - a] = i == a ? 0 : (uint32_t)(loc[i].loff - off);
+		poff[i - a] = loc[i].poff == FLEXTREE_HOLE ? FLEXTREE_HOLE : loc[i].poff + skip;
+	}
+	return m;
+}
+
+/* Reads bytes [at, at + len) of c's interval through its map into buf.
+ * Returns 0, -ESTALE (no map, or the FlexSpace moved the bytes since: the
+ * caller reads through the FlexTree), or an error. */
+#define FDB_PMAP_PIECES 8
+int fdb_pmap_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, uint32_t len,
+		  uint8_t *buf)
+{
+	const struct fdb_pmap *m = c->map;
+	if (!m)
+		return -ESTALE;
+	uint32_t lo = 0, hi = m->n; /* the last piece starting at or before at */
+	while (hi - lo > 1) {
+		uint32_t mid = (lo + hi) / 2;
+		if (m->loff[mid] <= at)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	const uint64_t *poff = pmap_poff(m);
+	struct flextree_mapping v[FDB_PMAP_PIECES];
+	size_t nv = 0;
+	uint32_t pos = at, end = at + len;
+	for (uint32_t k = lo; k < m->n && pos < end && nv < FDB_PMAP_PIECES; k++) {
+		uint32_t pend = k + 1 < m->n ? m->loff[k + 1] : c->size;
+		uint32_t take = (pend < end ? pend : end) - pos;
+		v[nv].loff = pos;
+		v[nv].len = take;
+		v[nv++].poff =
+		    poff[k] == FLEXTREE_HOLE ? FLEXTREE_HOLE : poff[k] + (pos - m->loff[k]);
+		pos += take;
+	}
+	if (pos != end)
+		return -ESTALE;
+	return flexspace_read_located(s->fs, buf, v, nv, m->stamp);
+}
+
+void fdb_cent_free(struct fdb_cent *c)
+{
+	if (!c)
+		return;
+	free(c->raw);
+	if (!c->packed) {
+		free(c->off);
+		free(c->fp);
+	}
+	if (c->map_own)
+		free(c->map);
+	free(c);
+}
+
+/* An entry about to change forgets where its bytes were. */
+void fdb_cent_unmap(struct fdb_cent *c)
+{
+	if (c->map_own)
+		free(c->map);
+	c->map = NULL;
+	c->map_own = 0;
+}
+
+/* What an entry is charged: its raw bytes, two small arrays and its map. */
+size_t fdb_cent_bytes(const struct fdb_cent *c)
+{
+	return sizeof(*c) + c->rawcap + (size_t)c->cap * (sizeof(uint32_t) + sizeof(uint16_t)) +
+	       (c->map ? pmap_bytes(c->map->n) : 0);
+}
+
+/* What a thin copy of c would be charged (cent_thin). */
+static size_t cent_thin_bytes(const struct fdb_cent *c)
+{
+	return sizeof(*c) + (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t)) +
+	       (c->map ? pmap_bytes(c->map->n) : 0);
+}
+
+/* A copy of c without its raw bytes, its offsets and fingerprints right
+ * after the struct (one allocation, so a lookup misses the cache once
+ * less): what a thin entry is.  c is left as it was (readers may hold
+ * it).  NULL when out of memory. */
+static struct fdb_cent *cent_thin(const struct fdb_cent *c, const struct fdb_pmap *pm)
+{
+	size_t arrays = (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
+	arrays = (arrays + 7) & ~(size_t)7;
+	size_t map = pm ? pmap_bytes(pm->n) : 0;
+	struct fdb_cent *t = malloc(sizeof(*t) + arrays + map);
+	if (!t)
+		return NULL;
+	memcpy(t, c, sizeof(*t));
+	t->raw = NULL;
+	t->rawcap = 0;
+	t->off = (uint32_t *)(t + 1);
+	t->fp = (uint16_t *)(t->off + c->n);
+	if (c->n) {
+		memcpy(t->off, c->off, c->n * sizeof(uint32_t));
+		memcpy(t->fp, c->fp, c->n * sizeof(uint16_t));
+	}
+	t->map = NULL;
+	t->map_own = 0;
+	if (map) {
+		t->map = (struct fdb_pmap *)((uint8_t *)(t + 1) + arrays);
+		memcpy(t->map, pm, map);
+	}
+	t->cap = c->n;
+	t->packed = 1;
+	t->slot = UINT32_MAX;
+	t->bytes = fdb_cent_bytes(t);
+	FDB_ATOMIC_OBJ(&t->ref, sizeof(t->ref));
+	return t;
+}
+
+/* Packs a private entry (cent_thin's layout, fdb_cent_reserve moves the
+ * arrays out again when the entry grows), keeping its raw bytes unless
+ * `thin`: what stays of a thin one lets a lookup read just the record it
+ * wants from the FlexSpace instead of the whole interval.  The entry
+ * moves: returns it (c itself, unpacked, when out of memory). */
+static struct fdb_cent *cent_pack(struct fdb_cent *c, int thin)
+{
+	struct fdb_cent *t = cent_thin(c, thin ? c->map : NULL);
+	if (thin) {
+		free(c->raw);
+		c->raw = NULL;
+		c->rawcap = 0;
+		c->bytes = fdb_cent_bytes(c);
+	}
+	if (!t)
+		return c;
+	t->raw = c->raw; /* moved: NULL when thin */
+	t->rawcap = c->rawcap;
+	if (!thin) {
+		t->map = c->map; /* moved too */
+		t->map_own = c->map_own;
+		c->map_own = 0;
+	}
+	t->bytes = fdb_cent_bytes(t);
+	c->raw = NULL;
+	fdb_cent_free(c);
+	return t;
+}
+
+/* Makes room for n pairs of size bytes in all; the entry is about to
+ * change, so its map goes. */
+int fdb_cent_reserve(struct fdb_cent *c, uint32_t n, uint32_t size)
+{
+	fdb_cent_unmap(c);
+	if (n > c->cap && c->packed) {
+		/* Arrays inside the struct's allocation: move them out. */
+		uint32_t cap = c->cap > 8 ? c->cap : 8;
+		while (cap < n)
+			cap *= 2;
+		uint32_t *o = malloc((size_t)cap * sizeof(*o));
+		uint16_t *f = malloc((size_t)cap * sizeof(*f));
+		if (!o || !f) {
+			free(o);
+			free(f);
+			return -ENOMEM;
+		}
+		if (c->n) {
+			memcpy(o, c->off, c->n * sizeof(*o));
+			memcpy(f, c->fp, c->n * sizeof(*f));
+		}
+		c->off = o;
+		c->fp = f;
+		c->cap = cap;
+		c->packed = 0;
+	}
+	if (n > c->cap) {
+		uint32_t cap = c->cap ? c->cap : 16;
+		while (cap < n)
+			cap *= 2;
+		uint32_t *o = realloc(c->off, (size_t)cap * sizeof(*o));
+		if (!o)
+			return -ENOMEM;
+		c->off = o;
+		uint16_t *f = realloc(c->fp, (size_t)cap * sizeof(*f));
+		if (!f)
+			return -ENOMEM;
+		c->fp = f;
+		c->cap = cap;
+	}
+	if (size > c->rawcap) {
+		uint32_t cap = c->rawcap ? c->rawcap : 1024;
+		while (cap < size)
+			cap = cap > UINT32_MAX / 2 ? size : cap * 2;
+		uint8_t *r = realloc(c->raw, cap);
+		if (!r)
+			return -ENOMEM;
+		c->raw = r;
+		c->rawcap = cap;
+	}
+	return 0;
+}
+
+/* Pair i of an entry: its key and value inside the raw bytes (verified
+ * when they entered the entry) and its record size. */
+void fdb_cent_pair(const struct fdb_cent *c, uint32_t i, const uint8_t **key, uint32_t *klen,
+		   const uint8_t **val, uint32_t *vlen, uint32_t *size)
+{
+	const uint8_t *p = c->raw + c->off[i];
+	size_t a = fdb_varint_get(p, c->raw + c->size, klen);
+	size_t b = fdb_varint_get(p + a, c->raw + c->size, vlen);
+	*key = p + a + b;
+	*val = *key + *klen;
+	*size = (i + 1 < c->n ? c->off[i + 1] : c->size) - c->off[i];
+}
+
+/* Position of the first pair >= key; *found when equal. */
+uint32_t fdb_cent_lower(const struct fdb_cent *c, const void *key, uint32_t klen, int *found)
+{
+	uint32_t lo = 0, hi = c->n;
+	const uint8_t *k, *v;
+	uint32_t kl, vl, sz;
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+		fdb_cent_pair(c, mid, &k, &kl, &v, &vl, &sz);
+		if (fdb_keycmp(k, kl, key, klen) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*found = 0;
+	if (lo < c->n) {
+		fdb_cent_pair(c, lo, &k, &kl, &v, &vl, &sz);
+		*found = fdb_keycmp(k, kl, key, klen) == 0;
+	}
+	return lo;
+}
+
+/* Replaces pairs [pos, pos + del) by the encoded record rec (rs bytes,
+ * none when rs is 0), keeping offsets and fingerprints in step. */
+int fdb_cent_splice(struct fdb_cent *c, uint32_t pos, uint32_t del, const uint8_t *rec, uint32_t rs,
+		    uint16_t fp)
+{
+	uint32_t add = rs ? 1 : 0;
+	uint32_t at = pos < c->n ? c->off[pos] : c->size;
+	uint32_t end = pos + del < c->n ? c->off[pos + del] : c->size;
+	int64_t delta = (int64_t)rs - (int64_t)(end - at);
+	int rc = fdb_cent_reserve(c, c->n + add, (uint32_t)((int64_t)c->size + delta));
+	if (rc)
+		return rc;
+	memmove(c->raw + at + rs, c->raw + end, c->size - end);
+	if (rs)
+		memcpy(c->raw + at, rec, rs);
+	c->size = (uint32_t)((int64_t)c->size + delta);
+	uint32_t tail = c->n - pos - del;
+	memmove(c->off + pos + add, c->off + pos + del, tail * sizeof(uint32_t));
+	memmove(c->fp + pos + add, c->fp + pos + del, tail * sizeof(uint16_t));
+	if (add) {
+		c->off[pos] = at;
+		c->fp[pos] = fp;
+	}
+	c->n = c->n - del + add;
+	for (uint32_t i = pos + add; i < c->n; i++)
+		c->off[i] = (uint32_t)((int64_t)c->off[i] + delta);
+	return 0;
+}
+
+/* ---- the CLOCK ring ------------------------------------------------------- */
+
+/* An interval's entry, as readers under the shared lock load it: the
+ * entry stays valid until the lock is released (retired entries wait in
+ * the graveyard), and its bytes do not change while the lock is held. */
+struct fdb_cent *fdb_ival_cent(const struct fdb_ival *iv)
+{
+	struct fdb_cent *c = __atomic_load_n(&iv->cache, __ATOMIC_ACQUIRE);
+	FDB_HB_AFTER(&iv->cache);
+	return c;
+}
+
+static void ival_set_cent(struct fdb_ival *iv, struct fdb_cent *c)
+{
+	FDB_HB_BEFORE(&iv->cache);
+	__atomic_store_n(&iv->cache, c, __ATOMIC_RELEASE);
+}
+
+/* The bytes the ring may hold: the cache less the graveyard's share. */
+size_t fdb_ring_limit(const struct fdb_store *s)
+{
+	return s->cache_limit - s->cache_limit / 32;
+}
+
+/* cache_bytes and grave_bytes change under cache_mu or the exclusive
+ * lock and are read without them (fdb_store_scan, fdb_store_reap_due). */
+static void set_bytes(size_t *field, size_t v)
+{
+	__atomic_store_n(field, v, __ATOMIC_RELAXED);
+}
+
+size_t fdb_load_bytes(const size_t *field)
+{
+	return __atomic_load_n(field, __ATOMIC_RELAXED);
+}
+
+static void ring_remove(struct fdb_store *s, struct fdb_cent *c)
+{
+	if (c->slot == UINT32_MAX)
+		return;
+	uint32_t i = c->slot;
+	s->ring[i] = s->ring[--s->nring];
+	s->ring[i]->slot = i;
+	c->slot = UINT32_MAX;
+	set_bytes(&s->cache_bytes, s->cache_bytes - c->bytes);
+	if (!c->raw)
+		s->thin_bytes -= c->bytes;
+	if (s->hand >= s->nring)
+		s->hand = 0;
+}
+
+/* Makes room for one more entry in an array of n of *cap (the ring, the
+ * graveyard), doubling it. */
+static int cent_vec_room(struct fdb_cent ***v, uint32_t n, uint32_t *cap)
+{
+	if (n < *cap)
+		return 0;
+	uint32_t c = *cap ? *cap * 2 : 256;
+	struct fdb_cent **p = realloc(*v, c * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	*v = p;
+	*cap = c;
+	return 0;
+}
+
+/* Under the shared lock: whether an entry of `bytes` fits in the
+ * graveyard (0), making room in its array. */
+static int grave_reserve(struct fdb_store *s, size_t bytes)
+{
+	if (s->grave_bytes + bytes > s->cache_limit / 32)
+		return -ENOSPC;
+	return cent_vec_room(&s->grave, s->ngrave, &s->grave_cap);
+}
+
+/* Takes c, out of the ring, out of use: freed at once under the exclusive
+ * lock; under the shared lock (after grave_reserve) other readers may be
+ * reading it, so it waits in the graveyard. */
+static void cent_retire(struct fdb_store *s, struct fdb_cent *c, int shared)
+{
+	if (!shared) {
+		fdb_cent_free(c);
+		return;
+	}
+	s->grave[s->ngrave++] = c;
+	set_bytes(&s->grave_bytes, s->grave_bytes + c->bytes);
+}
+
+int fdb_store_reap_due(struct fdb_store *s)
+{
+	return fdb_load_bytes(&s->grave_bytes) >= s->cache_limit / 64;
+}
+
+void fdb_store_reap(struct fdb_store *s)
+{
+	for (uint32_t i = 0; i < s->ngrave; i++)
+		fdb_cent_free(s->grave[i]);
+	s->ngrave = 0;
+	set_bytes(&s->grave_bytes, 0);
+}
+
+/* Where the bytes of c's interval lie now, for a thin copy of c (which
+ * holds the interval's current bytes); NULL when the FlexSpace does not
+ * say in one report, or out of memory. */
+static struct fdb_pmap *cent_locate(struct fdb_store *s, const struct fdb_cent *c)
+{
+	const struct fdb_ival *iv = c->iv;
+	struct fdb_ipath p;
+	if (!iv || !c->size || c->size != iv->size ||
+	    fdb_index_find(s->index, iv->key, iv->klen, &p) != iv)
+		return NULL;
+	uint64_t off = fdb_index_offset(&p), stamp;
+	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];
+	size_t n;
+	if (flexspace_locate(s->fs, off, c->size, loc, &n, &stamp) || !n)
+		return NULL;
+	return pmap_new(loc, n, stamp, off, c->size);
+}
+
+/* Makes `need` more bytes fit in the ring; never touches `pin`.  CLOCK:
+ * an entry whose bit is set gets its bit cleared and is passed.  An
+ * unreferenced whole entry is made thin while thin entries take at most a
+ * quarter of the cache (they are about a tenth the size and still spare a
+ * lookup most of its reading); past that, and for unreferenced thin
+ * entries beyond their share, the entry goes.  Each entry is passed at
+ * most three times, so this ends; a last pass ignores the bits, so the
+ * bound holds even when every entry was just used.  Under the shared lock
+ * (`shared`) it stops when the graveyard is full: returns nonzero if the
+ * bytes do not fit then. */
+int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin, int shared)
+{
+	size_t thin_cap = s->cache_limit / 4, limit = fdb_ring_limit(s);
+	uint32_t steps = 3 * s->nring + 3;
+	while (s->cache_bytes + need > limit && s->nring > 0) {
+		int force = steps == 0;
+		if (!force)
+			steps--;
+		if (s->hand >= s->nring)
+			s->hand = 0;
+		struct fdb_cent *c = s->ring[s->hand];
+		if (c == pin) {
+			if (s->nring == 1)
+				break;
+			s->hand++;
+			continue;
+		}
+		if (!force && atomic_exchange(&c->ref, 0)) {
+			s->hand++;
+			continue;
+		}
+		if (shared && grave_reserve(s, c->bytes))
+			return -ENOSPC;
+		if (c->raw && !force) {
+			int maps = !s->in_run && __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
+			struct fdb_pmap *pm = c->map || !maps ? NULL : cent_locate(s, c);
+			size_t thin = cent_thin_bytes(c) + (pm ? pmap_bytes(pm->n) : 0);
+			struct fdb_cent *t = s->thin_bytes + thin <= thin_cap
+						 ? cent_thin(c, c->map && maps ? c->map : pm)
+						 : NULL;
+			free(pm);
+			if (t) {
+				/* A thin copy takes the whole entry's place. */
+				t->slot = c->slot;
+				s->ring[t->slot] = t;
+				c->slot = UINT32_MAX;
+				set_bytes(&s->cache_bytes, s->cache_bytes - c->bytes + t->bytes);
+				s->thin_bytes += t->bytes;
+				ival_set_cent(t->iv, t);
+				cent_retire(s, c, shared);
+				s->hand++;
+				continue;
+			}
+		} else if (!c->raw && !force && s->thin_bytes <= thin_cap) {
+			s->hand++;
+			continue;
+		}
+		ring_remove(s, c);
+		ival_set_cent(c->iv, NULL);
+		cent_retire(s, c, shared);
+	}
+	return s->cache_bytes + need > limit && shared ? -ENOSPC : 0;
+}
+
+/* Puts c, of iv, in the ring, making room for it (not beyond the
+ * graveyard's room when `shared`).  Nonzero: c was not attached. */
+int fdb_cache_attach(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, int shared)
+{
+	if (fdb_cache_evict(s, c->bytes, c, shared))
+		return -ENOSPC;
+	if (cent_vec_room(&s->ring, s->nring, &s->ring_cap))
+		return -ENOMEM;
+	c->iv = iv;
+	c->slot = s->nring;
+	s->ring[s->nring++] = c;
+	set_bytes(&s->cache_bytes, s->cache_bytes + c->bytes);
+	if (!c->raw)
+		s->thin_bytes += c->bytes;
+	atomic_store(&c->ref, 1);
+	ival_set_cent(iv, c);
+	return 0;
+}
+
+/* Exclusive lock: drops iv's entry. */
+void fdb_cache_drop(struct fdb_store *s, struct fdb_ival *iv)
+{
+	if (!iv->cache)
+		return;
+	ring_remove(s, iv->cache);
+	fdb_cent_free(iv->cache);
+	iv->cache = NULL;
+}
+
+/* Brings an entry's charge up to date after a change. */
+void fdb_cache_recharge(struct fdb_store *s, struct fdb_cent *c)
+{
+	size_t now = fdb_cent_bytes(c);
+	if (c->slot != UINT32_MAX) {
+		set_bytes(&s->cache_bytes, s->cache_bytes - c->bytes + now);
+		if (!c->raw)
+			s->thin_bytes = s->thin_bytes - c->bytes + now;
+	}
+	c->bytes = now;
+}
+
+/* ---- loading an interval ---------------------------------------------------- */
+
+struct extent_count {
+	uint64_t n;
+};
+
+static int count_extent(void *arg, const struct flextree_extent *e)
+{
+	(void)e;
+	((struct extent_count *)arg)->n++;
+	return 0;
+}
+
+/* Indexes an entry's raw bytes (c->raw, c->size) as the pairs of iv:
+ * verifies every checksum, the key order, the bound given by the
+ * interval's key and, when known, the pair count. */
+static int cent_index(const struct fdb_ival *iv, struct fdb_cent *c)
+{
+	const uint8_t *p = c->raw, *end = p + c->size;
+	const uint8_t *pk = iv->key;
+	uint32_t pklen = iv->klen;
+	int first = 1, rc = 0;
+	c->n = 0;
+	while (!rc && p < end) {
+		size_t size;
+		const uint8_t *key, *val;
+		uint32_t klen, vlen;
+		if ((rc = fdb_rec_decode(p, end, &size, &key, &klen, &val, &vlen)) != 0)
+			break;
+		int cmp = fdb_keycmp(pk, pklen, key, klen);
+		if (first ? cmp > 0 : cmp >= 0) {
+			rc = FLEX_ECORRUPT;
+			break;
+		}
+		if ((rc = fdb_cent_reserve(c, c->n + 1, c->size)) != 0)
+			break;
+		c->off[c->n] = (uint32_t)(p - c->raw);
+		c->fp[c->n] = fdb_fingerprint(key, klen);
+		c->n++;
+		pk = key;
+		pklen = klen;
+		first = 0;
+		p += size;
+	}
+	uint32_t count = __atomic_load_n(&iv->count, __ATOMIC_RELAXED);
+	if (!rc && count != FDB_COUNT_UNKNOWN && count != c->n)
+		rc = FLEX_ECORRUPT;
+	c->bytes = fdb_cent_bytes(c);
+	return rc;
+}
+
+/* An entry for iv made of its raw bytes and map (both taken over: freed
+ * on failure; map may be NULL). */
+int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, struct fdb_pmap *map,
+		      struct fdb_cent **out)
+{
+	*out = NULL;
+	struct fdb_cent *c = fdb_cent_new();
+	if (!c) {
+		free(raw);
+		free(map);
+		return -ENOMEM;
+	}
+	c->raw = raw;
+	c->rawcap = c->size = size;
+	int rc = cent_index(iv, c);
+	c->map = map;
+	c->map_own = map != NULL;
+	if (rc) {
+		fdb_cent_free(c);
+		return rc;
+	}
+	c->bytes = fdb_cent_bytes(c);
+	*out = cent_pack(c, 0);
+	return 0;
+}
+
+/* Reads an interval's bytes, and with `map` where they lie (NULL when
+ * the FlexSpace did not say). */
+int fdb_ival_read_raw(struct fdb_store *s, const struct fdb_ival *iv, uint64_t off, uint8_t **out,
+		      struct fdb_pmap **map)
+{
+	uint8_t *buf = malloc(iv->size ? iv->size : 1);
+	if (!buf)
+		return -ENOMEM;
+	ssize_t n = 0;
+	if (map) {
+		struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];
+		size_t nloc = 0;
+		uint64_t stamp = 0;
+		*map = NULL;
+		if (iv->size)
+			n = flexspace_read_locate(s->fs, buf, off, iv->size, loc, &nloc, &stamp);
+		if (nloc && (size_t)n == iv->size)
+			*map = pmap_new(loc, nloc, stamp, off, iv->size);
+	} else if (iv->size) {
+		n = flexspace_read(s->fs, buf, off, iv->size);
+	}
+	if (n < 0 || (size_t)n != iv->size) {
+		free(buf);
+		if (map) {
+			free(*map);
+			*map = NULL;
+		}
+		return n < 0 ? (int)n : FLEX_ECORRUPT;
+	}
+	*out = buf;
+	return 0;
+}
+
+/* Reads the interval at off into an entry (cent_index checks it); with
+ * `fragmented`, says whether its extents split pairs. */
+int fdb_ival_decode(struct fdb_store *s, const struct fdb_ival *iv, uint64_t off,
+		    struct fdb_cent **out, int *fragmented)
+{
+	uint8_t *raw;
+	int rc = fdb_ival_read_raw(s, iv, off, &raw, NULL);
+	if (!rc)
+		rc = fdb_cent_from_raw(iv, raw, iv->size, NULL, out);
+	if (!rc && fragmented) {
+		struct extent_count ec = {0};
+		if (iv->size)
+			flexspace_extents(s->fs, off, iv->size, count_extent, &ec);
+		/* The paper marks an interval once its extents outnumber half its
+		 * pairs; after random inserts every pair is an extent, so with a
+		 * cache smaller than the store that meant rewriting nearly every
+		 * interval loaded (write amplification 8.6 in fillrandom).  Only
+		 * pairs split across extents count as fragmentation here. */
+		*fragmented = ec.n > (uint64_t)(*out)->n + 2;
+	}
+	return rc;
+}
+
+/* Notes the pair count of an interval now cached, whose pairs were all
+ * verified (cache_mu or the exclusive lock: scans read iv->count and
+ * lookups iv->unverified under the shared lock). */
+static void ival_counted(struct fdb_store *s, struct fdb_ival *iv, uint32_t n)
+{
+	if (iv->count == FDB_COUNT_UNKNOWN) {
+		s->keys += n;
+		s->uncounted--;
+	}
+	__atomic_store_n(&iv->count, n, __ATOMIC_RELAXED);
+	__atomic_store_n(&iv->unverified, 0, __ATOMIC_RELAXED);
+}
+
+/* Exclusive lock: makes sure iv is cached whole (unless too big to keep,
+ * then *tmp holds a private copy the caller frees). */
+int fdb_ival_load(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *iv,
+		  struct fdb_cent **tmp, int *fragmented)
+{
+	*tmp = NULL;
+	if (iv->cache && iv->cache->raw)
+		return 0;
+	fdb_cache_drop(s, iv); /* a thin entry: replaced by the whole one */
+	struct fdb_cent *c;
+	int rc = fdb_ival_decode(s, iv, fdb_index_offset(p), &c, fragmented);
+	if (rc)
+		return rc;
+	ival_counted(s, iv, c->n);
+	atomic_fetch_add(&s->misses, 1);
+	if (c->bytes > s->cache_limit / 4) {
+		*tmp = c;
+		return 0;
+	}
+	rc = fdb_cache_attach(s, iv, c, 0);
+	if (rc)
+		fdb_cent_free(c);
+	return rc;
+}
+
+/* An entry of an interval this size may be kept at all. */
+int fdb_ival_keepable(const struct fdb_store *s, uint32_t size)
+{
+	return (size_t)size + sizeof(struct fdb_cent) <= s->cache_limit / 4;
+}
+
+/* cache_mu or the exclusive lock: whether an interval a lookup missed
+ * enters the cache whole: while the cache has room, and on one miss in
+ * FDB_ADMIT_EVERY after that (a hot interval gets in soon, a cold one
+ * seldom pushes a warm one out); otherwise thin. */
+static int admit_whole(struct fdb_store *s, uint32_t size)
+{
+	uint64_t tick = s->admit_tick++;
+	return s->cache_bytes + 2 * (size_t)size <= fdb_ring_limit(s) ||
+	       tick % FDB_ADMIT_EVERY == 0;
+}
+
+/* Whether thin entries keep where their pairs lie.  A map spares a thin
+ * hit the FlexTree but about doubles the entry (12 bytes per extent
+ * against 6 per pair): worth it while thin entries with maps for every
+ * interval would take at most twice the thin share (whole entries hold
+ * the rest of what is read often), a loss when the store is far larger
+ * than the cache, where covering more intervals spares whole-interval
+ * reads (2M pairs: a 24 MiB interval cache read 39.8 KB per get with
+ * maps against 31.7 without).  From the index and the FlexSpace's extent
+ * count, at open and every FDB_POLICY_EVERY admissions (cache_mu or the
+ * exclusive lock). */
+#define FDB_POLICY_EVERY 1024
+void fdb_maps_policy(struct fdb_store *s)
+{
+	uint64_t n = fdb_index_count(s->index);
+	struct flexspace_stats st;
+	if (!n || flexspace_stats(s->fs, &st) != 0)
+		return;
+	/* Pairs are at least as many as extents after random inserts. */
+	double per = (double)sizeof(struct fdb_cent) + sizeof(struct fdb_pmap) +
+		     (6.0 + 12.0) * (double)st.extents / (double)n;
+	int use = per * (double)n <= 2.0 * (double)(s->cache_limit / 4);
+	__atomic_store_n(&s->use_maps, use, __ATOMIC_RELAXED);
+}
+
+/* Shared lock: offers entry c of iv to the cache (fdb_store_admit). */
+void fdb_cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent *c, int kind)
+{
+	cands->v[cands->n].iv = iv;
+	cands->v[cands->n].c = c;
+	cands->v[cands->n++].whole = kind == ADMIT_WHOLE;
+}
+
+void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands, struct fdb_cand *v, int cap)
+{
+	cands->n = 0;
+	cands->v = v ? v : cands->inline_v;
+	cands->cap = v ? cap : FDB_CANDS_INLINE;
+	cands->gen = atomic_load_explicit(&s->gen, memory_order_relaxed);
+}
+
+void fdb_cands_free(struct fdb_cands *cands)
+{
+	for (int i = 0; i < cands->n; i++)
+		fdb_cent_free(cands->v[i].c);
+	cands->n = 0;
+}
+
+void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
+{
+	if (!cands->n)
+		return;
+	/* Built under the shared lock: valid only if nothing changed since. */
+	if (s->failed || cands->gen != atomic_load_explicit(&s->gen, memory_order_relaxed)) {
+		fdb_cands_free(cands);
+		return;
+	}
+	if (shared)
+		pthread_mutex_lock(&s->cache_mu);
+	else if (s->ngrave)
+		fdb_store_reap(s);
+	if (s->pol_tick++ % FDB_POLICY_EVERY == 0)
+		fdb_maps_policy(s);
+	for (int i = 0; i < cands->n; i++) {
+		struct fdb_ival *iv = cands->v[i].iv;
+		struct fdb_cent *c = cands->v[i].c;
+		cands->v[i].c = NULL;
+		if (!cands->v[i].whole && !admit_whole(s, c->size)) {
+			if (!__atomic_load_n(&s->use_maps, __ATOMIC_RELAXED))
+				fdb_cent_unmap(c);
+			c = cent_pack(c, 1);
+		} else if (c->map) {
+			/* Whole entries read their pairs from memory; a thin copy
+			 * made later finds where they lie then (cent_locate). */
+			fdb_cent_unmap(c);
+			c->bytes = fdb_cent_bytes(c);
+		}
+		struct fdb_cent *old = iv->cache;
+		if (old && (old->raw || !c->raw)) {
+			fdb_cent_free(c); /* another reader was first */
+			continue;
+		}
+		if (old) {
+			/* A thin entry, replaced by the whole one. */
+			if (shared && grave_reserve(s, old->bytes)) {
+				fdb_cent_free(c);
+				continue;
+			}
+			ring_remove(s, old);
+			ival_set_cent(iv, NULL);
+			cent_retire(s, old, shared);
+		}
+		if (fdb_cache_attach(s, iv, c, shared)) {
+			fdb_cent_free(c);
+			continue;
+		}
+		ival_counted(s, iv, c->n);
+	}
+	cands->n = 0;
+	if (shared)
+		pthread_mutex_unlock(&s->cache_mu);
+}

@@ -1,0 +1,77 @@
+/*
+ * fdb_cache.h - what the three parts of the store share: the interval
+ * cache (fdb_cache.c: entries, the CLOCK ring, loading and admission),
+ * the store (fdb_store.c: open, changes, range deletes, check) and the
+ * reads (fdb_read.c: gets, prefetch, scans).  Private to libflexdb; the
+ * locking rules are those of fdb_store.c.
+ */
+#ifndef FDB_CACHE_H
+#define FDB_CACHE_H
+
+#include "fdb_int.h"
+
+/* Split thresholds.  The paper splits at 16 pairs; an interval costs
+ * about 80 bytes of memory whether cached or not (its index entry, struct
+ * and key), so 32 pairs halve what the sparse index takes per pair (at 1M
+ * pairs of 116 bytes: 89k intervals and 47.6 MB of anonymous memory at
+ * open with 16, 45k and 40.5 MB with 32), while an interval of ~22 pairs
+ * of this size still fits in one page of DATA.  Not on disk: a store
+ * opened with other thresholds re-splits as it is written. */
+#define FDB_SPLIT_BYTES (16u << 10)
+#define FDB_SPLIT_PAIRS 32u
+/* An interval this small is merged into its successor if the two together
+ * stay well below the split thresholds (so they do not split again). */
+#define FDB_MERGE_BYTES (4u << 10)
+#define FDB_MERGE_PAIRS 4u
+#define FDB_ANCHOR 1
+/* Bytes of an anchor pair read first at open: a pair of a short key and
+ * value is then read and verified in one small copy. */
+#define FDB_ANCHOR_PEEK 256
+/* Bytes of uncached intervals a scan or the committer's prefetch reads in
+ * one FlexSpace read: pairs a commit appended together lie together in the
+ * data file even when other pairs separate them, so reading neighbouring
+ * intervals at once needs a few reads where one per interval needed a few
+ * each. */
+#define FDB_SCAN_READ_BYTES (128u << 10)
+#define FDB_SCAN_READ_IVALS 32
+
+/* How an interval read by a reader enters the cache: ADMIT_AUTO leaves
+ * it to fdb_store_admit (admit_whole). */
+enum { ADMIT_NONE, ADMIT_AUTO, ADMIT_WHOLE };
+
+/* fdb_cache.c */
+int fdb_cache_attach(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, int shared);
+void fdb_cache_drop(struct fdb_store *s, struct fdb_ival *iv);
+int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin, int shared);
+void fdb_cache_recharge(struct fdb_store *s, struct fdb_cent *c);
+void fdb_cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent *c, int kind);
+size_t fdb_cent_bytes(const struct fdb_cent *c);
+void fdb_cent_free(struct fdb_cent *c);
+int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, struct fdb_pmap *map,
+		      struct fdb_cent **out);
+uint32_t fdb_cent_lower(const struct fdb_cent *c, const void *key, uint32_t klen, int *found);
+struct fdb_cent *fdb_cent_new(void);
+void fdb_cent_pair(const struct fdb_cent *c, uint32_t i, const uint8_t **key, uint32_t *klen,
+		   const uint8_t **val, uint32_t *vlen, uint32_t *size);
+int fdb_cent_reserve(struct fdb_cent *c, uint32_t n, uint32_t size);
+int fdb_cent_splice(struct fdb_cent *c, uint32_t pos, uint32_t del, const uint8_t *rec, uint32_t rs,
+		    uint16_t fp);
+void fdb_cent_unmap(struct fdb_cent *c);
+struct fdb_cent *fdb_ival_cent(const struct fdb_ival *iv);
+int fdb_ival_decode(struct fdb_store *s, const struct fdb_ival *iv, uint64_t off,
+		    struct fdb_cent **out, int *fragmented);
+int fdb_ival_keepable(const struct fdb_store *s, uint32_t size);
+int fdb_ival_load(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *iv,
+		  struct fdb_cent **tmp, int *fragmented);
+int fdb_ival_read_raw(struct fdb_store *s, const struct fdb_ival *iv, uint64_t off, uint8_t **out,
+		      struct fdb_pmap **map);
+size_t fdb_load_bytes(const size_t *field);
+void fdb_maps_policy(struct fdb_store *s);
+int fdb_pmap_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, uint32_t len,
+		  uint8_t *buf);
+size_t fdb_ring_limit(const struct fdb_store *s);
+
+/* fdb_store.c */
+int fdb_anchor_verify(struct fdb_store *s, uint64_t off);
+
+#endif /* FDB_CACHE_H */
