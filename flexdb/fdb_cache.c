@@ -19,9 +19,9 @@
  * through the tree.  An entry larger than a quarter of the cache is never
  * kept.  Readers build entries from the intervals they read under the
  * shared lock and offer them (fdb_cands); they are attached under the
- * exclusive lock if no change came in between.  Intervals whose pairs are
- * split across extents are defragmented at their next update.  Reads do
- * not ask for rewrites (the paper's access-driven defragmentation): with
+ * exclusive lock if no change came in between.  Intervals scattered over
+ * many extents are rewritten by their next change (fdb_store.c,
+ * ival_scattered).  Reads do not ask for rewrites (the paper's access-driven defragmentation): with
  * thin entries a lookup reads one pair whatever the layout, and rewriting
  * what reads touched made GC move five times the bytes rewritten and
  * stalled read-only workloads (docs/BENCHMARKS.md).
@@ -570,17 +570,6 @@ void fdb_cache_recharge(struct fdb_store *s, struct fdb_cent *c)
 
 /* ---- loading an interval ---------------------------------------------------- */
 
-struct extent_count {
-	uint64_t n;
-};
-
-static int count_extent(void *arg, const struct flextree_extent *e)
-{
-	(void)e;
-	((struct extent_count *)arg)->n++;
-	return 0;
-}
-
 /* Indexes an entry's raw bytes (c->raw, c->size) as the pairs of iv:
  * verifies every checksum, the key order, the bound given by the
  * interval's key and, when known, the pair count. */
@@ -678,26 +667,14 @@ int fdb_ival_read_raw(struct fdb_store *s, const struct fdb_ival *iv, uint64_t o
 	return 0;
 }
 
-/* Reads the interval at off into an entry (cent_index checks it); with
- * `fragmented`, says whether its extents split pairs. */
+/* Reads the interval at off into an entry (cent_index checks it). */
 int fdb_ival_decode(struct fdb_store *s, const struct fdb_ival *iv, uint64_t off,
-		    struct fdb_cent **out, int *fragmented)
+		    struct fdb_cent **out)
 {
 	uint8_t *raw;
 	int rc = fdb_ival_read_raw(s, iv, off, &raw, NULL);
 	if (!rc)
 		rc = fdb_cent_from_raw(iv, raw, iv->size, NULL, out);
-	if (!rc && fragmented) {
-		struct extent_count ec = {0};
-		if (iv->size)
-			flexspace_extents(s->fs, off, iv->size, count_extent, &ec);
-		/* The paper marks an interval once its extents outnumber half its
-		 * pairs; after random inserts every pair is an extent, so with a
-		 * cache smaller than the store that meant rewriting nearly every
-		 * interval loaded (write amplification 8.6 in fillrandom).  Only
-		 * pairs split across extents count as fragmentation here. */
-		*fragmented = ec.n > (uint64_t)(*out)->n + 2;
-	}
 	return rc;
 }
 
@@ -717,14 +694,14 @@ static void ival_counted(struct fdb_store *s, struct fdb_ival *iv, uint32_t n)
 /* Exclusive lock: makes sure iv is cached whole (unless too big to keep,
  * then *tmp holds a private copy the caller frees). */
 int fdb_ival_load(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *iv,
-		  struct fdb_cent **tmp, int *fragmented)
+		  struct fdb_cent **tmp)
 {
 	*tmp = NULL;
 	if (iv->cache && iv->cache->raw)
 		return 0;
 	fdb_cache_drop(s, iv); /* a thin entry: replaced by the whole one */
 	struct fdb_cent *c;
-	int rc = fdb_ival_decode(s, iv, fdb_index_offset(p), &c, fragmented);
+	int rc = fdb_ival_decode(s, iv, fdb_index_offset(p), &c);
 	if (rc)
 		return rc;
 	ival_counted(s, iv, c->n);

@@ -59,10 +59,10 @@ int fdb_cent_splice(struct fdb_cent *c, uint32_t pos, uint32_t del, const uint8_
 void fdb_cent_unmap(struct fdb_cent *c);
 struct fdb_cent *fdb_ival_cent(const struct fdb_ival *iv);
 int fdb_ival_decode(struct fdb_store *s, const struct fdb_ival *iv, uint64_t off,
-		    struct fdb_cent **out, int *fragmented);
+		    struct fdb_cent **out);
 int fdb_ival_keepable(const struct fdb_store *s, uint32_t size);
 int fdb_ival_load(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *iv,
-		  struct fdb_cent **tmp, int *fragmented);
+		  struct fdb_cent **tmp);
 int fdb_ival_read_raw(struct fdb_store *s, const struct fdb_ival *iv, uint64_t off, uint8_t **out,
 		      struct fdb_pmap **map);
 size_t fdb_load_bytes(const size_t *field);

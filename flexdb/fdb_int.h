@@ -248,8 +248,13 @@ struct fdb_ival {
 	 * checksum is checked when the interval is loaded or a lookup ends
 	 * just before it (fdb_store.c). */
 	uint8_t unverified;
+	/* The FlexSpace extents its bytes lie in, at most: exact when last
+	 * counted, raised by every run that changes it, FDB_PIECES_MAX at
+	 * most (fdb_store.c, ival_scattered). */
+	uint8_t pieces;
 };
 #define FDB_COUNT_UNKNOWN UINT32_MAX
+#define FDB_PIECES_MAX 255
 
 struct fdb_index;
 #define FDB_INDEX_MAX_HEIGHT 32

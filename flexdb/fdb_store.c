@@ -29,8 +29,11 @@
 
 /* ---- open: rebuilding the index from the anchors ---------------------------- */
 
+/* The anchors' offsets, and the extents of each interval: pieces[i] for
+ * the interval that starts at anchor i (pieces[0]: at offset 0). */
 struct anchors {
 	uint64_t *off;
+	uint8_t *pieces;
 	size_t n, cap;
 	int err;
 };
@@ -38,19 +41,27 @@ struct anchors {
 static int collect_anchor(void *arg, const struct flextree_extent *e)
 {
 	struct anchors *a = arg;
-	if (e->tag != FDB_ANCHOR || e->loff == 0)
-		return 0;
-	if (a->n == a->cap) {
+	if (a->n + 1 >= a->cap) {
 		size_t cap = a->cap ? a->cap * 2 : 1024;
 		uint64_t *o = realloc(a->off, cap * sizeof(*o));
-		if (!o) {
+		uint8_t *pc = o ? realloc(a->pieces, cap) : NULL;
+		if (o)
+			a->off = o;
+		if (!pc) {
 			a->err = -ENOMEM;
 			return 1;
 		}
-		a->off = o;
+		if (!a->cap)
+			pc[0] = 0;
+		a->pieces = pc;
 		a->cap = cap;
 	}
-	a->off[a->n++] = e->loff;
+	if (e->tag == FDB_ANCHOR && e->loff != 0) {
+		a->off[a->n++] = e->loff;
+		a->pieces[a->n] = 0;
+	}
+	if (a->pieces[a->n] < FDB_PIECES_MAX)
+		a->pieces[a->n]++;
 	return 0;
 }
 
@@ -175,6 +186,7 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 		if (rc)
 			break;
 		iv->size = (uint32_t)(end - off);
+		iv->pieces = a.pieces ? a.pieces[i] : 0;
 		iv->count = size ? FDB_COUNT_UNKNOWN : 0;
 		s->uncounted += size != 0;
 		if ((rc = fdb_index_append(s->index, iv, off)) != 0) {
@@ -187,6 +199,7 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 	s->bytes = size;
 	free(hdr);
 	free(a.off);
+	free(a.pieces);
 	if (!rc)
 		fdb_maps_policy(s);
 	return rc;
@@ -231,9 +244,9 @@ static void run_free(struct fdb_run *r)
 	}
 }
 
-/* Room for one more op and, with rec, one more record, which then goes
- * at r->buf + r->used. */
-static int run_room(struct fdb_run *r, int rec)
+/* Room for one more op and `bytes` more of records, which then go at
+ * r->buf + r->used. */
+static int run_room(struct fdb_run *r, size_t bytes)
 {
 	if (r->n == r->cap) {
 		uint32_t cap = r->cap ? r->cap * 2 : 64;
@@ -243,9 +256,9 @@ static int run_room(struct fdb_run *r, int rec)
 		r->ops = o;
 		r->cap = cap;
 	}
-	if (rec && r->used + FDB_REC_MAX > r->bcap) {
+	if (bytes && r->used + bytes > r->bcap) {
 		size_t cap = r->bcap ? r->bcap * 2 : 64u << 10;
-		while (cap < r->used + FDB_REC_MAX)
+		while (cap < r->used + bytes)
 			cap *= 2;
 		uint8_t *b = realloc(r->buf, cap);
 		if (!b)
@@ -356,6 +369,7 @@ static int ival_split(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival 
 	c->size = at;
 	fdb_cache_recharge(s, c);
 	nv->size = iv->size - at;
+	nv->pieces = iv->pieces = (uint8_t)(iv->pieces / 2 + 1);
 	nv->count = nc->n;
 	iv->size = at;
 	iv->count = m;
@@ -403,6 +417,8 @@ static int ival_maybe_merge(struct fdb_store *s, struct fdb_ipath *p, struct fdb
 		fdb_cache_drop(s, nx);
 	}
 	iv->size += nx->size;
+	iv->pieces = (uint8_t)(iv->pieces + nx->pieces > FDB_PIECES_MAX ? FDB_PIECES_MAX
+									  : iv->pieces + nx->pieces);
 	iv->count += nx->count;
 	fdb_index_remove(s->index, &q);
 	free(nx->key);
@@ -468,7 +484,7 @@ static int run_op(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, 
 		s->keys--;
 		return pos == 0 && c->n > 0 ? set_tag(s, off0, FDB_ANCHOR) : 0;
 	}
-	if ((rc = run_room(r, 1)) != 0)
+	if ((rc = run_room(r, FDB_REC_MAX)) != 0)
 		return rc;
 	uint8_t *rec = r->buf + r->used;
 	size_t rs = fdb_rec_encode(rec, op->key, op->klen, op->val, op->vlen);
@@ -494,6 +510,60 @@ static int run_op(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, 
 	return rc;
 }
 
+static int count_piece(void *arg, const struct flextree_extent *e)
+{
+	(void)e;
+	(*(uint32_t *)arg)++;
+	return 0;
+}
+
+/* Whether iv's bytes lie in more extents than half its pairs (the
+ * paper's mark of a fragmented interval; random puts leave about one
+ * extent per pair).  Every piece is a read of its own when the interval
+ * is loaded, and an extent in the FlexTree, whose leaves take memory and
+ * are rewritten by every tree commit: a store whose tree outgrows its
+ * leaf cache commits its tree far more often.  Rewriting an interval
+ * when it passes the mark costs about one more write of its bytes per
+ * half its pairs changed.  Counted when the estimate says it may be
+ * so. */
+static int ival_scattered(struct fdb_store *s, struct fdb_ival *iv, uint64_t off)
+{
+	uint32_t n = iv->count == FDB_COUNT_UNKNOWN ? 0 : iv->count;
+	if (iv->pieces <= n / 2 + 2 || !iv->size)
+		return 0;
+	uint32_t k = 0;
+	if (flexspace_extents(s->fs, off, iv->size, count_piece, &k) != 0)
+		return 0;
+	iv->pieces = (uint8_t)(k > FDB_PIECES_MAX ? FDB_PIECES_MAX : k);
+	return iv->pieces > n / 2 + 2;
+}
+
+/* After the pairs of a run: a scattered interval gets the run's ops
+ * replaced by one rewrite of its whole new content (size0 bytes at off0
+ * before, the entry's bytes after; space0: the space's size before the
+ * run), which leaves it in one extent.  Otherwise the estimate of its
+ * pieces grows by what the ops may have split. */
+static int run_pieces(struct fdb_store *s, struct fdb_ival *iv, const struct fdb_cent *c,
+		      uint64_t off0, uint32_t size0, uint64_t space0, int rewrite)
+{
+	struct fdb_run *r = s->run;
+	if (!rewrite) {
+		uint32_t p = iv->pieces + 2 * r->n;
+		iv->pieces = (uint8_t)(p > FDB_PIECES_MAX ? FDB_PIECES_MAX : p);
+		return 0;
+	}
+	r->n = 0;
+	r->used = 0;
+	r->size = space0;
+	int rc = run_room(r, c->size);
+	if (rc)
+		return rc;
+	memcpy(r->buf, c->raw, c->size);
+	run_add(r, FLEXSPACE_OP_REPLACE, off0, size0, c->size, 0);
+	iv->pieces = 1;
+	return c->n ? set_tag(s, off0, FDB_ANCHOR) : 0;
+}
+
 static int store_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n, int *done)
 {
 	struct fdb_ipath p;
@@ -503,17 +573,16 @@ static int store_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
 	struct fdb_ipath q = p;
 	const struct fdb_ival *nx = fdb_index_next(&q);
 	struct fdb_cent *tmp;
-	int fragmented = 0;
-	int rc = fdb_ival_load(s, &p, iv, &tmp, &fragmented);
+	int rc = fdb_ival_load(s, &p, iv, &tmp);
 	if (rc)
 		return rc;
 	struct fdb_cent *c = tmp ? tmp : iv->cache;
 	uint64_t off0 = fdb_index_offset(&p);
-	/* Rewrite the interval contiguously (tags are kept), before the run. */
-	if (fragmented && iv->size && (rc = flexspace_defrag(s->fs, off0, iv->size)) != 0)
-		goto out;
+	uint32_t size0 = iv->size;
+	int rewrite = ival_scattered(s, iv, off0);
 	if ((rc = run_open(s)) != 0)
 		goto out;
+	uint64_t space0 = s->run->size;
 	int64_t shift = 0;
 	int deleted = 0, k = 0;
 	for (; k < n && !rc; k++) {
@@ -529,6 +598,8 @@ static int store_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
 	}
 	*done = k;
 	fdb_index_shift(&p, shift);
+	if (!rc)
+		rc = run_pieces(s, iv, c, off0, size0, space0, rewrite);
 	if (!rc && c->n >= 2 && (iv->size > FDB_SPLIT_BYTES || iv->count > FDB_SPLIT_PAIRS))
 		rc = ival_split(s, &p, iv, c);
 	else if (!rc && iv->count == 0 && fdb_index_count(s->index) > 1)
@@ -585,7 +656,7 @@ static int range_edge(struct fdb_store *s, const void *key, uint32_t klen, struc
 	if (!e->iv)
 		return FLEX_ECORRUPT;
 	struct fdb_cent *tmp;
-	int rc = fdb_ival_load(s, &p, e->iv, &tmp, NULL);
+	int rc = fdb_ival_load(s, &p, e->iv, &tmp);
 	if (rc)
 		return rc;
 	/* Only numbers are kept: loading the other edge may evict this
@@ -753,7 +824,7 @@ int fdb_store_check(struct fdb_store *s)
 		if (off != pos)
 			rc = FLEX_ECORRUPT;
 		if (!rc)
-			rc = fdb_ival_decode(s, iv, off, &c, NULL);
+			rc = fdb_ival_decode(s, iv, off, &c);
 		if (!rc && c->n == 0 && fdb_index_count(s->index) > 1)
 			rc = FLEX_ECORRUPT; /* empty intervals are removed */
 		const uint8_t *k0, *v0;
