@@ -705,7 +705,7 @@ int fdb_ival_load(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *iv,
 	if (rc)
 		return rc;
 	ival_counted(s, iv, c->n);
-	atomic_fetch_add(&s->misses, 1);
+	fdb_stat_add(s, FDB_ST_MISSES);
 	if (c->bytes > s->cache_limit / 4) {
 		*tmp = c;
 		return 0;

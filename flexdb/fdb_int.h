@@ -339,6 +339,16 @@ struct fdb_cent {
 	uint8_t map_own;  /* map is an allocation of its own */
 };
 
+/* The counters lookups bump, in stripes 128 bytes apart so that readers on
+ * different threads do not write the same cache line: a thread bumps its
+ * own stripe (fdb_stat_add), fdb_store_cache_counts sums them. */
+enum { FDB_ST_HITS, FDB_ST_THIN_HITS, FDB_ST_THIN_LOCATED, FDB_ST_MISSES, FDB_ST_N };
+#define FDB_STAT_STRIPES 8
+struct fdb_stat_stripe {
+	atomic_ullong v[FDB_ST_N];
+	char pad[128 - FDB_ST_N * sizeof(atomic_ullong)];
+};
+
 struct fdb_store {
 	struct flexspace *fs;
 	struct fdb_index *index;
@@ -368,7 +378,7 @@ struct fdb_store {
 	 * some of it and the index and cache none, so nothing may be read
 	 * through them any more (FLEX_EFAILED); 0 while they agree. */
 	int failed;
-	atomic_ullong hits, thin_hits, thin_located, misses;
+	struct fdb_stat_stripe stat[FDB_STAT_STRIPES]; /* fdb_stat_add */
 	atomic_ullong gen; /* changed by every apply: see fdb_cands */
 	uint8_t *rec; /* scratch for one encoded record */
 	/* The run of changes being worked out (fdb_store.c, "runs"): while
@@ -420,6 +430,9 @@ int fdb_store_reap_due(struct fdb_store *s);
 void fdb_store_reap(struct fdb_store *s);
 /* Shared lock held: the pair count and the intervals not counted yet. */
 void fdb_store_counts(struct fdb_store *s, uint64_t *keys, uint64_t *uncounted);
+/* Any lock: bumps counter `which` (FDB_ST_*); the sums of them. */
+void fdb_stat_add(struct fdb_store *s, int which);
+void fdb_store_cache_counts(struct fdb_store *s, uint64_t out[FDB_ST_N]);
 
 /* Shared lock held.  Returns 0 (found: value copied as flexdb_get does),
  * FLEXDB_NOTFOUND or an error.  A miss offers its interval in cands. */

@@ -11,6 +11,32 @@
 
 #include "fdb_cache.h"
 
+/* ---- counters ------------------------------------------------------------------- */
+
+/* The stripe of the calling thread: threads take stripes in turn. */
+static unsigned stat_stripe(void)
+{
+	static atomic_uint next;
+	static _Thread_local unsigned mine; /* stripe + 1; 0 until taken */
+	if (!mine)
+		mine = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % FDB_STAT_STRIPES + 1;
+	return mine - 1;
+}
+
+void fdb_stat_add(struct fdb_store *s, int which)
+{
+	atomic_fetch_add_explicit(&s->stat[stat_stripe()].v[which], 1, memory_order_relaxed);
+}
+
+void fdb_store_cache_counts(struct fdb_store *s, uint64_t out[FDB_ST_N])
+{
+	for (int k = 0; k < FDB_ST_N; k++) {
+		out[k] = 0;
+		for (int i = 0; i < FDB_STAT_STRIPES; i++)
+			out[k] += atomic_load_explicit(&s->stat[i].v[k], memory_order_relaxed);
+	}
+}
+
 /* ---- reads (shared lock, or exclusive with load) ----------------------------- */
 
 /* Looks key up in an interval's raw bytes without building an entry.
@@ -96,7 +122,7 @@ static int thin_get(struct fdb_store *s, const struct fdb_cent *c, uint64_t off,
 			return -ENOMEM;
 		int rc = fdb_pmap_read(s, c, c->off[i], sz, r);
 		if (!rc)
-			atomic_fetch_add_explicit(&s->thin_located, 1, memory_order_relaxed);
+			fdb_stat_add(s, FDB_ST_THIN_LOCATED);
 		if (rc == -ESTALE) {
 			ssize_t n = flexspace_read(s->fs, r, off + c->off[i], sz);
 			rc = n < 0 ? (int)n : (size_t)n != sz ? FLEX_ECORRUPT : 0;
@@ -154,14 +180,14 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
 		if (!atomic_load_explicit(&c->ref, memory_order_relaxed))
 			atomic_store_explicit(&c->ref, 1, memory_order_relaxed);
 		if (c->raw) {
-			atomic_fetch_add(&s->hits, 1);
+			fdb_stat_add(s, FDB_ST_HITS);
 			return cent_get(c, key, klen, fp, buf, cap, vlen);
 		}
-		atomic_fetch_add(&s->thin_hits, 1);
+		fdb_stat_add(s, FDB_ST_THIN_HITS);
 		return thin_get(s, c, fdb_index_offset(pp), key, klen, fp, buf, cap, vlen);
 	}
 	/* A miss reads the whole interval and offers it to the cache. */
-	atomic_fetch_add(&s->misses, 1);
+	fdb_stat_add(s, FDB_ST_MISSES);
 	uint64_t off = fdb_index_offset(pp);
 	uint8_t *raw;
 	struct fdb_pmap *map = NULL;

@@ -1877,10 +1877,12 @@ int flexdb_stats(struct flexdb *db, struct flexdb_stats *st)
 	st->cache_bytes = __atomic_load_n(&db->store.cache_bytes, __ATOMIC_RELAXED) +
 			  __atomic_load_n(&db->store.grave_bytes, __ATOMIC_RELAXED);
 	pthread_rwlock_unlock(&db->lock);
-	st->cache_hits = atomic_load(&db->store.hits);
-	st->cache_thin_hits = atomic_load(&db->store.thin_hits);
-	st->cache_thin_located = atomic_load(&db->store.thin_located);
-	st->cache_misses = atomic_load(&db->store.misses);
+	uint64_t cc[FDB_ST_N];
+	fdb_store_cache_counts(&db->store, cc);
+	st->cache_hits = cc[FDB_ST_HITS];
+	st->cache_thin_hits = cc[FDB_ST_THIN_HITS];
+	st->cache_thin_located = cc[FDB_ST_THIN_LOCATED];
+	st->cache_misses = cc[FDB_ST_MISSES];
 	st->committer_runs = atomic_load(&db->committer_runs);
 	st->committed_pairs = atomic_load(&db->committed_pairs);
 	st->writer_stalls = atomic_load(&db->writer_stalls);
