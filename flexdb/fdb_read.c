@@ -9,23 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../flextree/flex_brlock.h"
 #include "fdb_cache.h"
 
 /* ---- counters ------------------------------------------------------------------- */
 
-/* The stripe of the calling thread: threads take stripes in turn. */
-static unsigned stat_stripe(void)
-{
-	static atomic_uint next;
-	static _Thread_local unsigned mine; /* stripe + 1; 0 until taken */
-	if (!mine)
-		mine = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % FDB_STAT_STRIPES + 1;
-	return mine - 1;
-}
-
 void fdb_stat_add(struct fdb_store *s, int which)
 {
-	atomic_fetch_add_explicit(&s->stat[stat_stripe()].v[which], 1, memory_order_relaxed);
+	unsigned i = flex_thread_slot() % FDB_STAT_STRIPES;
+	atomic_fetch_add_explicit(&s->stat[i].v[which], 1, memory_order_relaxed);
 }
 
 void fdb_store_cache_counts(struct fdb_store *s, uint64_t out[FDB_ST_N])

@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../flextree/flex_brlock.h"
 #include "../flextree/flex_ident.h"
 #include "../flextree/flex_killpoint.h"
 #include "flexspace_int.h"
@@ -246,7 +247,7 @@ static void fs_free(struct flexspace *fs)
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
 			fs->io->close(fs->io, fds[i]);
-	pthread_rwlock_destroy(&fs->lock);
+	flex_brlock_destroy(&fs->lock);
 	pthread_mutex_destroy(&fs->sync_mu);
 	pthread_mutex_destroy(&fs->change_mu);
 	pthread_mutex_destroy(&fs->ckpt_mu);
@@ -267,13 +268,7 @@ int flexspace_open(const char *dir, const struct flexspace_options *opt, struct 
 	if (!fs)
 		return -ENOMEM;
 	fs->dir_fd = fs->lock_fd = fs->data_fd = fs->log_fd = -1;
-	/* glibc's default rwlock lets a stream of readers starve writers. */
-	pthread_rwlockattr_t la;
-	pthread_rwlockattr_init(&la);
-	pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	int lrc = pthread_rwlock_init(&fs->lock, &la);
-	pthread_rwlockattr_destroy(&la);
-	if (lrc != 0) {
+	if (flex_brlock_init(&fs->lock) != 0) {
 		free(fs);
 		return -ENOMEM;
 	}
@@ -311,7 +306,7 @@ int flexspace_close(struct flexspace *fs)
 
 void fs_excl_lock(struct flexspace *fs)
 {
-	pthread_rwlock_wrlock(&fs->lock);
+	flex_brlock_wrlock(&fs->lock);
 }
 
 /* Every exclusive hold ends here, so the tree's counters readers see
@@ -319,7 +314,7 @@ void fs_excl_lock(struct flexspace *fs)
 void fs_excl_unlock(struct flexspace *fs)
 {
 	flextree_stats(fs->tree, &fs->tree_st);
-	pthread_rwlock_unlock(&fs->lock);
+	flex_brlock_wrunlock(&fs->lock);
 }
 
 /* Takes change_mu (and sync_mu first in a bounded space, where making
@@ -768,11 +763,11 @@ ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len
 {
 	if (!fs || (!buf && len))
 		return -EINVAL;
-	pthread_rwlock_rdlock(&fs->lock);
+	unsigned ls = flex_brlock_rdlock(&fs->lock);
 	uint64_t size = flextree_size(fs->tree);
 	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
 	int rc = n ? fs_read_mapped(fs, buf, off, n, NULL, NULL) : 0;
-	pthread_rwlock_unlock(&fs->lock);
+	flex_brlock_rdunlock(&fs->lock, ls);
 	return rc ? rc : (ssize_t)n;
 }
 
@@ -783,12 +778,12 @@ ssize_t flexspace_read_locate(struct flexspace *fs, void *buf, uint64_t off, siz
 		*nloc = 0;
 	if (!fs || (!buf && len) || !loc || !nloc || !stamp)
 		return -EINVAL;
-	pthread_rwlock_rdlock(&fs->lock);
+	unsigned ls = flex_brlock_rdlock(&fs->lock);
 	uint64_t size = flextree_size(fs->tree);
 	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
 	int rc = n ? fs_read_mapped(fs, buf, off, n, loc, nloc) : 0;
 	*stamp = fs->free_seq;
-	pthread_rwlock_unlock(&fs->lock);
+	flex_brlock_rdunlock(&fs->lock, ls);
 	return rc ? rc : (ssize_t)n;
 }
 
@@ -799,12 +794,12 @@ int flexspace_locate(struct flexspace *fs, uint64_t off, uint64_t len,
 		*nloc = 0;
 	if (!fs || !loc || !nloc || !stamp)
 		return -EINVAL;
-	pthread_rwlock_rdlock(&fs->lock);
+	unsigned ls = flex_brlock_rdlock(&fs->lock);
 	uint64_t size = flextree_size(fs->tree);
 	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
 	ssize_t got = n ? flextree_query(fs->tree, off, n, loc, FLEXSPACE_LOCATE_MAX) : 0;
 	*stamp = fs->free_seq;
-	pthread_rwlock_unlock(&fs->lock);
+	flex_brlock_rdunlock(&fs->lock, ls);
 	if (got < 0)
 		return (int)got;
 	if (got <= FLEXSPACE_LOCATE_MAX) {
@@ -822,9 +817,9 @@ int flexspace_read_located(struct flexspace *fs, void *buf, const struct flextre
 {
 	if (!fs || (!buf && nloc) || (!loc && nloc))
 		return -EINVAL;
-	pthread_rwlock_rdlock(&fs->lock);
+	unsigned ls = flex_brlock_rdlock(&fs->lock);
 	int rc = fs_read_located(fs, buf, loc, nloc, stamp);
-	pthread_rwlock_unlock(&fs->lock);
+	flex_brlock_rdunlock(&fs->lock, ls);
 	return rc;
 }
 
@@ -833,7 +828,7 @@ ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf, siz
 {
 	if (!fs || (!buf && maxlen))
 		return -EINVAL;
-	pthread_rwlock_rdlock(&fs->lock);
+	unsigned ls = flex_brlock_rdlock(&fs->lock);
 	uint64_t size = flextree_size(fs->tree), start = 0, run = 0;
 	int rc = off < size ? flextree_tag_get(fs->tree, off, NULL, &start) : -ERANGE;
 	if (!rc)
@@ -841,7 +836,7 @@ ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf, siz
 	uint64_t n = maxlen < size - start ? maxlen : size - start;
 	if (!rc && n)
 		rc = fs_read_mapped(fs, buf, start, n, NULL, NULL);
-	pthread_rwlock_unlock(&fs->lock);
+	flex_brlock_rdunlock(&fs->lock, ls);
 	if (rc)
 		return rc;
 	if (extent_off)
@@ -855,9 +850,9 @@ int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag, uint64_
 {
 	if (!fs)
 		return -EINVAL;
-	pthread_rwlock_rdlock(&fs->lock);
+	unsigned ls = flex_brlock_rdlock(&fs->lock);
 	int rc = flextree_tag_get(fs->tree, off, tag, extent_off);
-	pthread_rwlock_unlock(&fs->lock);
+	flex_brlock_rdunlock(&fs->lock, ls);
 	return rc;
 }
 
@@ -866,9 +861,9 @@ int flexspace_extents(struct flexspace *fs, uint64_t off, uint64_t len,
 {
 	if (!fs || !fn)
 		return -EINVAL;
-	pthread_rwlock_rdlock(&fs->lock);
+	unsigned ls = flex_brlock_rdlock(&fs->lock);
 	int rc = flextree_scan(fs->tree, off, len, fn, arg);
-	pthread_rwlock_unlock(&fs->lock);
+	flex_brlock_rdunlock(&fs->lock, ls);
 	return rc;
 }
 
@@ -876,9 +871,9 @@ uint64_t flexspace_size(struct flexspace *fs)
 {
 	if (!fs)
 		return 0;
-	pthread_rwlock_rdlock(&fs->lock);
+	unsigned ls = flex_brlock_rdlock(&fs->lock);
 	uint64_t size = flextree_size(fs->tree);
-	pthread_rwlock_unlock(&fs->lock);
+	flex_brlock_rdunlock(&fs->lock, ls);
 	return size;
 }
 
@@ -886,13 +881,13 @@ int flexspace_check(struct flexspace *fs)
 {
 	if (!fs)
 		return -EINVAL;
-	pthread_rwlock_rdlock(&fs->lock);
+	unsigned ls = flex_brlock_rdlock(&fs->lock);
 	int rc = flextree_check(fs->tree);
 	if (!rc)
 		rc = fs_check_segments(fs);
 	if (!rc && (fs->fill > fs->seg_size || fs->flushed > fs->fill))
 		rc = FLEX_ECORRUPT;
-	pthread_rwlock_unlock(&fs->lock);
+	flex_brlock_rdunlock(&fs->lock, ls);
 	return rc;
 }
 
@@ -900,7 +895,7 @@ int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
 {
 	if (!fs || !st)
 		return -EINVAL;
-	pthread_rwlock_rdlock(&fs->lock);
+	unsigned ls = flex_brlock_rdlock(&fs->lock);
 	*st = fs->st;
 	st->size = fs->tree_st.size;
 	st->extents = fs->tree_st.extents;
@@ -920,6 +915,6 @@ int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
 	 * last phase, fs_log_reset after the commit). */
 	st->sync_version = fs->log_base;
 	st->sync_batches = fs->log_durable - 1;
-	pthread_rwlock_unlock(&fs->lock);
+	flex_brlock_rdunlock(&fs->lock, ls);
 	return 0;
 }

@@ -14,10 +14,12 @@
  *              durability work except while it waits for the disk: it
  *              gives its holder the tree, the segment table and the log
  *              buffer without excluding readers.
- *   lock       the rwlock readers take shared.  Its holder of change_mu
- *              takes it exclusive only while it changes what readers look
- *              at (the tree, the segment buffer and its bounds, the
- *              mapping's end, the statistics, the segment table): never
+ *   lock       the rwlock readers take shared (striped, flex_brlock.h:
+ *              readers on two threads write no common line).  Its holder
+ *              of change_mu takes it exclusive only while it changes
+ *              what readers look at (the tree, the segment buffer and
+ *              its bounds, the mapping's end, the statistics, the
+ *              segment table): never
  *              across an fdatasync, and never across a tree commit, which
  *              only writes out node images (flextree_commit changes no
  *              field a lookup reads).
@@ -51,6 +53,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "../flextree/flex_brlock.h"
 #include "flexspace.h"
 #include "flextree.h"
 
@@ -81,7 +84,7 @@ struct fs_rec {
 };
 
 struct flexspace {
-	pthread_rwlock_t lock;
+	struct flex_brlock lock; /* readers take their thread's stripe */
 	pthread_mutex_t sync_mu;
 	pthread_mutex_t change_mu;
 	int defer_maintenance; /* the option: changes leave it to flexspace_maintain */
