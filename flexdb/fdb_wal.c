@@ -44,8 +44,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "../flextree/flex_ckpt.h"
-#include "../flextree/flex_killpoint.h"
+#include "../common/flex_ckpt.h"
+#include "../common/flex_killpoint.h"
 #include "fdb_int.h"
 
 #define WAL_MAGIC "FLEXWAL1"

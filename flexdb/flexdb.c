@@ -51,9 +51,9 @@
 #include <unistd.h>
 
 #include "../flexspace/fs_ckpt.h"
-#include "../flextree/flex_ckpt.h"
-#include "../flextree/flex_ident.h"
-#include "../flextree/flex_killpoint.h"
+#include "../common/flex_ckpt.h"
+#include "../common/flex_ident.h"
+#include "../common/flex_killpoint.h"
 #include "fdb_int.h"
 
 #define FDB_COMMIT_CHUNK 1000

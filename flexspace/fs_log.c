@@ -30,7 +30,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "../flextree/flex_killpoint.h"
+#include "../common/flex_killpoint.h"
 #include "flexspace_int.h"
 
 #define LOG_MAGIC "FLEXLOG1"

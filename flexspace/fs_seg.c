@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../flextree/flex_killpoint.h"
+#include "../common/flex_killpoint.h"
 #include "flexspace_int.h"
 
 static int fs_grow_segments(struct flexspace *fs, uint32_t want)

@@ -33,7 +33,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "flex_killpoint.h"
+#include "../common/flex_killpoint.h"
 #include "flextree_int.h"
 
 #define FT_SLOT 4096u

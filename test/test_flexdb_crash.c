@@ -405,7 +405,7 @@ static int kp_has(char names[][128], int n, const char *name)
  * source tree (make test runs from it); skipped elsewhere. */
 Test(flexdb_crash, kill_point_table_matches_sources_and_docs)
 {
-	static const char *const srcs[] = {"flextree/flex_ident.c",
+	static const char *const srcs[] = {"common/flex_ident.c",
 					   "flextree/flextree_file.c", "flexspace/flexspace.c",
 					   "flexspace/fs_log.c",       "flexspace/fs_seg.c",
 					   "flexspace/fs_ckpt.c",      "flexdb/fdb_wal.c",
