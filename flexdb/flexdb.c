@@ -439,9 +439,9 @@ static int batch_add(struct flexdb_batch *b, uint8_t op, const void *key, size_t
 	}
 	uint8_t *p = b->buf + b->len;
 	*p++ = op;
-	p += fdb_varint_put(p, (uint32_t)klen);
+	p += flex_varint_put(p, (uint32_t)klen);
 	if (op != FDB_OP_DEL)
-		p += fdb_varint_put(p, (uint32_t)vlen);
+		p += flex_varint_put(p, (uint32_t)vlen);
 	if (klen)
 		memcpy(p, key, klen);
 	p += klen;
@@ -451,7 +451,7 @@ static int batch_add(struct flexdb_batch *b, uint8_t op, const void *key, size_t
 	b->len = (size_t)(p - b->buf);
 	b->count++;
 	b->nranges += op == FDB_OP_DEL_RANGE;
-	memcpy(b->buf, &b->count, 4);
+	flex_put_le32(b->buf, b->count);
 	return 0;
 }
 
@@ -1354,10 +1354,9 @@ static int replay_flush(struct replay *r)
 static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t len)
 {
 	struct replay *r = arg;
-	uint32_t count;
 	if (len < 4)
 		return FLEX_ECORRUPT;
-	memcpy(&count, payload, 4);
+	uint32_t count = flex_get_le32(payload);
 	size_t pos = 0;
 	struct fdb_batch_op op;
 	int more, rc = 0;

@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../common/flex_codec.h"
 #include "../common/flex_killpoint.h"
 #include "flextree_int.h"
 
@@ -52,36 +53,6 @@ _Static_assert(FT_NODE_HDR + FT_LEAF_CAP * FT_LEAF_ENTRY <= FT_SLOT, "leaf fits 
 _Static_assert(FT_NODE_HDR + FT_INTERNAL_CAP * FT_PIVOT +
 			       (FT_INTERNAL_CAP + 1) * FT_CHILD_ENTRY <= FT_SLOT,
 	       "internal node fits a slot");
-
-/* ---- little-endian encoding --------------------------------------------- */
-
-static inline void put_u16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-static inline void put_u32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void put_u64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint16_t get_u16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-static inline uint32_t get_u32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static inline uint64_t get_u64(const uint8_t *p)
-{
-	return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
 
 /* Checksum of a slot image with its checksum field (at csum_at) zeroed. */
 static uint64_t ft_slot_csum(uint8_t *buf, unsigned csum_at)
@@ -128,18 +99,18 @@ static void ft_header_encode(const struct ft_header *h, uint8_t *buf)
 {
 	memset(buf, 0, FT_SLOT);
 	memcpy(buf + H_MAGIC, FT_MAGIC, 8);
-	put_u32(buf + H_FORMAT, FT_FORMAT);
-	put_u32(buf + H_SLOT, FT_SLOT);
-	put_u64(buf + H_VERSION, h->version);
-	put_u32(buf + H_ROOT, h->root_slot);
-	put_u32(buf + H_HEIGHT, h->height);
-	put_u64(buf + H_ROOT_CSUM, h->root_csum);
-	put_u64(buf + H_SIZE, h->size);
-	put_u64(buf + H_EXTENTS, h->extents);
-	put_u32(buf + H_NSLOTS, h->nslots);
-	put_u64(buf + H_LEAVES, h->leaves);
-	put_u64(buf + H_INTERNALS, h->internals);
-	put_u64(buf + H_CSUM, ft_slot_csum(buf, H_CSUM));
+	flex_put_le32(buf + H_FORMAT, FT_FORMAT);
+	flex_put_le32(buf + H_SLOT, FT_SLOT);
+	flex_put_le64(buf + H_VERSION, h->version);
+	flex_put_le32(buf + H_ROOT, h->root_slot);
+	flex_put_le32(buf + H_HEIGHT, h->height);
+	flex_put_le64(buf + H_ROOT_CSUM, h->root_csum);
+	flex_put_le64(buf + H_SIZE, h->size);
+	flex_put_le64(buf + H_EXTENTS, h->extents);
+	flex_put_le32(buf + H_NSLOTS, h->nslots);
+	flex_put_le64(buf + H_LEAVES, h->leaves);
+	flex_put_le64(buf + H_INTERNALS, h->internals);
+	flex_put_le64(buf + H_CSUM, ft_slot_csum(buf, H_CSUM));
 }
 
 /* Returns 0 for a valid header, FLEX_EVERSION for a sound header of
@@ -148,19 +119,19 @@ static int ft_header_decode(uint8_t *buf, struct ft_header *h)
 {
 	if (memcmp(buf + H_MAGIC, FT_MAGIC, 8) != 0)
 		return FLEX_ECORRUPT;
-	if (get_u64(buf + H_CSUM) != ft_slot_csum(buf, H_CSUM))
+	if (flex_get_le64(buf + H_CSUM) != ft_slot_csum(buf, H_CSUM))
 		return FLEX_ECORRUPT;
-	if (get_u32(buf + H_FORMAT) != FT_FORMAT || get_u32(buf + H_SLOT) != FT_SLOT)
+	if (flex_get_le32(buf + H_FORMAT) != FT_FORMAT || flex_get_le32(buf + H_SLOT) != FT_SLOT)
 		return FLEX_EVERSION;
-	h->version = get_u64(buf + H_VERSION);
-	h->root_slot = get_u32(buf + H_ROOT);
-	h->height = get_u32(buf + H_HEIGHT);
-	h->root_csum = get_u64(buf + H_ROOT_CSUM);
-	h->size = get_u64(buf + H_SIZE);
-	h->extents = get_u64(buf + H_EXTENTS);
-	h->nslots = get_u32(buf + H_NSLOTS);
-	h->leaves = get_u64(buf + H_LEAVES);
-	h->internals = get_u64(buf + H_INTERNALS);
+	h->version = flex_get_le64(buf + H_VERSION);
+	h->root_slot = flex_get_le32(buf + H_ROOT);
+	h->height = flex_get_le32(buf + H_HEIGHT);
+	h->root_csum = flex_get_le64(buf + H_ROOT_CSUM);
+	h->size = flex_get_le64(buf + H_SIZE);
+	h->extents = flex_get_le64(buf + H_EXTENTS);
+	h->nslots = flex_get_le32(buf + H_NSLOTS);
+	h->leaves = flex_get_le64(buf + H_LEAVES);
+	h->internals = flex_get_le64(buf + H_INTERNALS);
 	if (h->height == 0 || h->height > FT_MAX_HEIGHT || h->root_slot < 2 ||
 	    h->size > FLEXTREE_MAX_SIZE)
 		return FLEX_ECORRUPT;
@@ -184,31 +155,31 @@ static uint64_t ft_node_encode(const struct ft_node *n, unsigned level, uint32_t
 			       uint64_t version, uint8_t *buf)
 {
 	memset(buf, 0, FT_SLOT);
-	put_u32(buf + N_MAGIC, n->leaf ? FT_LEAF_MAGIC : FT_INTERNAL_MAGIC);
-	put_u16(buf + N_COUNT, n->count);
+	flex_put_le32(buf + N_MAGIC, n->leaf ? FT_LEAF_MAGIC : FT_INTERNAL_MAGIC);
+	flex_put_le16(buf + N_COUNT, n->count);
 	buf[N_LEVEL] = (uint8_t)level;
-	put_u32(buf + N_SLOT, slot);
-	put_u64(buf + N_VERSION, version);
+	flex_put_le32(buf + N_SLOT, slot);
+	flex_put_le64(buf + N_VERSION, version);
 	uint8_t *p = buf + FT_NODE_HDR;
 	if (n->leaf) {
 		const struct ft_leaf *l = (const struct ft_leaf *)n;
 		for (int j = 0; j < l->h.count; j++, p += FT_LEAF_ENTRY) {
-			put_u64(p, l->b->loff[j]);
-			put_u64(p + 8, l->b->pt[j]);
-			put_u32(p + 16, l->b->len[j]);
+			flex_put_le64(p, l->b->loff[j]);
+			flex_put_le64(p + 8, l->b->pt[j]);
+			flex_put_le32(p + 16, l->b->len[j]);
 		}
 	} else {
 		const struct ft_internal *in = (const struct ft_internal *)n;
 		for (int j = 0; j < in->h.count; j++, p += FT_PIVOT)
-			put_u64(p, (uint64_t)in->pivot[j]);
+			flex_put_le64(p, (uint64_t)in->pivot[j]);
 		for (int j = 0; j <= in->h.count; j++, p += FT_CHILD_ENTRY) {
-			put_u64(p, (uint64_t)in->shift[j]);
-			put_u32(p + 8, in->child[j]->slot);
-			put_u64(p + 12, in->child[j]->csum);
+			flex_put_le64(p, (uint64_t)in->shift[j]);
+			flex_put_le32(p + 8, in->child[j]->slot);
+			flex_put_le64(p + 12, in->child[j]->csum);
 		}
 	}
 	uint64_t h = ft_slot_csum(buf, N_CSUM);
-	put_u64(buf + N_CSUM, h);
+	flex_put_le64(buf + N_CSUM, h);
 	return h;
 }
 
@@ -452,12 +423,12 @@ struct ft_loader {
 static int ft_node_verify(uint8_t *buf, uint32_t slot, uint64_t csum, unsigned level,
 			  uint64_t version)
 {
-	if (get_u64(buf + N_CSUM) != csum || ft_slot_csum(buf, N_CSUM) != csum)
+	if (flex_get_le64(buf + N_CSUM) != csum || ft_slot_csum(buf, N_CSUM) != csum)
 		return FLEX_ECORRUPT;
-	uint32_t magic = get_u32(buf + N_MAGIC);
-	unsigned count = get_u16(buf + N_COUNT);
-	if (buf[N_LEVEL] != level || get_u32(buf + N_SLOT) != slot ||
-	    get_u64(buf + N_VERSION) > version)
+	uint32_t magic = flex_get_le32(buf + N_MAGIC);
+	unsigned count = flex_get_le16(buf + N_COUNT);
+	if (buf[N_LEVEL] != level || flex_get_le32(buf + N_SLOT) != slot ||
+	    flex_get_le64(buf + N_VERSION) > version)
 		return FLEX_ECORRUPT;
 	if (level == 0 ? magic != FT_LEAF_MAGIC || count > FT_LEAF_CAP
 		       : magic != FT_INTERNAL_MAGIC || count > FT_INTERNAL_CAP)
@@ -487,9 +458,9 @@ int ft_file_read_leaf(const struct flextree *t, const struct ft_leaf_src *src,
 	const uint8_t *p = buf + FT_NODE_HDR;
 	uint64_t pos = sp->lo;
 	for (int j = 0; j < n; j++, p += FT_LEAF_ENTRY) {
-		b->loff[j] = get_u64(p);
-		b->pt[j] = get_u64(p + 8);
-		b->len[j] = get_u32(p + 16);
+		b->loff[j] = flex_get_le64(p);
+		b->pt[j] = flex_get_le64(p + 8);
+		b->len[j] = flex_get_le32(p + 16);
 		uint64_t poff = ft_pt_poff(b->pt[j]);
 		if (b->len[j] == 0 || b->loff[j] > FT_PARTIAL_MAX ||
 		    (uint64_t)sp->base + b->loff[j] != pos || pos >= sp->hi ||
@@ -538,14 +509,14 @@ static int ft_load_node(struct ft_loader *ld, uint32_t slot, uint64_t csum, unsi
 		 * a failure are skipped when the partial tree is freed. */
 		in->h.count = (uint16_t)count;
 		for (int j = 0; j < count; j++, p += FT_PIVOT)
-			in->pivot[j] = (int64_t)get_u64(p);
+			in->pivot[j] = (int64_t)flex_get_le64(p);
 		for (int j = 0; j <= count; j++)
 			in->child[j] = NULL;
 		/* This level's buffer is reused only by deeper levels, so the
 		 * child table stays readable while the children load. */
 		for (int j = 0; j <= count; j++, p += FT_CHILD_ENTRY) {
-			in->shift[j] = (int64_t)get_u64(p);
-			rc = ft_load_node(ld, get_u32(p + 8), get_u64(p + 12), level - 1,
+			in->shift[j] = (int64_t)flex_get_le64(p);
+			rc = ft_load_node(ld, flex_get_le32(p + 8), flex_get_le64(p + 12), level - 1,
 					  &in->child[j]);
 			if (rc)
 				return rc;
