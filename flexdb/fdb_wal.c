@@ -46,6 +46,7 @@
 
 #include "../common/flex_ckpt.h"
 #include "../common/flex_killpoint.h"
+#include "../common/flex_vec.h"
 #include "fdb_int.h"
 
 #define WAL_MAGIC "FLEXWAL1"
@@ -237,16 +238,11 @@ int fdb_wal_list(const char *dir, uint64_t **gens, size_t *n)
 		uint64_t g = strtoull(e->d_name + 4, &end, 16);
 		if (*end)
 			continue;
-		if (*n == cap) {
-			cap = cap ? cap * 2 : 8;
-			uint64_t *p = realloc(*gens, cap * sizeof(*p));
-			if (!p) {
-				closedir(d);
-				free(*gens);
-				*gens = NULL;
-				return -ENOMEM;
-			}
-			*gens = p;
+		if (flex_vec_reserve(gens, &cap, *n + 1, 8)) {
+			closedir(d);
+			free(*gens);
+			*gens = NULL;
+			return -ENOMEM;
 		}
 		(*gens)[(*n)++] = g;
 	}

@@ -35,6 +35,7 @@
 
 #include "../common/flex_codec.h"
 #include "../common/flex_killpoint.h"
+#include "../common/flex_vec.h"
 #include "flextree_int.h"
 
 #define FT_SLOT 4096u
@@ -185,17 +186,11 @@ static uint64_t ft_node_encode(const struct ft_node *n, unsigned level, uint32_t
 
 /* ---- slot allocation ---------------------------------------------------- */
 
-static int ft_push(uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t v)
+static int ft_free_push(struct flextree *t, uint32_t slot)
 {
-	if (*n == *cap) {
-		uint32_t c = *cap ? *cap * 2 : 64;
-		uint32_t *p = realloc(*arr, (size_t)c * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		*arr = p;
-		*cap = c;
-	}
-	(*arr)[(*n)++] = v;
+	if (flex_vec_reserve(&t->free_slots, &t->free_cap, (size_t)t->nfree + 1, 64))
+		return -ENOMEM;
+	t->free_slots[t->nfree++] = slot;
 	return 0;
 }
 
@@ -228,7 +223,8 @@ struct ft_writer {
 	 * be evicted and read back from its slot, so none is marked clean
 	 * before its image is written (ft_mark_clean). */
 	struct ft_node **done;
-	uint32_t ndone, capdone;
+	uint32_t ndone;
+	size_t capdone;
 	uint8_t *buf; /* FT_BATCH slots */
 	struct flex_iovec iov[FT_BATCH];
 	int n;
@@ -247,19 +243,6 @@ static int ft_writer_flush(struct ft_writer *w)
 	return 0;
 }
 
-static int ft_push_node(struct ft_node ***v, uint32_t *n, uint32_t *cap, struct ft_node *x)
-{
-	if (*n == *cap) {
-		uint32_t c = *cap ? 2 * *cap : 256;
-		struct ft_node **nv = realloc(*v, (size_t)c * sizeof(**v));
-		if (!nv)
-			return -ENOMEM;
-		*v = nv;
-		*cap = c;
-	}
-	(*v)[(*n)++] = x;
-	return 0;
-}
 
 /* Writes the dirty nodes below and including n, children first, each to a
  * fresh slot; the old slot is released for reuse after this commit. */
@@ -287,8 +270,9 @@ static int ft_commit_node(struct ft_writer *w, struct ft_node *n, unsigned level
 	w->iov[w->n++] = (struct flex_iovec){.buf = buf, .len = FT_SLOT, .off = (uint64_t)slot * FT_SLOT};
 	/* A dirty leaf stays resident, so no reader loads it from its slot:
 	 * the slot and checksum may change under readers; `dirty` may not. */
-	if (ft_push_node(&w->done, &w->ndone, &w->capdone, n))
+	if (flex_vec_reserve(&w->done, &w->capdone, (size_t)w->ndone + 1, 256))
 		return -ENOMEM;
+	w->done[w->ndone++] = n;
 	ft_release_slot(t, n);
 	n->slot = slot;
 	n->csum = csum;
@@ -342,7 +326,7 @@ static int ft_write_header(struct flextree *t, uint64_t version)
 static void ft_recycle(struct flextree *t)
 {
 	for (uint32_t i = 0; i < t->npending; i++)
-		if (ft_push(&t->free_slots, &t->nfree, &t->free_cap, t->pending[i]))
+		if (ft_free_push(t, t->pending[i]))
 			break; /* leaked until the next open; harmless */
 	t->npending = 0;
 	if (t->nfree > 1)
@@ -647,7 +631,7 @@ int ft_file_open(struct flextree *t, const char *path, const struct flextree_opt
 	}
 	for (uint32_t s = t->nslots; rc == 0 && s-- > 2;)
 		if (!(ld.used[s / 8] & (1u << (s % 8))))
-			rc = ft_push(&t->free_slots, &t->nfree, &t->free_cap, s);
+			rc = ft_free_push(t, s);
 	free(ld.used);
 	free(buf);
 	return rc;
