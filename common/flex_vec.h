@@ -23,8 +23,7 @@
 
 /* pp is the address of the caller's T * (any T): it is read and written
  * through memcpy, because accessing a T * as a void * is not allowed. */
-static inline int flex_vec_reserve_(void *pp, size_t *cap, size_t want, size_t elem,
-				    size_t first)
+static inline int flex_vec_reserve_(void *pp, size_t *cap, size_t want, size_t elem, size_t first)
 {
 	if (want <= *cap)
 		return 0;

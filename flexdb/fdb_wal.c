@@ -316,15 +316,16 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 		return newest ? 0 : FLEX_ECORRUPT;
 	}
 	/* Format 1: checksum of [0, 24) at 24; later ones: of [0, 56) at 56. */
-	int sound =
-	    format == 1 ? flex_get_le64(h + 24) == XXH3_64bits(h, 24) : flex_get_le64(h + 56) == XXH3_64bits(h, 56);
+	int sound = format == 1 ? flex_get_le64(h + 24) == XXH3_64bits(h, 24)
+				: flex_get_le64(h + 56) == XXH3_64bits(h, 56);
 	if (!rc && (memcmp(h, WAL_MAGIC, 8) || !sound || flex_get_le64(h + 16) != gen))
 		rc = FLEX_ECORRUPT;
 	if (!rc && format != 1 && format != WAL_FORMAT)
 		rc = FLEX_EVERSION;
 	/* The FlexSpace had reached this point when the file was created. */
 	if (!rc && format >= 2 &&
-	    (flex_get_le64(h + 24) > space[0] || (flex_get_le64(h + 24) == space[0] && flex_get_le64(h + 32) > space[1])))
+	    (flex_get_le64(h + 24) > space[0] ||
+	     (flex_get_le64(h + 24) == space[0] && flex_get_le64(h + 32) > space[1])))
 		rc = FLEX_ECORRUPT;
 	uint64_t off = format == 1 ? WAL_HDR1 : WAL_RECORDS;
 	/* Between the header and the first record there is only the mark,

@@ -159,7 +159,8 @@ static int log_read_seal(struct flexspace *fs, uint64_t base, uint64_t *seq)
 	int rc = flex_io_read_full(fs->io, fs->log_fd, b, SEAL_BYTES, seal_off(base));
 	if (rc)
 		return rc == -ENODATA ? 0 : rc;
-	if (flex_get_le32(b) == SEAL_MAGIC && flex_get_le64(b + 16) == base && flex_get_le64(b + 24) == XXH3_64bits(b, 24))
+	if (flex_get_le32(b) == SEAL_MAGIC && flex_get_le64(b + 16) == base &&
+	    flex_get_le64(b + 24) == XXH3_64bits(b, 24))
 		*seq = flex_get_le64(b + 8);
 	return 0;
 }
@@ -177,8 +178,9 @@ static int log_batch_at(struct flexspace *fs, uint64_t off, uint64_t size, uint6
 	if (rc)
 		return rc == -ENODATA ? 0 : rc;
 	uint32_t n = flex_get_le32(hdr + 4);
-	if (flex_get_le32(hdr) != BATCH_MAGIC || flex_get_le64(hdr + 8) != seq || flex_get_le64(hdr + 16) != base ||
-	    n == 0 || (uint64_t)n * REC_BYTES > size - off - BATCH_HDR)
+	if (flex_get_le32(hdr) != BATCH_MAGIC || flex_get_le64(hdr + 8) != seq ||
+	    flex_get_le64(hdr + 16) != base || n == 0 ||
+	    (uint64_t)n * REC_BYTES > size - off - BATCH_HDR)
 		return 0;
 	size_t bytes = BATCH_HDR + (size_t)n * REC_BYTES;
 	uint8_t *b = malloc(bytes);

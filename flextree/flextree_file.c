@@ -243,7 +243,6 @@ static int ft_writer_flush(struct ft_writer *w)
 	return 0;
 }
 
-
 /* Writes the dirty nodes below and including n, children first, each to a
  * fresh slot; the old slot is released for reuse after this commit. */
 static int ft_commit_node(struct ft_writer *w, struct ft_node *n, unsigned level)
@@ -500,8 +499,8 @@ static int ft_load_node(struct ft_loader *ld, uint32_t slot, uint64_t csum, unsi
 		 * child table stays readable while the children load. */
 		for (int j = 0; j <= count; j++, p += FT_CHILD_ENTRY) {
 			in->shift[j] = (int64_t)flex_get_le64(p);
-			rc = ft_load_node(ld, flex_get_le32(p + 8), flex_get_le64(p + 12), level - 1,
-					  &in->child[j]);
+			rc = ft_load_node(ld, flex_get_le32(p + 8), flex_get_le64(p + 12),
+					  level - 1, &in->child[j]);
 			if (rc)
 				return rc;
 		}

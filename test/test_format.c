@@ -340,7 +340,7 @@ Test(format, flexdb_pair_bytes_match_the_doc)
 	cr_assert_eq(memcmp(val, "v", 1), 0);
 	/* The checksum's bytes reversed (a big-endian writer's) are damage. */
 	static const uint8_t swapped[] = {0x02, 0x01, 0x6b, 0x31, 0x76, 0xb4, 0x1a, 0xdc, 0xee};
-	cr_assert_eq(fdb_rec_decode(swapped, swapped + sizeof(swapped), &size, &key, &klen, &val,
-				    &vlen),
-		     FLEX_ECORRUPT);
+	cr_assert_eq(
+	    fdb_rec_decode(swapped, swapped + sizeof(swapped), &size, &key, &klen, &val, &vlen),
+	    FLEX_ECORRUPT);
 }
