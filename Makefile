@@ -45,7 +45,7 @@ endif
 ALL_LDFLAGS := $(SANLDFLAGS) $(LDFLAGS)
 
 # ---- sources ---------------------------------------------------------------
-FLEXTREE_SRC  := $(wildcard flextree/*.c)
+FLEXTREE_SRC  := $(wildcard flextree/*.c common/*.c)
 FLEXSPACE_SRC := $(wildcard flexspace/*.c)
 FLEXDB_SRC    := $(wildcard flexdb/*.c)
 TEST_SRC      := $(wildcard test/test_*.c)

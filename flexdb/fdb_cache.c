@@ -286,8 +286,8 @@ void fdb_cent_pair(const struct fdb_cent *c, uint32_t i, const uint8_t **key, ui
 		   const uint8_t **val, uint32_t *vlen, uint32_t *size)
 {
 	const uint8_t *p = c->raw + c->off[i];
-	size_t a = fdb_varint_get(p, c->raw + c->size, klen);
-	size_t b = fdb_varint_get(p + a, c->raw + c->size, vlen);
+	size_t a = flex_varint_get(p, c->raw + c->size, klen);
+	size_t b = flex_varint_get(p + a, c->raw + c->size, vlen);
 	*key = p + a + b;
 	*val = *key + *klen;
 	*size = (i + 1 < c->n ? c->off[i + 1] : c->size) - c->off[i];

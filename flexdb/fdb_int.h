@@ -33,6 +33,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "../common/flex_codec.h"
 #include "flexdb.h"
 
 /* Helgrind sees pthread locks but not C11 atomics.  The `make helgrind`
@@ -56,22 +57,10 @@
 /* ---- records (fdb_record.c) ----------------------------------------------- */
 
 /* A pair in the FlexSpace: varint klen, varint vlen, key, value, and a
- * 4-byte checksum (low half of XXH3-64 over everything before it). */
-#define FDB_REC_MAX (10 + FLEXDB_MAX_KEY + FLEXDB_MAX_VALUE + 4)
+ * 4-byte little-endian checksum (low half of XXH3-64 over everything
+ * before it). */
+#define FDB_REC_MAX (2 * FLEX_VARINT_MAX + FLEXDB_MAX_KEY + FLEXDB_MAX_VALUE + 4)
 
-size_t fdb_varint_put(uint8_t *p, uint32_t v);
-/* Decodes a varint of at most 5 bytes from [p, end); 0 on damage.  Inline
- * for the one-byte case (lengths below 128), which scans decode twice per
- * pair. */
-size_t fdb_varint_get_slow(const uint8_t *p, const uint8_t *end, uint32_t *v);
-static inline size_t fdb_varint_get(const uint8_t *p, const uint8_t *end, uint32_t *v)
-{
-	if (p < end && *p < 0x80) {
-		*v = *p;
-		return 1;
-	}
-	return fdb_varint_get_slow(p, end, v);
-}
 size_t fdb_rec_size(uint32_t klen, uint32_t vlen);
 size_t fdb_rec_encode(uint8_t *out, const void *key, uint32_t klen, const void *val,
 		      uint32_t vlen);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../flextree/flex_brlock.h"
+#include "../common/flex_brlock.h"
 #include "fdb_cache.h"
 
 /* ---- counters ------------------------------------------------------------------- */

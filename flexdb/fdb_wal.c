@@ -44,8 +44,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "../flextree/flex_ckpt.h"
-#include "../flextree/flex_killpoint.h"
+#include "../common/flex_ckpt.h"
+#include "../common/flex_killpoint.h"
+#include "../common/flex_vec.h"
 #include "fdb_int.h"
 
 #define WAL_MAGIC "FLEXWAL1"
@@ -60,27 +61,6 @@
 #define MARK_MAGIC 0x31535746u /* "FWS1" */
 #define REC_MAGIC 0x31525746u /* "FWR1" */
 #define REC_HDR 24u
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	memcpy(p, &v, 4);
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-	memcpy(p, &v, 8);
-}
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
-}
 
 /* The sequence number seeds the checksum, so it is covered too. */
 static uint64_t rec_csum(uint64_t seq, const uint8_t *payload, size_t len)
@@ -106,11 +86,11 @@ int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64
 	}
 	uint8_t h[WAL_HDR] = {0};
 	memcpy(h, WAL_MAGIC, 8);
-	put32(h + 8, WAL_FORMAT);
-	put64(h + 16, gen);
-	put64(h + 24, space[0]);
-	put64(h + 32, space[1]);
-	put64(h + 56, XXH3_64bits(h, 56));
+	flex_put_le32(h + 8, WAL_FORMAT);
+	flex_put_le64(h + 16, gen);
+	flex_put_le64(h + 24, space[0]);
+	flex_put_le64(h + 32, space[1]);
+	flex_put_le64(h + 56, XXH3_64bits(h, 56));
 	int rc = flex_io_write_full(io, w->fd, h, WAL_HDR, 0);
 	/* The file must exist durably before any record in it is relied on. */
 	if (!rc) {
@@ -144,10 +124,10 @@ int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size
 	uint8_t *b = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
 	if (!b)
 		return -ENOMEM;
-	put32(b, REC_MAGIC);
-	put32(b + 4, (uint32_t)len);
-	put64(b + 8, seq);
-	put64(b + 16, rec_csum(seq, payload, len));
+	flex_put_le32(b, REC_MAGIC);
+	flex_put_le32(b + 4, (uint32_t)len);
+	flex_put_le64(b + 8, seq);
+	flex_put_le64(b + 16, rec_csum(seq, payload, len));
 	memcpy(b + REC_HDR, payload, len);
 	int rc = flex_io_write_full(w->io, w->fd, b, total, atomic_load(&w->size));
 	if (b != stackbuf)
@@ -164,10 +144,10 @@ int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size
 static void mark_encode(uint8_t *m, uint64_t gen, uint64_t seq)
 {
 	memset(m, 0, WAL_MARK_BYTES);
-	put32(m, MARK_MAGIC);
-	put64(m + 8, gen);
-	put64(m + 16, seq);
-	put64(m + 24, XXH3_64bits(m, 24));
+	flex_put_le32(m, MARK_MAGIC);
+	flex_put_le64(m + 8, gen);
+	flex_put_le64(m + 16, seq);
+	flex_put_le64(m + 24, XXH3_64bits(m, 24));
 }
 
 int fdb_wal_sync(struct fdb_wal *w)
@@ -258,16 +238,11 @@ int fdb_wal_list(const char *dir, uint64_t **gens, size_t *n)
 		uint64_t g = strtoull(e->d_name + 4, &end, 16);
 		if (*end)
 			continue;
-		if (*n == cap) {
-			cap = cap ? cap * 2 : 8;
-			uint64_t *p = realloc(*gens, cap * sizeof(*p));
-			if (!p) {
-				closedir(d);
-				free(*gens);
-				*gens = NULL;
-				return -ENOMEM;
-			}
-			*gens = p;
+		if (flex_vec_reserve(gens, &cap, *n + 1, 8)) {
+			closedir(d);
+			free(*gens);
+			*gens = NULL;
+			return -ENOMEM;
 		}
 		(*gens)[(*n)++] = g;
 	}
@@ -330,7 +305,7 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 	uint32_t format = 0;
 	if (!rc && size >= WAL_HDR1) {
 		rc = flex_io_read_full(io, fd, h, WAL_HDR1, 0);
-		format = get32(h + 8);
+		format = flex_get_le32(h + 8);
 	}
 	if (!rc && format != 1 && size >= WAL_HDR)
 		rc = flex_io_read_full(io, fd, h, WAL_HDR, 0);
@@ -341,15 +316,16 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 		return newest ? 0 : FLEX_ECORRUPT;
 	}
 	/* Format 1: checksum of [0, 24) at 24; later ones: of [0, 56) at 56. */
-	int sound =
-	    format == 1 ? get64(h + 24) == XXH3_64bits(h, 24) : get64(h + 56) == XXH3_64bits(h, 56);
-	if (!rc && (memcmp(h, WAL_MAGIC, 8) || !sound || get64(h + 16) != gen))
+	int sound = format == 1 ? flex_get_le64(h + 24) == XXH3_64bits(h, 24)
+				: flex_get_le64(h + 56) == XXH3_64bits(h, 56);
+	if (!rc && (memcmp(h, WAL_MAGIC, 8) || !sound || flex_get_le64(h + 16) != gen))
 		rc = FLEX_ECORRUPT;
 	if (!rc && format != 1 && format != WAL_FORMAT)
 		rc = FLEX_EVERSION;
 	/* The FlexSpace had reached this point when the file was created. */
 	if (!rc && format >= 2 &&
-	    (get64(h + 24) > space[0] || (get64(h + 24) == space[0] && get64(h + 32) > space[1])))
+	    (flex_get_le64(h + 24) > space[0] ||
+	     (flex_get_le64(h + 24) == space[0] && flex_get_le64(h + 32) > space[1])))
 		rc = FLEX_ECORRUPT;
 	uint64_t off = format == 1 ? WAL_HDR1 : WAL_RECORDS;
 	/* Between the header and the first record there is only the mark,
@@ -361,10 +337,10 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 		const uint8_t *rh;
 		if ((rc = wal_window_get(&win, off, REC_HDR, &rh)) != 0)
 			break;
-		uint32_t len = get32(rh + 4);
-		uint64_t seq = get64(rh + 8);
-		uint64_t sum = get64(rh + 16);
-		if (get32(rh) != REC_MAGIC || len > size - off - REC_HDR)
+		uint32_t len = flex_get_le32(rh + 4);
+		uint64_t seq = flex_get_le64(rh + 8);
+		uint64_t sum = flex_get_le64(rh + 16);
+		if (flex_get_le32(rh) != REC_MAGIC || len > size - off - REC_HDR)
 			break;
 		const uint8_t *b;
 		if ((rc = wal_window_get(&win, off + REC_HDR, len, &b)) != 0)
@@ -386,8 +362,8 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 	if (!rc && format >= 2 && size >= WAL_MARK_AT + WAL_MARK_BYTES) {
 		uint8_t m[WAL_MARK_BYTES], want[WAL_MARK_BYTES];
 		rc = flex_io_read_full(io, fd, m, WAL_MARK_BYTES, WAL_MARK_AT);
-		mark_encode(want, gen, get64(m + 16));
-		if (!rc && !memcmp(m, want, WAL_MARK_BYTES) && get64(m + 16) > *last_seq)
+		mark_encode(want, gen, flex_get_le64(m + 16));
+		if (!rc && !memcmp(m, want, WAL_MARK_BYTES) && flex_get_le64(m + 16) > *last_seq)
 			rc = FLEX_ECORRUPT; /* a synced record did not replay */
 	}
 	if (!rc && format >= 2 && !newest && (off != size || !*nrec))
@@ -417,13 +393,13 @@ int fdb_payload_next(const uint8_t *payload, size_t len, size_t *pos, struct fdb
 		return 0;
 	const uint8_t *p = payload + *pos;
 	op->op = *p++;
-	size_t a = fdb_varint_get(p, end, &op->klen);
+	size_t a = flex_varint_get(p, end, &op->klen);
 	if (!a || (op->op != FDB_OP_PUT && op->op != FDB_OP_DEL && op->op != FDB_OP_DEL_RANGE))
 		return FLEX_ECORRUPT;
 	p += a;
 	op->vlen = 0;
 	if (op->op != FDB_OP_DEL) {
-		a = fdb_varint_get(p, end, &op->vlen);
+		a = flex_varint_get(p, end, &op->vlen);
 		if (!a)
 			return FLEX_ECORRUPT;
 		p += a;

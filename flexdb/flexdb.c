@@ -51,9 +51,10 @@
 #include <unistd.h>
 
 #include "../flexspace/fs_ckpt.h"
-#include "../flextree/flex_ckpt.h"
-#include "../flextree/flex_ident.h"
-#include "../flextree/flex_killpoint.h"
+#include "../common/flex_ckpt.h"
+#include "../common/flex_ident.h"
+#include "../common/flex_killpoint.h"
+#include "../common/flex_vec.h"
 #include "fdb_int.h"
 
 #define FDB_COMMIT_CHUNK 1000
@@ -429,24 +430,16 @@ static int check_range(const void *start, size_t slen, const void *end, size_t e
 static int batch_add(struct flexdb_batch *b, uint8_t op, const void *key, size_t klen,
 		     const void *val, size_t vlen)
 {
-	size_t need = b->len + 11 + klen + vlen;
+	size_t need = b->len + 1 + 2 * FLEX_VARINT_MAX + klen + vlen;
 	if (need > UINT32_MAX - 64)
 		return FLEX_ETOOBIG;
-	if (need > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < need)
-			cap *= 2;
-		uint8_t *p = realloc(b->buf, cap);
-		if (!p)
-			return -ENOMEM;
-		b->buf = p;
-		b->cap = cap;
-	}
+	if (flex_vec_reserve(&b->buf, &b->cap, need, 256))
+		return -ENOMEM;
 	uint8_t *p = b->buf + b->len;
 	*p++ = op;
-	p += fdb_varint_put(p, (uint32_t)klen);
+	p += flex_varint_put(p, (uint32_t)klen);
 	if (op != FDB_OP_DEL)
-		p += fdb_varint_put(p, (uint32_t)vlen);
+		p += flex_varint_put(p, (uint32_t)vlen);
 	if (klen)
 		memcpy(p, key, klen);
 	p += klen;
@@ -456,7 +449,7 @@ static int batch_add(struct flexdb_batch *b, uint8_t op, const void *key, size_t
 	b->len = (size_t)(p - b->buf);
 	b->count++;
 	b->nranges += op == FDB_OP_DEL_RANGE;
-	memcpy(b->buf, &b->count, 4);
+	flex_put_le32(b->buf, b->count);
 	return 0;
 }
 
@@ -575,7 +568,7 @@ static void batch_ranges_free(struct batch_ranges *br)
 
 static int batch_ranges_get(const uint8_t *payload, size_t len, struct batch_ranges *br)
 {
-	size_t pos = 0, cap = 0;
+	size_t pos = 0, opcap = 0, atcap = 0;
 	struct fdb_batch_op op;
 	int more;
 	br->n = 0;
@@ -584,18 +577,10 @@ static int batch_ranges_get(const uint8_t *payload, size_t len, struct batch_ran
 	for (uint32_t i = 0; (more = fdb_payload_next(payload, len, &pos, &op)) == 1; i++) {
 		if (op.op != FDB_OP_DEL_RANGE)
 			continue;
-		if (br->n == cap) {
-			cap = cap ? 2 * cap : 4;
-			struct fdb_batch_op *o = realloc(br->op, cap * sizeof(*o));
-			if (o)
-				br->op = o;
-			uint32_t *a = realloc(br->at, cap * sizeof(*a));
-			if (a)
-				br->at = a;
-			if (!o || !a) {
-				batch_ranges_free(br);
-				return -ENOMEM;
-			}
+		if (flex_vec_reserve(&br->op, &opcap, br->n + 1, 4) ||
+		    flex_vec_reserve(&br->at, &atcap, br->n + 1, 4)) {
+			batch_ranges_free(br);
+			return -ENOMEM;
 		}
 		br->op[br->n] = op;
 		br->at[br->n++] = i;
@@ -1359,10 +1344,9 @@ static int replay_flush(struct replay *r)
 static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t len)
 {
 	struct replay *r = arg;
-	uint32_t count;
 	if (len < 4)
 		return FLEX_ECORRUPT;
-	memcpy(&count, payload, 4);
+	uint32_t count = flex_get_le32(payload);
 	size_t pos = 0;
 	struct fdb_batch_op op;
 	int more, rc = 0;
@@ -1381,15 +1365,9 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 		}
 		if (br.n && batch_point_dead(&br, i, &op))
 			continue;
-		if (r->n == r->cap) {
-			size_t cap = r->cap ? 2 * r->cap : 4096;
-			struct replay_op *v = realloc(r->ops, cap * sizeof(*v));
-			if (!v) {
-				rc = -ENOMEM;
-				break;
-			}
-			r->ops = v;
-			r->cap = cap;
+		if (flex_vec_reserve(&r->ops, &r->cap, r->n + 1, 4096)) {
+			rc = -ENOMEM;
+			break;
 		}
 		int tomb = op.op == FDB_OP_DEL;
 		uint32_t vlen = tomb ? 0 : op.vlen;

@@ -35,9 +35,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../flextree/flex_brlock.h"
-#include "../flextree/flex_ident.h"
-#include "../flextree/flex_killpoint.h"
+#include "../common/flex_brlock.h"
+#include "../common/flex_ident.h"
+#include "../common/flex_killpoint.h"
 #include "flexspace_int.h"
 
 int fs_fail(struct flexspace *fs, int rc)

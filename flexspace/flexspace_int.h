@@ -53,7 +53,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "../flextree/flex_brlock.h"
+#include "../common/flex_brlock.h"
 #include "flexspace.h"
 #include "flextree.h"
 

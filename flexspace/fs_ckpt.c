@@ -30,9 +30,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../flextree/flex_ckpt.h"
-#include "../flextree/flex_ident.h"
-#include "../flextree/flex_killpoint.h"
+#include "../common/flex_ckpt.h"
+#include "../common/flex_ident.h"
+#include "../common/flex_killpoint.h"
 #include "flexspace_int.h"
 #include "fs_ckpt.h"
 

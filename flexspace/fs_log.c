@@ -30,7 +30,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "../flextree/flex_killpoint.h"
+#include "../common/flex_codec.h"
+#include "../common/flex_killpoint.h"
 #include "flexspace_int.h"
 
 #define LOG_MAGIC "FLEXLOG1"
@@ -48,28 +49,6 @@
 #define SEAL_BYTES 32u
 #define OP_SHIFT 56
 #define LOFF_MASK (((uint64_t)1 << OP_SHIFT) - 1)
-
-static inline void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-static inline uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 /* ---- applying a record to the tree (live and at replay) ------------------ */
 
@@ -111,21 +90,21 @@ static void log_header_encode(uint8_t *b, uint64_t base, uint32_t seg_size)
 {
 	memset(b, 0, LOG_HDR_SLOT);
 	memcpy(b, LOG_MAGIC, 8);
-	put32(b + 8, LOG_FORMAT);
-	put32(b + 12, seg_size);
-	put64(b + 16, base);
-	put64(b + 24, XXH3_64bits(b, 24));
+	flex_put_le32(b + 8, LOG_FORMAT);
+	flex_put_le32(b + 12, seg_size);
+	flex_put_le64(b + 16, base);
+	flex_put_le64(b + 24, XXH3_64bits(b, 24));
 }
 
 /* 0: valid; FLEX_EVERSION: sound but another format; FLEX_ECORRUPT. */
 static int log_header_decode(const uint8_t *b, uint64_t *base, uint32_t *seg_size)
 {
-	if (memcmp(b, LOG_MAGIC, 8) != 0 || get64(b + 24) != XXH3_64bits(b, 24))
+	if (memcmp(b, LOG_MAGIC, 8) != 0 || flex_get_le64(b + 24) != XXH3_64bits(b, 24))
 		return FLEX_ECORRUPT;
-	if (get32(b + 8) != LOG_FORMAT)
+	if (flex_get_le32(b + 8) != LOG_FORMAT)
 		return FLEX_EVERSION;
-	*seg_size = get32(b + 12);
-	*base = get64(b + 16);
+	*seg_size = flex_get_le32(b + 12);
+	*base = flex_get_le64(b + 16);
 	return 0;
 }
 
@@ -163,11 +142,11 @@ static int log_write_seal(struct flexspace *fs, uint64_t base, uint64_t seq)
 	if (seq <= 1 || fs->log_sealed == seq)
 		return 0;
 	uint8_t b[SEAL_BYTES];
-	put32(b, SEAL_MAGIC);
-	put32(b + 4, 0);
-	put64(b + 8, seq);
-	put64(b + 16, base);
-	put64(b + 24, XXH3_64bits(b, 24));
+	flex_put_le32(b, SEAL_MAGIC);
+	flex_put_le32(b + 4, 0);
+	flex_put_le64(b + 8, seq);
+	flex_put_le64(b + 16, base);
+	flex_put_le64(b + 24, XXH3_64bits(b, 24));
 	return flex_io_write_full(fs->io, fs->log_fd, b, SEAL_BYTES, seal_off(base));
 }
 
@@ -180,8 +159,9 @@ static int log_read_seal(struct flexspace *fs, uint64_t base, uint64_t *seq)
 	int rc = flex_io_read_full(fs->io, fs->log_fd, b, SEAL_BYTES, seal_off(base));
 	if (rc)
 		return rc == -ENODATA ? 0 : rc;
-	if (get32(b) == SEAL_MAGIC && get64(b + 16) == base && get64(b + 24) == XXH3_64bits(b, 24))
-		*seq = get64(b + 8);
+	if (flex_get_le32(b) == SEAL_MAGIC && flex_get_le64(b + 16) == base &&
+	    flex_get_le64(b + 24) == XXH3_64bits(b, 24))
+		*seq = flex_get_le64(b + 8);
 	return 0;
 }
 
@@ -197,9 +177,10 @@ static int log_batch_at(struct flexspace *fs, uint64_t off, uint64_t size, uint6
 	int rc = flex_io_read_full(fs->io, fs->log_fd, hdr, BATCH_HDR, off);
 	if (rc)
 		return rc == -ENODATA ? 0 : rc;
-	uint32_t n = get32(hdr + 4);
-	if (get32(hdr) != BATCH_MAGIC || get64(hdr + 8) != seq || get64(hdr + 16) != base ||
-	    n == 0 || (uint64_t)n * REC_BYTES > size - off - BATCH_HDR)
+	uint32_t n = flex_get_le32(hdr + 4);
+	if (flex_get_le32(hdr) != BATCH_MAGIC || flex_get_le64(hdr + 8) != seq ||
+	    flex_get_le64(hdr + 16) != base || n == 0 ||
+	    (uint64_t)n * REC_BYTES > size - off - BATCH_HDR)
 		return 0;
 	size_t bytes = BATCH_HDR + (size_t)n * REC_BYTES;
 	uint8_t *b = malloc(bytes);
@@ -207,8 +188,8 @@ static int log_batch_at(struct flexspace *fs, uint64_t off, uint64_t size, uint6
 		return -ENOMEM;
 	rc = flex_io_read_full(fs->io, fs->log_fd, b, bytes, off);
 	if (!rc) {
-		uint64_t csum = get64(b + 24);
-		put64(b + 24, 0);
+		uint64_t csum = flex_get_le64(b + 24);
+		flex_put_le64(b + 24, 0);
 		*valid = XXH3_64bits(b, bytes) == csum;
 	}
 	free(b);
@@ -365,19 +346,19 @@ int fs_log_sync(struct flexspace *fs, int may_release)
 			rc = -ENOMEM;
 	}
 	if (b) {
-		put32(b, BATCH_MAGIC);
-		put32(b + 4, fs->nlog);
-		put64(b + 8, fs->log_seq);
-		put64(b + 16, fs->log_base);
-		put64(b + 24, 0);
+		flex_put_le32(b, BATCH_MAGIC);
+		flex_put_le32(b + 4, fs->nlog);
+		flex_put_le64(b + 8, fs->log_seq);
+		flex_put_le64(b + 16, fs->log_base);
+		flex_put_le64(b + 24, 0);
 		uint8_t *p = b + BATCH_HDR;
 		for (uint32_t i = 0; i < fs->nlog; i++, p += REC_BYTES) {
 			const struct fs_rec *r = &fs->logbuf[i];
-			put64(p, (uint64_t)r->op << OP_SHIFT | (r->loff & LOFF_MASK));
-			put64(p + 8, r->len);
-			put64(p + 16, r->arg);
+			flex_put_le64(p, (uint64_t)r->op << OP_SHIFT | (r->loff & LOFF_MASK));
+			flex_put_le64(p + 8, r->len);
+			flex_put_le64(p + 16, r->arg);
 		}
-		put64(b + 24, XXH3_64bits(b, bytes));
+		flex_put_le64(b + 24, XXH3_64bits(b, bytes));
 		fs->log_size += bytes;
 		fs->log_seq++;
 		fs->nlog = 0;
@@ -507,9 +488,9 @@ int fs_log_replay(struct flexspace *fs, uint64_t *records)
 	while (off + BATCH_HDR <= size) {
 		if ((rc = flex_io_read_full(fs->io, fs->log_fd, hdr, BATCH_HDR, off)) != 0)
 			break;
-		uint32_t n = get32(hdr + 4);
-		if (get32(hdr) != BATCH_MAGIC || get64(hdr + 8) != fs->log_seq ||
-		    get64(hdr + 16) != fs->log_base || n == 0 ||
+		uint32_t n = flex_get_le32(hdr + 4);
+		if (flex_get_le32(hdr) != BATCH_MAGIC || flex_get_le64(hdr + 8) != fs->log_seq ||
+		    flex_get_le64(hdr + 16) != fs->log_base || n == 0 ||
 		    (uint64_t)n * REC_BYTES > size - off - BATCH_HDR)
 			break;
 		size_t bytes = BATCH_HDR + (size_t)n * REC_BYTES;
@@ -521,17 +502,17 @@ int fs_log_replay(struct flexspace *fs, uint64_t *records)
 		b = nb;
 		if ((rc = flex_io_read_full(fs->io, fs->log_fd, b, bytes, off)) != 0)
 			break;
-		uint64_t csum = get64(b + 24);
-		put64(b + 24, 0);
+		uint64_t csum = flex_get_le64(b + 24);
+		flex_put_le64(b + 24, 0);
 		if (XXH3_64bits(b, bytes) != csum)
 			break;
 		const uint8_t *p = b + BATCH_HDR;
 		for (uint32_t i = 0; i < n; i++, p += REC_BYTES) {
-			uint64_t w0 = get64(p);
+			uint64_t w0 = flex_get_le64(p);
 			struct fs_rec r = {.op = (uint8_t)(w0 >> OP_SHIFT),
 					   .loff = w0 & LOFF_MASK,
-					   .len = get64(p + 8),
-					   .arg = get64(p + 16)};
+					   .len = flex_get_le64(p + 8),
+					   .arg = flex_get_le64(p + 16)};
 			/* A checksummed record is still hostile input: no range
 			 * past the space's limit, no mapped extent longer than
 			 * the maximum (fuzzing found both accepted). */

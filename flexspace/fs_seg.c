@@ -19,7 +19,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../flextree/flex_killpoint.h"
+#include "../common/flex_killpoint.h"
+#include "../common/flex_vec.h"
 #include "flexspace_int.h"
 
 static int fs_grow_segments(struct flexspace *fs, uint32_t want)
@@ -803,15 +804,9 @@ static int fs_collect_victim_extent(void *arg, const struct flextree_extent *e)
 	struct fs_victim_scan *vs = arg;
 	if (e->poff == FLEXTREE_HOLE || !vs->victim[e->poff / vs->fs->seg_size])
 		return 0;
-	if (vs->n == vs->cap) {
-		size_t cap = vs->cap ? vs->cap * 2 : 256;
-		struct flextree_extent *p = realloc(vs->ext, cap * sizeof(*p));
-		if (!p) {
-			vs->err = -ENOMEM;
-			return 1;
-		}
-		vs->ext = p;
-		vs->cap = cap;
+	if (flex_vec_reserve(&vs->ext, &vs->cap, vs->n + 1, 256)) {
+		vs->err = -ENOMEM;
+		return 1;
 	}
 	vs->ext[vs->n++] = *e;
 	return 0;

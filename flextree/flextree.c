@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/flex_vec.h"
 #include "flextree_int.h"
 
 /* The path of a descent: node[d] is the internal node at depth d, idx[d]
@@ -331,17 +332,10 @@ void ft_release_slot(struct flextree *t, struct ft_node *n)
 {
 	if (n->slot == FT_NOSLOT || t->fd < 0)
 		return;
-	if (t->npending == t->pending_cap) {
-		uint32_t cap = t->pending_cap ? t->pending_cap * 2 : 64;
-		uint32_t *p = realloc(t->pending, cap * sizeof(*p));
-		if (!p) {
-			/* Leaking a slot is harmless: open recomputes the
-			 * free slots from the tree it loads. */
-			return;
-		}
-		t->pending = p;
-		t->pending_cap = cap;
-	}
+	/* Leaking a slot when out of memory is harmless: open recomputes
+	 * the free slots from the tree it loads. */
+	if (flex_vec_reserve(&t->pending, &t->pending_cap, (size_t)t->npending + 1, 64))
+		return;
 	t->pending[t->npending++] = n->slot;
 	n->slot = FT_NOSLOT;
 }

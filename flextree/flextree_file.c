@@ -33,7 +33,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "flex_killpoint.h"
+#include "../common/flex_codec.h"
+#include "../common/flex_killpoint.h"
+#include "../common/flex_vec.h"
 #include "flextree_int.h"
 
 #define FT_SLOT 4096u
@@ -52,36 +54,6 @@ _Static_assert(FT_NODE_HDR + FT_LEAF_CAP * FT_LEAF_ENTRY <= FT_SLOT, "leaf fits 
 _Static_assert(FT_NODE_HDR + FT_INTERNAL_CAP * FT_PIVOT +
 			       (FT_INTERNAL_CAP + 1) * FT_CHILD_ENTRY <= FT_SLOT,
 	       "internal node fits a slot");
-
-/* ---- little-endian encoding --------------------------------------------- */
-
-static inline void put_u16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-static inline void put_u32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void put_u64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint16_t get_u16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-static inline uint32_t get_u32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static inline uint64_t get_u64(const uint8_t *p)
-{
-	return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
 
 /* Checksum of a slot image with its checksum field (at csum_at) zeroed. */
 static uint64_t ft_slot_csum(uint8_t *buf, unsigned csum_at)
@@ -128,18 +100,18 @@ static void ft_header_encode(const struct ft_header *h, uint8_t *buf)
 {
 	memset(buf, 0, FT_SLOT);
 	memcpy(buf + H_MAGIC, FT_MAGIC, 8);
-	put_u32(buf + H_FORMAT, FT_FORMAT);
-	put_u32(buf + H_SLOT, FT_SLOT);
-	put_u64(buf + H_VERSION, h->version);
-	put_u32(buf + H_ROOT, h->root_slot);
-	put_u32(buf + H_HEIGHT, h->height);
-	put_u64(buf + H_ROOT_CSUM, h->root_csum);
-	put_u64(buf + H_SIZE, h->size);
-	put_u64(buf + H_EXTENTS, h->extents);
-	put_u32(buf + H_NSLOTS, h->nslots);
-	put_u64(buf + H_LEAVES, h->leaves);
-	put_u64(buf + H_INTERNALS, h->internals);
-	put_u64(buf + H_CSUM, ft_slot_csum(buf, H_CSUM));
+	flex_put_le32(buf + H_FORMAT, FT_FORMAT);
+	flex_put_le32(buf + H_SLOT, FT_SLOT);
+	flex_put_le64(buf + H_VERSION, h->version);
+	flex_put_le32(buf + H_ROOT, h->root_slot);
+	flex_put_le32(buf + H_HEIGHT, h->height);
+	flex_put_le64(buf + H_ROOT_CSUM, h->root_csum);
+	flex_put_le64(buf + H_SIZE, h->size);
+	flex_put_le64(buf + H_EXTENTS, h->extents);
+	flex_put_le32(buf + H_NSLOTS, h->nslots);
+	flex_put_le64(buf + H_LEAVES, h->leaves);
+	flex_put_le64(buf + H_INTERNALS, h->internals);
+	flex_put_le64(buf + H_CSUM, ft_slot_csum(buf, H_CSUM));
 }
 
 /* Returns 0 for a valid header, FLEX_EVERSION for a sound header of
@@ -148,19 +120,19 @@ static int ft_header_decode(uint8_t *buf, struct ft_header *h)
 {
 	if (memcmp(buf + H_MAGIC, FT_MAGIC, 8) != 0)
 		return FLEX_ECORRUPT;
-	if (get_u64(buf + H_CSUM) != ft_slot_csum(buf, H_CSUM))
+	if (flex_get_le64(buf + H_CSUM) != ft_slot_csum(buf, H_CSUM))
 		return FLEX_ECORRUPT;
-	if (get_u32(buf + H_FORMAT) != FT_FORMAT || get_u32(buf + H_SLOT) != FT_SLOT)
+	if (flex_get_le32(buf + H_FORMAT) != FT_FORMAT || flex_get_le32(buf + H_SLOT) != FT_SLOT)
 		return FLEX_EVERSION;
-	h->version = get_u64(buf + H_VERSION);
-	h->root_slot = get_u32(buf + H_ROOT);
-	h->height = get_u32(buf + H_HEIGHT);
-	h->root_csum = get_u64(buf + H_ROOT_CSUM);
-	h->size = get_u64(buf + H_SIZE);
-	h->extents = get_u64(buf + H_EXTENTS);
-	h->nslots = get_u32(buf + H_NSLOTS);
-	h->leaves = get_u64(buf + H_LEAVES);
-	h->internals = get_u64(buf + H_INTERNALS);
+	h->version = flex_get_le64(buf + H_VERSION);
+	h->root_slot = flex_get_le32(buf + H_ROOT);
+	h->height = flex_get_le32(buf + H_HEIGHT);
+	h->root_csum = flex_get_le64(buf + H_ROOT_CSUM);
+	h->size = flex_get_le64(buf + H_SIZE);
+	h->extents = flex_get_le64(buf + H_EXTENTS);
+	h->nslots = flex_get_le32(buf + H_NSLOTS);
+	h->leaves = flex_get_le64(buf + H_LEAVES);
+	h->internals = flex_get_le64(buf + H_INTERNALS);
 	if (h->height == 0 || h->height > FT_MAX_HEIGHT || h->root_slot < 2 ||
 	    h->size > FLEXTREE_MAX_SIZE)
 		return FLEX_ECORRUPT;
@@ -184,47 +156,41 @@ static uint64_t ft_node_encode(const struct ft_node *n, unsigned level, uint32_t
 			       uint64_t version, uint8_t *buf)
 {
 	memset(buf, 0, FT_SLOT);
-	put_u32(buf + N_MAGIC, n->leaf ? FT_LEAF_MAGIC : FT_INTERNAL_MAGIC);
-	put_u16(buf + N_COUNT, n->count);
+	flex_put_le32(buf + N_MAGIC, n->leaf ? FT_LEAF_MAGIC : FT_INTERNAL_MAGIC);
+	flex_put_le16(buf + N_COUNT, n->count);
 	buf[N_LEVEL] = (uint8_t)level;
-	put_u32(buf + N_SLOT, slot);
-	put_u64(buf + N_VERSION, version);
+	flex_put_le32(buf + N_SLOT, slot);
+	flex_put_le64(buf + N_VERSION, version);
 	uint8_t *p = buf + FT_NODE_HDR;
 	if (n->leaf) {
 		const struct ft_leaf *l = (const struct ft_leaf *)n;
 		for (int j = 0; j < l->h.count; j++, p += FT_LEAF_ENTRY) {
-			put_u64(p, l->b->loff[j]);
-			put_u64(p + 8, l->b->pt[j]);
-			put_u32(p + 16, l->b->len[j]);
+			flex_put_le64(p, l->b->loff[j]);
+			flex_put_le64(p + 8, l->b->pt[j]);
+			flex_put_le32(p + 16, l->b->len[j]);
 		}
 	} else {
 		const struct ft_internal *in = (const struct ft_internal *)n;
 		for (int j = 0; j < in->h.count; j++, p += FT_PIVOT)
-			put_u64(p, (uint64_t)in->pivot[j]);
+			flex_put_le64(p, (uint64_t)in->pivot[j]);
 		for (int j = 0; j <= in->h.count; j++, p += FT_CHILD_ENTRY) {
-			put_u64(p, (uint64_t)in->shift[j]);
-			put_u32(p + 8, in->child[j]->slot);
-			put_u64(p + 12, in->child[j]->csum);
+			flex_put_le64(p, (uint64_t)in->shift[j]);
+			flex_put_le32(p + 8, in->child[j]->slot);
+			flex_put_le64(p + 12, in->child[j]->csum);
 		}
 	}
 	uint64_t h = ft_slot_csum(buf, N_CSUM);
-	put_u64(buf + N_CSUM, h);
+	flex_put_le64(buf + N_CSUM, h);
 	return h;
 }
 
 /* ---- slot allocation ---------------------------------------------------- */
 
-static int ft_push(uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t v)
+static int ft_free_push(struct flextree *t, uint32_t slot)
 {
-	if (*n == *cap) {
-		uint32_t c = *cap ? *cap * 2 : 64;
-		uint32_t *p = realloc(*arr, (size_t)c * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		*arr = p;
-		*cap = c;
-	}
-	(*arr)[(*n)++] = v;
+	if (flex_vec_reserve(&t->free_slots, &t->free_cap, (size_t)t->nfree + 1, 64))
+		return -ENOMEM;
+	t->free_slots[t->nfree++] = slot;
 	return 0;
 }
 
@@ -257,7 +223,8 @@ struct ft_writer {
 	 * be evicted and read back from its slot, so none is marked clean
 	 * before its image is written (ft_mark_clean). */
 	struct ft_node **done;
-	uint32_t ndone, capdone;
+	uint32_t ndone;
+	size_t capdone;
 	uint8_t *buf; /* FT_BATCH slots */
 	struct flex_iovec iov[FT_BATCH];
 	int n;
@@ -273,20 +240,6 @@ static int ft_writer_flush(struct ft_writer *w)
 		return rc;
 	w->t->bytes_written += (uint64_t)w->n * FT_SLOT;
 	w->n = 0;
-	return 0;
-}
-
-static int ft_push_node(struct ft_node ***v, uint32_t *n, uint32_t *cap, struct ft_node *x)
-{
-	if (*n == *cap) {
-		uint32_t c = *cap ? 2 * *cap : 256;
-		struct ft_node **nv = realloc(*v, (size_t)c * sizeof(**v));
-		if (!nv)
-			return -ENOMEM;
-		*v = nv;
-		*cap = c;
-	}
-	(*v)[(*n)++] = x;
 	return 0;
 }
 
@@ -316,8 +269,9 @@ static int ft_commit_node(struct ft_writer *w, struct ft_node *n, unsigned level
 	w->iov[w->n++] = (struct flex_iovec){.buf = buf, .len = FT_SLOT, .off = (uint64_t)slot * FT_SLOT};
 	/* A dirty leaf stays resident, so no reader loads it from its slot:
 	 * the slot and checksum may change under readers; `dirty` may not. */
-	if (ft_push_node(&w->done, &w->ndone, &w->capdone, n))
+	if (flex_vec_reserve(&w->done, &w->capdone, (size_t)w->ndone + 1, 256))
 		return -ENOMEM;
+	w->done[w->ndone++] = n;
 	ft_release_slot(t, n);
 	n->slot = slot;
 	n->csum = csum;
@@ -371,7 +325,7 @@ static int ft_write_header(struct flextree *t, uint64_t version)
 static void ft_recycle(struct flextree *t)
 {
 	for (uint32_t i = 0; i < t->npending; i++)
-		if (ft_push(&t->free_slots, &t->nfree, &t->free_cap, t->pending[i]))
+		if (ft_free_push(t, t->pending[i]))
 			break; /* leaked until the next open; harmless */
 	t->npending = 0;
 	if (t->nfree > 1)
@@ -452,12 +406,12 @@ struct ft_loader {
 static int ft_node_verify(uint8_t *buf, uint32_t slot, uint64_t csum, unsigned level,
 			  uint64_t version)
 {
-	if (get_u64(buf + N_CSUM) != csum || ft_slot_csum(buf, N_CSUM) != csum)
+	if (flex_get_le64(buf + N_CSUM) != csum || ft_slot_csum(buf, N_CSUM) != csum)
 		return FLEX_ECORRUPT;
-	uint32_t magic = get_u32(buf + N_MAGIC);
-	unsigned count = get_u16(buf + N_COUNT);
-	if (buf[N_LEVEL] != level || get_u32(buf + N_SLOT) != slot ||
-	    get_u64(buf + N_VERSION) > version)
+	uint32_t magic = flex_get_le32(buf + N_MAGIC);
+	unsigned count = flex_get_le16(buf + N_COUNT);
+	if (buf[N_LEVEL] != level || flex_get_le32(buf + N_SLOT) != slot ||
+	    flex_get_le64(buf + N_VERSION) > version)
 		return FLEX_ECORRUPT;
 	if (level == 0 ? magic != FT_LEAF_MAGIC || count > FT_LEAF_CAP
 		       : magic != FT_INTERNAL_MAGIC || count > FT_INTERNAL_CAP)
@@ -487,9 +441,9 @@ int ft_file_read_leaf(const struct flextree *t, const struct ft_leaf_src *src,
 	const uint8_t *p = buf + FT_NODE_HDR;
 	uint64_t pos = sp->lo;
 	for (int j = 0; j < n; j++, p += FT_LEAF_ENTRY) {
-		b->loff[j] = get_u64(p);
-		b->pt[j] = get_u64(p + 8);
-		b->len[j] = get_u32(p + 16);
+		b->loff[j] = flex_get_le64(p);
+		b->pt[j] = flex_get_le64(p + 8);
+		b->len[j] = flex_get_le32(p + 16);
 		uint64_t poff = ft_pt_poff(b->pt[j]);
 		if (b->len[j] == 0 || b->loff[j] > FT_PARTIAL_MAX ||
 		    (uint64_t)sp->base + b->loff[j] != pos || pos >= sp->hi ||
@@ -538,15 +492,15 @@ static int ft_load_node(struct ft_loader *ld, uint32_t slot, uint64_t csum, unsi
 		 * a failure are skipped when the partial tree is freed. */
 		in->h.count = (uint16_t)count;
 		for (int j = 0; j < count; j++, p += FT_PIVOT)
-			in->pivot[j] = (int64_t)get_u64(p);
+			in->pivot[j] = (int64_t)flex_get_le64(p);
 		for (int j = 0; j <= count; j++)
 			in->child[j] = NULL;
 		/* This level's buffer is reused only by deeper levels, so the
 		 * child table stays readable while the children load. */
 		for (int j = 0; j <= count; j++, p += FT_CHILD_ENTRY) {
-			in->shift[j] = (int64_t)get_u64(p);
-			rc = ft_load_node(ld, get_u32(p + 8), get_u64(p + 12), level - 1,
-					  &in->child[j]);
+			in->shift[j] = (int64_t)flex_get_le64(p);
+			rc = ft_load_node(ld, flex_get_le32(p + 8), flex_get_le64(p + 12),
+					  level - 1, &in->child[j]);
 			if (rc)
 				return rc;
 		}
@@ -676,7 +630,7 @@ int ft_file_open(struct flextree *t, const char *path, const struct flextree_opt
 	}
 	for (uint32_t s = t->nslots; rc == 0 && s-- > 2;)
 		if (!(ld.used[s / 8] & (1u << (s % 8))))
-			rc = ft_push(&t->free_slots, &t->nfree, &t->free_cap, s);
+			rc = ft_free_push(t, s);
 	free(ld.used);
 	free(buf);
 	return rc;

@@ -145,10 +145,12 @@ struct flextree {
 	uint64_t version;	/* last committed version */
 	uint32_t nslots;	/* slots in the file, headers included */
 	uint32_t *free_slots;	/* reusable now */
-	uint32_t nfree, free_cap;
+	uint32_t nfree;
+	size_t free_cap;
 	uint32_t *pending;	/* released since the last commit: reusable after
 				 * the next commit is durable */
-	uint32_t npending, pending_cap;
+	uint32_t npending;
+	size_t pending_cap;
 	uint64_t dirty_nodes;
 	uint64_t commits;
 	uint64_t bytes_written;

@@ -1,6 +1,6 @@
 /*
  * killpoint.h - what the kill-point tests share: the table of the
- * libraries' FLEX_KILLPOINT names (flextree/flex_killpoint.h,
+ * libraries' FLEX_KILLPOINT names (common/flex_killpoint.h,
  * docs/DURABILITY.md), arming a forked child, reading which point fired,
  * and a scheduler that spreads kill cycles over every point and over
  * growing hit counts.

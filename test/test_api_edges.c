@@ -40,9 +40,9 @@
 #include "flexspace.h"
 #include "flextree.h"
 #include "../flexspace/fs_ckpt.h"
-#include "../flextree/flex_ckpt.h"
-#include "../flextree/flex_ident.h"
-#include "../flextree/flex_killpoint.h"
+#include "../common/flex_ckpt.h"
+#include "../common/flex_ident.h"
+#include "../common/flex_killpoint.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 

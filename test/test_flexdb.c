@@ -47,7 +47,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "../flextree/flex_ident.h"
+#include "../common/flex_ident.h"
 #include "flexdb.h"
 #include "flexdb_model.h"
 

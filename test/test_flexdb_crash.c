@@ -51,6 +51,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/flex_codec.h"
 #include "crashio.h"
 #include "flexdb.h"
 #include "flexdb_model.h"
@@ -405,7 +406,7 @@ static int kp_has(char names[][128], int n, const char *name)
  * source tree (make test runs from it); skipped elsewhere. */
 Test(flexdb_crash, kill_point_table_matches_sources_and_docs)
 {
-	static const char *const srcs[] = {"flextree/flex_ident.c",
+	static const char *const srcs[] = {"common/flex_ident.c",
 					   "flextree/flextree_file.c", "flexspace/flexspace.c",
 					   "flexspace/fs_log.c",       "flexspace/fs_seg.c",
 					   "flexspace/fs_ckpt.c",      "flexdb/fdb_wal.c",
@@ -946,16 +947,14 @@ static int wal_records(const char *path, uint64_t *off, uint32_t *len, int max)
 	cr_assert(fd >= 0);
 	struct stat st;
 	fstat(fd, &st);
-	uint32_t format = 0;
-	cr_assert_eq(pread(fd, &format, 4, 8), 4);
-	uint64_t o = format == 1 ? 32 : 8192;
+	uint8_t fb[4];
+	cr_assert_eq(pread(fd, fb, 4, 8), 4);
+	uint64_t o = flex_get_le32(fb) == 1 ? 32 : 8192;
 	int n = 0;
 	while (n < max && o + 24 <= (uint64_t)st.st_size) {
 		uint8_t h[24];
 		cr_assert_eq(pread(fd, h, 24, (off_t)o), 24);
-		uint32_t magic, l;
-		memcpy(&magic, h, 4);
-		memcpy(&l, h + 4, 4);
+		uint32_t magic = flex_get_le32(h), l = flex_get_le32(h + 4);
 		if (magic != 0x31525746u)
 			break;
 		off[n] = o;

@@ -38,7 +38,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 
-#include "../flextree/flex_ident.h"
+#include "../common/flex_ident.h"
 #include "crashio.h"
 #include "flexspace.h"
 

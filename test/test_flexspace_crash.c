@@ -46,6 +46,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/flex_codec.h"
 #include "crashio.h"
 #include "flexspace.h"
 #include "killpoint.h"
@@ -620,9 +621,7 @@ static void log_map(const char *path, struct logmap *lm)
 	for (int i = 0; i < 2; i++) {
 		if (pread(fd, h, 32, (off_t)i * 4096) != 32 || memcmp(h, "FLEXLOG1", 8))
 			continue;
-		uint64_t base, csum;
-		memcpy(&base, h + 16, 8);
-		memcpy(&csum, h + 24, 8);
+		uint64_t base = flex_get_le64(h + 16), csum = flex_get_le64(h + 24);
 		if (csum == XXH3_64bits(h, 24) && (lm->cur < 0 || base > lm->base)) {
 			lm->cur = i;
 			lm->base = base;
@@ -631,11 +630,8 @@ static void log_map(const char *path, struct logmap *lm)
 	cr_assert(lm->cur >= 0);
 	uint64_t off = 8192;
 	while (lm->nb < 64 && pread(fd, h, 32, (off_t)off) == 32) {
-		uint32_t magic, n;
-		uint64_t base;
-		memcpy(&magic, h, 4);
-		memcpy(&n, h + 4, 4);
-		memcpy(&base, h + 16, 8);
+		uint32_t magic = flex_get_le32(h), n = flex_get_le32(h + 4);
+		uint64_t base = flex_get_le64(h + 16);
 		if (magic != 0x31424c46u || base != lm->base || !n)
 			break;
 		lm->off[lm->nb++] = off;

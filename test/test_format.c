@@ -4,7 +4,10 @@
  * are compared with the documented layout field by field; so are a
  * FlexSpace LOG batch and its seal, and a FlexDB WAL's header, sync mark
  * and one record, as a process that died after a sync leaves them, and
- * the IDENTITY of a space and of a store.
+ * the IDENTITY of a space and of a store.  The encodings themselves
+ * (common/flex_codec.h, a FlexDB pair) are checked against byte arrays
+ * with their values written as numbers, so that a build on a big-endian
+ * host that wrote host-order integers would fail here.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -16,6 +19,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../common/flex_codec.h"
+#include "../flexdb/fdb_int.h"
 #include "flexdb.h"
 #include "flexspace.h"
 #include "flextree.h"
@@ -243,4 +248,99 @@ Test(format, identity_bytes_match_the_doc)
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	cr_assert_eq(system(cmd), 0);
+}
+
+/* Fixed-width fields: the bytes of a vector decode to the numbers written
+ * here, and encoding the numbers gives the bytes back. */
+Test(format, fixed_width_fields_are_little_endian_on_any_host)
+{
+	static const uint8_t b16[2] = {0x34, 0x12};
+	static const uint8_t b32[4] = {0x46, 0x57, 0x52, 0x31}; /* "FWR1" */
+	static const uint8_t b64[8] = {0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+	cr_assert_eq(flex_get_le16(b16), 0x1234);
+	cr_assert_eq(flex_get_le32(b32), 0x31525746);
+	cr_assert_eq(flex_get_le64(b64), 0x0102030405060708ull);
+	uint8_t out[8];
+	flex_put_le16(out, 0x1234);
+	cr_assert_eq(memcmp(out, b16, 2), 0);
+	flex_put_le32(out, 0x31525746);
+	cr_assert_eq(memcmp(out, b32, 4), 0);
+	flex_put_le64(out, 0x0102030405060708ull);
+	cr_assert_eq(memcmp(out, b64, 8), 0);
+
+	/* The space IDENTITY of identity_bytes_match_the_doc, field by
+	 * field (docs/FORMAT.md "Store identity"). */
+	static const uint8_t id[32] = {0x46, 0x4c, 0x45, 0x58, 0x49, 0x44, 0x4e, 0x54,
+				       0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
+				       0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+				       0xd5, 0x89, 0x5e, 0xbd, 0x3b, 0x82, 0xac, 0x81};
+	cr_assert_eq(flex_get_le32(id + 8), 1, "format");
+	cr_assert_eq(flex_get_le32(id + 12), 1, "kind: space");
+	cr_assert_eq(flex_get_le32(id + 16), 1, "store format");
+	cr_assert_eq(flex_get_le64(id + 24), 0x81ac823bbd5e89d5ull, "checksum");
+	cr_assert_eq(flex_get_le64(id + 24), XXH3_64bits(id, 24));
+}
+
+/* Varints (unsigned LEB128): a vector per length, the largest value, and
+ * the inputs that must be refused. */
+Test(format, varints_are_leb128)
+{
+	static const struct {
+		uint32_t v;
+		uint8_t len, b[5];
+	} vec[] = {
+		{0, 1, {0x00}},
+		{1, 1, {0x01}},
+		{127, 1, {0x7f}},
+		{128, 2, {0x80, 0x01}},
+		{300, 2, {0xac, 0x02}},
+		{4096, 2, {0x80, 0x20}},
+		{16384, 3, {0x80, 0x80, 0x01}},
+		{1048576, 3, {0x80, 0x80, 0x40}},
+		{0x0fffffff, 4, {0xff, 0xff, 0xff, 0x7f}},
+		{0xffffffff, 5, {0xff, 0xff, 0xff, 0xff, 0x0f}},
+	};
+	for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
+		uint8_t out[FLEX_VARINT_MAX];
+		cr_assert_eq(flex_varint_len(vec[i].v), vec[i].len, "%u", vec[i].v);
+		cr_assert_eq(flex_varint_put(out, vec[i].v), vec[i].len, "%u", vec[i].v);
+		cr_assert_eq(memcmp(out, vec[i].b, vec[i].len), 0, "%u", vec[i].v);
+		uint32_t v = 0;
+		cr_assert_eq(flex_varint_get(vec[i].b, vec[i].b + vec[i].len, &v), vec[i].len);
+		cr_assert_eq(v, vec[i].v);
+		/* Cut one byte short, it is damage. */
+		cr_assert_eq(flex_varint_get(vec[i].b, vec[i].b + vec[i].len - 1, &v), 0);
+	}
+	static const uint8_t over[5] = {0xff, 0xff, 0xff, 0xff, 0x10}; /* 2^32 */
+	static const uint8_t six[6] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x00};
+	uint32_t v;
+	cr_assert_eq(flex_varint_get(over, over + 5, &v), 0, "past 32 bits");
+	cr_assert_eq(flex_varint_get(six, six + 6, &v), 0, "past five bytes");
+}
+
+/* The pair of docs/FORMAT.md's example, key "k1" and value "v", with its
+ * checksum written out: encoding gives these bytes, decoding them gives
+ * the pair. */
+Test(format, flexdb_pair_bytes_match_the_doc)
+{
+	static const uint8_t rec[] = {0x02, 0x01, 0x6b, 0x31, 0x76, 0xee, 0xdc, 0x1a, 0xb4};
+	cr_assert_eq((uint32_t)XXH3_64bits(rec, 5), 0xb41adcee);
+	uint8_t out[32];
+	cr_assert_eq(fdb_rec_size(2, 1), sizeof(rec));
+	cr_assert_eq(fdb_rec_encode(out, "k1", 2, "v", 1), sizeof(rec));
+	cr_assert_eq(memcmp(out, rec, sizeof(rec)), 0);
+	size_t size;
+	const uint8_t *key, *val;
+	uint32_t klen, vlen;
+	cr_assert_eq(fdb_rec_decode(rec, rec + sizeof(rec), &size, &key, &klen, &val, &vlen), 0);
+	cr_assert_eq(size, sizeof(rec));
+	cr_assert_eq(klen, 2);
+	cr_assert_eq(vlen, 1);
+	cr_assert_eq(memcmp(key, "k1", 2), 0);
+	cr_assert_eq(memcmp(val, "v", 1), 0);
+	/* The checksum's bytes reversed (a big-endian writer's) are damage. */
+	static const uint8_t swapped[] = {0x02, 0x01, 0x6b, 0x31, 0x76, 0xb4, 0x1a, 0xdc, 0xee};
+	cr_assert_eq(
+	    fdb_rec_decode(swapped, swapped + sizeof(swapped), &size, &key, &klen, &val, &vlen),
+	    FLEX_ECORRUPT);
 }

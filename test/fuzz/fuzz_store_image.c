@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../flextree/flex_ident.h"
+#include "../../common/flex_ident.h"
 #include "flexdb.h"
 #include "fuzz_common.h"
 

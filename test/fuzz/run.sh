@@ -47,9 +47,9 @@ newer() { # newer OUT SRC... : true if OUT is missing or older than a SRC
 
 build_lib() {
 	lib=$OUT/libflex_fuzz.a
-	srcs=$(ls flextree/*.c flexspace/*.c flexdb/*.c)
+	srcs=$(ls common/*.c flextree/*.c flexspace/*.c flexdb/*.c)
 	# shellcheck disable=SC2086
-	if newer "$lib" $srcs include/*.h flextree/*.h flexspace/*.h flexdb/*.h; then
+	if newer "$lib" $srcs include/*.h common/*.h flextree/*.h flexspace/*.h flexdb/*.h; then
 		echo "building $lib with $CC"
 		mkdir -p "$OUT/obj"
 		objs=""

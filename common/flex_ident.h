@@ -10,8 +10,8 @@
  * the library made it.  The layout is in docs/FORMAT.md ("IDENTITY"), the
  * refusals in docs/DURABILITY.md ("What open refuses").
  *
- * Like flex_killpoint.h, it sits with the lowest layer, whose library
- * holds the code; flexspace/ and flexdb/ include it by relative path.
+ * Like everything in common/, its code is linked into libflextree, the
+ * library all three layers link; the layers include it by relative path.
  */
 #ifndef FLEX_IDENT_H
 #define FLEX_IDENT_H

@@ -28,8 +28,9 @@
  * does not exist: kill points cost nothing in a release build.  The points
  * and what a crash at each one exercises are listed in docs/DURABILITY.md.
  *
- * This header sits with the lowest layer, whose library holds the hook;
- * flexspace/ and flexdb/ include it by its relative path.
+ * Like everything in common/, the hook is linked into libflextree, the
+ * library all three layers link; the layers include this header by its
+ * relative path.
  */
 #ifndef FLEX_KILLPOINT_H
 #define FLEX_KILLPOINT_H

@@ -4,8 +4,8 @@
  * and copying byte ranges of an open file into a new file there, through
  * the flex_io seam.
  *
- * Like flex_ident.h, it sits with the lowest layer, whose library holds
- * the code; flexspace/ and flexdb/ include it by relative path.
+ * Like everything in common/, its code is linked into libflextree, the
+ * library all three layers link; the layers include it by relative path.
  */
 #ifndef FLEX_CKPT_H
 #define FLEX_CKPT_H

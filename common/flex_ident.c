@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
+#include "flex_codec.h"
 #include "flex_ident.h"
 #include "flex_killpoint.h"
 
@@ -51,33 +52,14 @@
 #define LEGACY_LOG_MAGIC "FLEXLOG1"
 #define LEGACY_LOG_SLOT 4096u
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 void flex_ident_encode(uint8_t out[FLEX_IDENT_BYTES], int kind)
 {
 	memset(out, 0, FLEX_IDENT_BYTES);
 	memcpy(out, IDENT_MAGIC, 8);
-	put32(out + 8, IDENT_FORMAT);
-	put32(out + 12, (uint32_t)kind);
-	put32(out + 16, IDENT_STORE_FORMAT);
-	put64(out + 24, XXH3_64bits(out, 24));
+	flex_put_le32(out + 8, IDENT_FORMAT);
+	flex_put_le32(out + 12, (uint32_t)kind);
+	flex_put_le32(out + 16, IDENT_STORE_FORMAT);
+	flex_put_le64(out + 24, XXH3_64bits(out, 24));
 }
 
 static int join(char *out, const char *dir, const char *name)
@@ -125,7 +107,7 @@ static int legacy_space(const struct flex_io *io, const char *dir)
 		if (read_head(io, dir, "LOG", b, sizeof(b), slot * LEGACY_LOG_SLOT, &got, &size) ||
 		    got < sizeof(b))
 			continue;
-		if (!memcmp(b, LEGACY_LOG_MAGIC, 8) && get64(b + 24) == XXH3_64bits(b, 24))
+		if (!memcmp(b, LEGACY_LOG_MAGIC, 8) && flex_get_le64(b + 24) == XXH3_64bits(b, 24))
 			return 1;
 	}
 	return 0;
@@ -155,11 +137,11 @@ static int read_ident(const struct flex_io *io, const char *dir, int *kind, int 
 		return 1;
 	if (size < 8 || memcmp(b, IDENT_MAGIC, 8))
 		return FLEX_ENOTSTORE;
-	if (size != FLEX_IDENT_BYTES || got != size || get64(b + 24) != XXH3_64bits(b, 24))
+	if (size != FLEX_IDENT_BYTES || got != size || flex_get_le64(b + 24) != XXH3_64bits(b, 24))
 		return FLEX_ECORRUPT;
-	if (get32(b + 8) != IDENT_FORMAT || get32(b + 16) > IDENT_STORE_FORMAT)
+	if (flex_get_le32(b + 8) != IDENT_FORMAT || flex_get_le32(b + 16) > IDENT_STORE_FORMAT)
 		return FLEX_EVERSION;
-	*kind = (int)get32(b + 12);
+	*kind = (int)flex_get_le32(b + 12);
 	if (*kind != FLEX_KIND_SPACE && *kind != FLEX_KIND_DB)
 		return FLEX_ECORRUPT;
 	return 0;
