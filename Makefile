@@ -217,6 +217,14 @@ stress:
 	@$(MAKE) --no-print-directory MODE=debug test-run TESTFLAGS="$(TESTFLAGS)" \
 		FLEX_TEST_SCALE=$${FLEX_TEST_SCALE:-50}
 
+# ---- code the tools share -----------------------------------------------------
+# The parser, escaping and REPL driver of the tools (cli/lib/), compiled once.
+CLI_LIB_SRC := $(wildcard cli/lib/*.c)
+CLI_LIB     := $(BUILD)/cli/libcli.a
+$(CLI_LIB): $(call obj,$(CLI_LIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 # ---- benchmarks, tools -------------------------------------------------------
 # The benchmarks that run peers share the engine adapters and the memory
 # cgroups of their children (bench/kv_engines.c, bench/memcg.c, compiled
@@ -229,9 +237,9 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBS_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LINK_A) $(LDLIBS_SYS) -lm $(BENCH_LDLIBS)
 # The tools are thin clients of the public API; the REPLs use readline.
-$(BUILD)/bin/%: $(BUILD)/cli/%.o $(LIBS_A)
+$(BUILD)/bin/%: $(BUILD)/cli/%.o $(CLI_LIB) $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lreadline -lm
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(CLI_LIB) $(LINK_A) $(LDLIBS_SYS) -lreadline -lm
 
 # docs/BENCHMARKS.md describes each run.  flexdb_bench: FlexDB, RocksDB,
 # LevelDB and LMDB, each in its own process, 2M pairs, 1 and 2 client

@@ -1,6 +1,6 @@
 /*
  * fuzz_cli_parser.c - libFuzzer target: the command-line tools' argument
- * syntax (cli/cli_common.h): cli_parse_line (tokenizer, quoted strings and
+ * syntax (cli/lib/cli_common.h): cli_parse_line (tokenizer, quoted strings and
  * their escapes, 0x hex words, ';' and '#'), cli_decode_field,
  * cli_parse_u64, the command resolution of cli_run_line, and the output
  * escaper cli_escape.
@@ -17,6 +17,7 @@
  * by run.sh while fuzzing, not for replay) stdout and stderr are pointed
  * at /dev/null around that call only.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
