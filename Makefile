@@ -130,7 +130,7 @@ $(BUILD)/test/%_tiny: $(BUILD)/tiny/test/%.o $(patsubst %.c,$(BUILD)/tiny/%.o,$(
 
 $(BUILD)/test/%: $(BUILD)/test/%.o $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) -lcriterion $(LDLIBS_SYS) -lm
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_EXTRA) $(LINK_A) -lcriterion $(LDLIBS_SYS) -lm
 
 # `make test`: debug build with assertions, every Criterion suite.
 test:
@@ -225,6 +225,17 @@ $(CLI_LIB): $(call obj,$(CLI_LIB_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+# ---- code the benchmarks share -----------------------------------------------
+# bench_util.c (messages, clocks, histograms, /proc readings) and the YCSB
+# generators, compiled once; test_ycsb_gen checks the generators.
+BENCH_LIB_SRC := bench/bench_util.c bench/ycsb_gen.c
+BENCH_LIB     := $(BUILD)/bench/libbench.a
+$(BENCH_LIB): $(call obj,$(BENCH_LIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/test/test_ycsb_gen: $(BENCH_LIB)
+$(BUILD)/test/test_ycsb_gen: TEST_EXTRA := $(BENCH_LIB)
+
 # ---- benchmarks, tools -------------------------------------------------------
 # The benchmarks that run peers share the engine adapters and the memory
 # cgroups of their children (bench/kv_engines.c, bench/memcg.c, compiled
@@ -233,9 +244,10 @@ BENCH_ENGINE_OBJ := $(BUILD)/bench/kv_engines.o $(BUILD)/bench/memcg.o
 ENGINE_BENCHES := $(BUILD)/bench/flexdb_bench $(BUILD)/bench/ycsb_bench $(BUILD)/bench/delrange_bench
 $(ENGINE_BENCHES): $(BENCH_ENGINE_OBJ)
 $(ENGINE_BENCHES): BENCH_LDLIBS := -lrocksdb -lleveldb -llmdb
-$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBS_A)
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BENCH_LIB) $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LINK_A) $(LDLIBS_SYS) -lm $(BENCH_LDLIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BENCH_LIB) $(LINK_A) $(LDLIBS_SYS) -lm \
+		$(BENCH_LDLIBS)
 # The tools are thin clients of the public API; the REPLs use readline.
 $(BUILD)/bin/%: $(BUILD)/cli/%.o $(CLI_LIB) $(LIBS_A)
 	@mkdir -p $(dir $@)
