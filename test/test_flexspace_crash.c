@@ -46,9 +46,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "crashio.h"
 #include "flexspace.h"
-#include "killpoint.h"
+#include "lib/crashio.h"
+#include "lib/killpoint.h"
 
 TestSuite(flexspace_crash, .timeout = 300);
 
