@@ -65,9 +65,10 @@ build_lib() {
 	fi
 }
 
-# What the targets share besides the library: the tools' parser, which
-# fuzz_cli_parser drives, compiled the same way.
-SUPPORT_SRC="cli/lib/cli_common.c"
+# What the targets and gen_corpus share besides the library: the scratch
+# directory and checksum fix-ups, and the tools' parser, which
+# fuzz_cli_parser drives; compiled the same way.
+SUPPORT_SRC="test/fuzz/fuzz_common.c cli/lib/cli_common.c"
 build_support() {
 	lib=$OUT/libfuzz_support.a
 	# shellcheck disable=SC2086
@@ -170,7 +171,7 @@ seeds() {
 	echo "building $OUT/gen_corpus"
 	# shellcheck disable=SC2086
 	$CC $CFLAGS $WARN $SAN -fsanitize=fuzzer-no-link test/fuzz/gen_corpus.c -o "$OUT/gen_corpus" \
-		"$OUT/libflex_fuzz.a" $LIBS
+		"$OUT/libfuzz_support.a" "$OUT/libflex_fuzz.a" $LIBS
 	"$OUT/gen_corpus" test/fuzz/corpus
 }
 
