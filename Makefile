@@ -116,6 +116,29 @@ $(BUILD)/lib/libflexdb.so: $(FLEXDB_OBJ) $(BUILD)/lib/libflexspace.so
 	$(CC) -shared -Wl,-soname,libflexdb.so.$(SOVER) $(ALL_LDFLAGS) -o $@ $(FLEXDB_OBJ) \
 		-L$(BUILD)/lib -lflexspace -lflextree $(LDLIBS_LIB)
 
+# ---- code the tests share -----------------------------------------------------
+# test/lib/: the crash-simulating I/O table, the FlexDB model and operation
+# stream and the kill-point scheduler, compiled once into libtestsupport.a;
+# the FlexTree model, whose seeds and model functions have the same names as
+# crashio's, into libftmodel.a, which only the FlexTree suites link.
+FTMODEL_SRC  := test/lib/flextree_model.c
+TEST_LIB_SRC := $(filter-out $(FTMODEL_SRC),$(wildcard test/lib/*.c))
+TEST_LIB     := $(BUILD)/test/libtestsupport.a
+FTMODEL_LIB  := $(BUILD)/test/libftmodel.a
+$(TEST_LIB): $(call obj,$(TEST_LIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(FTMODEL_LIB): $(call obj,$(FTMODEL_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+TEST_SUPPORT := $(TEST_LIB)
+$(BUILD)/test/test_flextree $(BUILD)/test/test_flextree_file: $(FTMODEL_LIB)
+$(BUILD)/test/test_flextree $(BUILD)/test/test_flextree_file: TEST_SUPPORT := $(FTMODEL_LIB)
+# The concurrency programs of `make tsan` and `make helgrind` compile what
+# they use of it with their own flags.
+FLEXDB_CONC_SRC    := test/lib/crashio.c test/lib/flexdb_model.c
+FLEXSPACE_CONC_SRC := test/lib/crashio.c
+
 # ---- tests -------------------------------------------------------------------
 # test_flextree_tiny is the FlexTree suite linked against a build of the tree
 # with tiny node capacities, so that every split/merge/rebase path runs on a
@@ -124,13 +147,15 @@ TINY_FLAGS := -DFT_LEAF_CAP=6 -DFT_INTERNAL_CAP=5
 $(BUILD)/tiny/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TINY_FLAGS) -MMD -MP -c $< -o $@
-$(BUILD)/test/%_tiny: $(BUILD)/tiny/test/%.o $(patsubst %.c,$(BUILD)/tiny/%.o,$(FLEXTREE_SRC))
+$(BUILD)/test/%_tiny: $(BUILD)/tiny/test/%.o $(patsubst %.c,$(BUILD)/tiny/%.o,$(FLEXTREE_SRC)) \
+		$(FTMODEL_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS_SYS)
 
-$(BUILD)/test/%: $(BUILD)/test/%.o $(LIBS_A)
+$(BUILD)/test/%: $(BUILD)/test/%.o $(TEST_SUPPORT) $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) -lcriterion $(LDLIBS_SYS) -lm
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(TEST_EXTRA) $(TEST_SUPPORT) $(LINK_A) -lcriterion \
+		$(LDLIBS_SYS) -lm
 
 # `make test`: debug build with assertions, every Criterion suite.
 test:
@@ -154,11 +179,11 @@ test-run: $(TESTS) $(TOOLS) $(LIBS_SO)
 tsan:
 	@$(MAKE) --no-print-directory SANITIZE=thread libs
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Iinclude -DFLEXDB_TSAN_MAIN \
-		test/test_flexdb.c -o build/debug-thread/flexdb_tsan \
+		test/test_flexdb.c $(FLEXDB_CONC_SRC) -o build/debug-thread/flexdb_tsan \
 		build/debug-thread/lib/libflexdb.a build/debug-thread/lib/libflexspace.a \
 		build/debug-thread/lib/libflextree.a -luring -lxxhash -pthread -lm
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -Iinclude -DFLEXSPACE_TSAN_MAIN \
-		test/test_flexspace_sync.c -o build/debug-thread/flexspace_tsan \
+		test/test_flexspace_sync.c $(FLEXSPACE_CONC_SRC) -o build/debug-thread/flexspace_tsan \
 		build/debug-thread/lib/libflexspace.a build/debug-thread/lib/libflextree.a \
 		-luring -lxxhash -pthread -lm
 	TSAN_OPTIONS=halt_on_error=1 build/debug-thread/flexdb_tsan
@@ -184,7 +209,8 @@ HG_BUILD := build/debug-helgrind
 helgrind:
 	@$(MAKE) --no-print-directory MODE=debug BUILD=$(HG_BUILD) CFLAGS=-DFLEX_HELGRIND libs
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -DFLEXDB_TSAN_MAIN -DCR=1 -DCI=1 \
-		-D'CONC_MEMTABLE=(64u << 10)' test/test_flexdb.c -o $(HG_BUILD)/flexdb_helgrind \
+		-D'CONC_MEMTABLE=(64u << 10)' test/test_flexdb.c $(FLEXDB_CONC_SRC) \
+		-o $(HG_BUILD)/flexdb_helgrind \
 		$(HG_BUILD)/lib/libflexdb.a $(HG_BUILD)/lib/libflexspace.a \
 		$(HG_BUILD)/lib/libflextree.a -luring -lxxhash -pthread -lm
 	FLEX_NO_IO_URING=1 FLEX_TEST_SCALE=$${FLEX_TEST_SCALE:-8} \
@@ -217,6 +243,25 @@ stress:
 	@$(MAKE) --no-print-directory MODE=debug test-run TESTFLAGS="$(TESTFLAGS)" \
 		FLEX_TEST_SCALE=$${FLEX_TEST_SCALE:-50}
 
+# ---- code the tools share -----------------------------------------------------
+# The parser, escaping and REPL driver of the tools (cli/lib/), compiled once.
+CLI_LIB_SRC := $(wildcard cli/lib/*.c)
+CLI_LIB     := $(BUILD)/cli/libcli.a
+$(CLI_LIB): $(call obj,$(CLI_LIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# ---- code the benchmarks share -----------------------------------------------
+# bench_util.c (messages, clocks, histograms, /proc readings) and the YCSB
+# generators, compiled once; test_ycsb_gen checks the generators.
+BENCH_LIB_SRC := bench/bench_util.c bench/ycsb_gen.c
+BENCH_LIB     := $(BUILD)/bench/libbench.a
+$(BENCH_LIB): $(call obj,$(BENCH_LIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/test/test_ycsb_gen: $(BENCH_LIB)
+$(BUILD)/test/test_ycsb_gen: TEST_EXTRA := $(BENCH_LIB)
+
 # ---- benchmarks, tools -------------------------------------------------------
 # The benchmarks that run peers share the engine adapters and the memory
 # cgroups of their children (bench/kv_engines.c, bench/memcg.c, compiled
@@ -225,13 +270,14 @@ BENCH_ENGINE_OBJ := $(BUILD)/bench/kv_engines.o $(BUILD)/bench/memcg.o
 ENGINE_BENCHES := $(BUILD)/bench/flexdb_bench $(BUILD)/bench/ycsb_bench $(BUILD)/bench/delrange_bench
 $(ENGINE_BENCHES): $(BENCH_ENGINE_OBJ)
 $(ENGINE_BENCHES): BENCH_LDLIBS := -lrocksdb -lleveldb -llmdb
-$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBS_A)
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BENCH_LIB) $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LINK_A) $(LDLIBS_SYS) -lm $(BENCH_LDLIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BENCH_LIB) $(LINK_A) $(LDLIBS_SYS) -lm \
+		$(BENCH_LDLIBS)
 # The tools are thin clients of the public API; the REPLs use readline.
-$(BUILD)/bin/%: $(BUILD)/cli/%.o $(LIBS_A)
+$(BUILD)/bin/%: $(BUILD)/cli/%.o $(CLI_LIB) $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_A) $(LDLIBS_SYS) -lreadline -lm
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(CLI_LIB) $(LINK_A) $(LDLIBS_SYS) -lreadline -lm
 
 # docs/BENCHMARKS.md describes each run.  flexdb_bench: FlexDB, RocksDB,
 # LevelDB and LMDB, each in its own process, 2M pairs, 1 and 2 client

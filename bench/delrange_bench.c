@@ -33,7 +33,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define BENCH_NAME "delrange_bench"
 #include "bench_util.h"
 #include "kv_engines.h"
 
@@ -182,6 +181,7 @@ static void run_case(const struct dcase *dc, const struct cfg *c)
 
 int main(int argc, char **argv)
 {
+	bench_msg_pid = 1; /* the engines run in forked children */
 	struct cfg c = {.num = 1000000, .reads = 200000, .scans = 2000, .frac = 0.1};
 	const char *list = NULL;
 	engine_opts_default();

@@ -115,8 +115,6 @@
 #include "flexdb.h"
 #include "ycsb_gen.h"
 
-#define BENCH_NAME "flexdb_bench"
-#define BENCH_PID_IN_MESSAGES
 #include "bench_util.h"
 #include "kv_engines.h"
 #include "memcg.h"
@@ -1544,6 +1542,7 @@ static void cg_cleanup(void)
 
 int main(int argc, char **argv)
 {
+	bench_msg_pid = 1; /* the engines run in forked children */
 	parse_args(argc, argv);
 	B.parent_pid = getpid();
 	if (B.cgroup_mb) {

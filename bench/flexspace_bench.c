@@ -99,7 +99,6 @@
 
 #include "flexspace.h"
 
-#define BENCH_NAME "flexspace_bench"
 #include "bench_util.h"
 
 /* ---- configuration ---------------------------------------------------------- */

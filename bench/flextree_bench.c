@@ -67,7 +67,6 @@
 
 #include "flextree.h"
 
-#define BENCH_NAME "flextree_bench"
 #include "bench_util.h"
 
 /* Bytes per extent: one 4 KiB block, the granularity of a file system's

@@ -18,8 +18,6 @@
 #include "flexdb.h"
 
 /* Messages carry the name and process id of the program that links this. */
-#define BENCH_NAME program_invocation_short_name
-#define BENCH_PID_IN_MESSAGES
 #include "bench_util.h"
 #include "kv_engines.h"
 

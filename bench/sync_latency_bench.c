@@ -36,7 +36,6 @@
  * committed the tree (the time during which other threads' changes wait).  The target the read
  * numbers are held to: p99.9 within 10x of p50.
  */
-#define BENCH_NAME "sync_latency_bench"
 #include "bench_util.h"
 
 #include <inttypes.h>

@@ -31,7 +31,6 @@
  * --budgets-mb a,b,... (1,4,16,64,1024), --dir D (default /tmp), --quick
  * (100000 extents, 200000 lookups).
  */
-#define BENCH_NAME "treemem_bench"
 #include <inttypes.h>
 #include <sys/wait.h>
 

@@ -115,8 +115,6 @@
 #include "flexdb.h"
 #include "ycsb_gen.h"
 
-#define BENCH_NAME "ycsb_bench"
-#define BENCH_PID_IN_MESSAGES
 #include "bench_util.h"
 
 /* ---- configuration ---------------------------------------------------------- */
@@ -127,6 +125,28 @@
 
 #include "kv_engines.h"
 #include "memcg.h"
+
+/* Resets VmHWM to the current RSS ("5" to clear_refs, Linux >= 4.0). */
+static int reset_hwm(void)
+{
+	int fd = open("/proc/self/clear_refs", O_WRONLY);
+
+	if (fd < 0)
+		return 0;
+	int ok = write(fd, "5", 1) == 1;
+	close(fd);
+	return ok;
+}
+
+/* User + system CPU seconds of the process, every thread. */
+static double cpu_secs(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
 
 #if MAX_THREADS > KV_MAX_THREADS
 #error "MAX_THREADS above what the engine adapters allow"
@@ -1286,6 +1306,7 @@ static void cg_cleanup(void)
 
 int main(int argc, char **argv)
 {
+	bench_msg_pid = 1; /* the engines run in forked children */
 	parse_args(argc, argv);
 	B.parent_pid = getpid();
 	if (B.cgroup_mb) {

@@ -7,20 +7,22 @@
  *
  * A thin client of the public API (include/flexdb.h): every command maps
  * to one or a few library calls.  The argument syntax, output escaping and
- * the REPL are in cli_common.h; the commands and the dump format are
+ * the REPL are in cli/lib/cli_common.h; the commands and the dump format are
  * documented in docs/CLI.md and by `flexdb-cli --help`.
  *
  * Guarantees: a line that does not parse, an unknown command or a wrong
  * argument count runs nothing; `load` validates the whole file before its
  * first put; `batch` ... `commit` is one flexdb_write, so all or nothing.
  */
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flexdb.h"
 
-#include "cli_common.h"
+#include "lib/cli_common.h"
 
 #define DUMP_MAGIC "flexdb-dump 1"
 #define PROGRESS_EVERY 100000u

@@ -13,14 +13,17 @@
  * K/M/G/T suffix (powers of 1024).
  */
 #include <fcntl.h>
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "flexspace.h"
 
-#include "cli_common.h"
+#include "lib/cli_common.h"
 
 /* Bytes moved per library call by import, export and read: big enough to
  * amortise the call, small enough to keep memory flat for any size. */

@@ -55,9 +55,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "crashio.h"
 #include "flexdb.h"
-#include "flexdb_model.h"
+#include "lib/crashio.h"
+#include "lib/flexdb_model.h"
 
 TestSuite(corruption, .timeout = 600, .fini = fdb_tmp_cleanup);
 

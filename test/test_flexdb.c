@@ -49,7 +49,7 @@
 
 #include "../common/flex_ident.h"
 #include "flexdb.h"
-#include "flexdb_model.h"
+#include "lib/flexdb_model.h"
 
 /* ======================================================================
  * Concurrency: writers, readers and iterators on one handle.
@@ -707,6 +707,24 @@ int main(void)
 }
 
 #else /* Criterion suites */
+
+/* Describes a key briefly for messages. */
+static const char *key_desc(const void *k, size_t n, char *out, size_t cap)
+{
+	const uint8_t *p = k;
+	size_t o = 0;
+	o += (size_t)snprintf(out + o, cap - o, "[%zu]", n);
+	for (size_t i = 0; i < n && i < 24 && o + 4 < cap; i++) {
+		if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
+			out[o++] = (char)p[i];
+		else
+			o += (size_t)snprintf(out + o, cap - o, "\\x%02x", p[i]);
+	}
+	if (n > 24 && o + 4 < cap)
+		o += (size_t)snprintf(out + o, cap - o, "...");
+	out[o < cap ? o : cap - 1] = 0;
+	return out;
+}
 
 TestSuite(flexdb, .timeout = 240, .fini = fdb_tmp_cleanup);
 

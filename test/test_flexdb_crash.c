@@ -52,11 +52,11 @@
 #include <unistd.h>
 
 #include "../common/flex_codec.h"
-#include "crashio.h"
 #include "flexdb.h"
-#include "flexdb_model.h"
-#include "flexdb_stream.h"
-#include "killpoint.h"
+#include "lib/crashio.h"
+#include "lib/flexdb_model.h"
+#include "lib/flexdb_stream.h"
+#include "lib/killpoint.h"
 
 TestSuite(flexdb_crash, .timeout = 300, .fini = fdb_tmp_cleanup);
 
@@ -428,14 +428,14 @@ Test(flexdb_crash, kill_point_table_matches_sources_and_docs)
 		int in_table = 0;
 		for (size_t j = 0; j < KP_NPOINTS; j++)
 			in_table |= !strcmp(kp_points[j].name, src[i]);
-		cr_expect(in_table, "%s is not in test/killpoint.h", src[i]);
+		cr_expect(in_table, "%s is not in test/lib/killpoint.c", src[i]);
 	}
 	for (int i = 0; i < nd; i++)
 		cr_expect(kp_has(src, ns, doc[i]), "docs/DURABILITY.md lists %s, no source has it",
 			  doc[i]);
 	for (size_t j = 0; j < KP_NPOINTS; j++)
 		cr_expect(kp_has(src, ns, kp_points[j].name),
-			  "test/killpoint.h lists %s, no source has it", kp_points[j].name);
+			  "test/lib/killpoint.c lists %s, no source has it", kp_points[j].name);
 	cr_assert_eq((size_t)ns, KP_NPOINTS, "%d points in the sources, %zu in the table", ns,
 		     KP_NPOINTS);
 }

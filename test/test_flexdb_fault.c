@@ -49,10 +49,10 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
-#include "crashio.h"
 #include "flexdb.h"
-#include "flexdb_model.h"
-#include "flexdb_stream.h"
+#include "lib/crashio.h"
+#include "lib/flexdb_model.h"
+#include "lib/flexdb_stream.h"
 
 TestSuite(flexdb_fault, .timeout = 600, .fini = fdb_tmp_cleanup);
 

@@ -39,8 +39,31 @@
 #include <fcntl.h>
 
 #include "../common/flex_ident.h"
-#include "crashio.h"
 #include "flexspace.h"
+#include "lib/crashio.h"
+
+/* Compares the whole space with the model. */
+static int space_matches(struct flexspace *fs, const struct model *m, struct why *w)
+{
+	uint8_t *b = NULL;
+	uint64_t sz = 0;
+	int rc = space_read_all(fs, &b, &sz);
+	if (rc)
+		return failf(w, "reading the whole space: %s", flex_strerror(rc));
+	if (sz != m->size) {
+		free(b);
+		return failf(w, "size %" PRIu64 ", model %" PRIu64, sz, m->size);
+	}
+	for (uint64_t i = 0; i < sz; i++) {
+		if (b[i] != m->b[i]) {
+			free(b);
+			return failf(w, "byte %" PRIu64 " of %" PRIu64 " is %u, model %u", i, sz,
+				     b[i], m->b[i]);
+		}
+	}
+	free(b);
+	return 0;
+}
 
 TestSuite(flexspace, .timeout = 300);
 TestSuite(flexspace_fault, .timeout = 300);

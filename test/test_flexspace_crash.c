@@ -47,9 +47,9 @@
 #include <unistd.h>
 
 #include "../common/flex_codec.h"
-#include "crashio.h"
 #include "flexspace.h"
-#include "killpoint.h"
+#include "lib/crashio.h"
+#include "lib/killpoint.h"
 
 TestSuite(flexspace_crash, .timeout = 300);
 

@@ -40,8 +40,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "crashio.h"
 #include "flexspace.h"
+#include "lib/crashio.h"
 
 /* ======================================================================
  * Concurrency against a model.

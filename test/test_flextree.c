@@ -17,7 +17,26 @@
 #include <string.h>
 
 #include "flextree.h"
-#include "flextree_model.h"
+#include "lib/flextree_model.h"
+
+/* FLEX_TEST_CHECK_EVERY=N runs flextree_check every N random ops. */
+static uint64_t check_every(uint64_t dflt)
+{
+	const char *env = getenv("FLEX_TEST_CHECK_EVERY");
+	uint64_t v = env && *env ? strtoull(env, NULL, 0) : 0;
+	return v ? v : dflt;
+}
+
+static void expect_tag(const struct flextree *t, uint64_t loff, uint16_t tag, uint64_t start)
+{
+	uint16_t g = 0xdead;
+	uint64_t s = UINT64_MAX;
+	int c = flextree_tag_get(t, loff, &g, &s);
+	cr_assert_eq(c, 0, "tag_get(%llu) = %d", U(loff), c);
+	cr_assert_eq(g, tag, "tag_get(%llu) tag %u, want %u", U(loff), g, tag);
+	cr_assert_eq(s, start, "tag_get(%llu) extent start %llu, want %llu", U(loff), U(s),
+		     U(start));
+}
 
 /* ======================================================================== */
 /* Unit tests: empty tree, arguments                                          */

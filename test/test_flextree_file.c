@@ -30,7 +30,36 @@
 #include <unistd.h>
 
 #include "flextree.h"
-#include "flextree_model.h"
+#include "lib/flextree_model.h"
+
+static void model_copy(struct model *dst, const struct model *src)
+{
+	model_reserve(dst, src->n);
+	if (src->n)
+		memcpy(dst->v, src->v, src->n * sizeof(*src->v));
+	dst->n = src->n;
+	dst->size = src->size;
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+static void tmpd_make(struct tmpd *d)
+{
+	snprintf(d->dir, sizeof(d->dir), "/tmp/flextree-test-XXXXXX");
+	cr_assert_not_null(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
+	snprintf(d->path, sizeof(d->path), "%s/tree", d->dir);
+}
+
+static void tmpd_remove(struct tmpd *d)
+{
+	nftw(d->dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
+}
 
 /* The file's slot size (docs/FORMAT.md): two header copies, then nodes. */
 #define SLOT 4096u

@@ -42,11 +42,11 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
-#include "crashio.h"
 #include "flexdb.h"
-#include "flexdb_model.h"
-#include "flexdb_stream.h"
 #include "flexspace.h"
+#include "lib/crashio.h"
+#include "lib/flexdb_model.h"
+#include "lib/flexdb_stream.h"
 
 TestSuite(full_fs, .timeout = 300);
 

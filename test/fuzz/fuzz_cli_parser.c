@@ -1,6 +1,6 @@
 /*
  * fuzz_cli_parser.c - libFuzzer target: the command-line tools' argument
- * syntax (cli/cli_common.h): cli_parse_line (tokenizer, quoted strings and
+ * syntax (cli/lib/cli_common.h): cli_parse_line (tokenizer, quoted strings and
  * their escapes, 0x hex words, ';' and '#'), cli_decode_field,
  * cli_parse_u64, the command resolution of cli_run_line, and the output
  * escaper cli_escape.
@@ -17,6 +17,7 @@
  * by run.sh while fuzzing, not for replay) stdout and stderr are pointed
  * at /dev/null around that call only.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,12 +47,12 @@ static int cmd_ok(struct cli_app *app, struct cli_token *args, size_t nargs)
 }
 
 static const struct cli_cmd cmds[] = {
-    {"put", "KEY VALUE", 2, 2, "set", NULL, cmd_ok, 0, 0},
-    {"get", "KEY", 1, 1, "get", NULL, cmd_ok, 0, 1},
-    {"scan", "[FROM] [LIMIT]", 0, 2, "scan", NULL, cmd_ok, 1u << 2, 1},
-    {"read", "OFF LEN", 2, 2, "read", NULL, cmd_ok, (1u << 1) | (1u << 2), 1},
-    {"many", "ARGS...", 0, -1, "any", NULL, cmd_ok, 0xffffffffu, 0},
-    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0},
+    {"put", "KEY VALUE", 2, 2, "set", NULL, cmd_ok, 0, 0, NULL},
+    {"get", "KEY", 1, 1, "get", NULL, cmd_ok, 0, 1, NULL},
+    {"scan", "[FROM] [LIMIT]", 0, 2, "scan", NULL, cmd_ok, 1u << 2, 1, NULL},
+    {"read", "OFF LEN", 2, 2, "read", NULL, cmd_ok, (1u << 1) | (1u << 2), 1, NULL},
+    {"many", "ARGS...", 0, -1, "any", NULL, cmd_ok, 0xffffffffu, 0, NULL},
+    {NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0, NULL},
 };
 
 /* escape(s) parses back to s, as a line and as a field. */

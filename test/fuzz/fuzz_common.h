@@ -12,8 +12,9 @@
  * repair, the fuzzer explores the structure checks themselves; without it,
  * the checksum and torn-tail paths.
  *
- * Header-only, everything static: each target (and gen_corpus.c) is one
- * translation unit.  The encodings duplicate the library's on purpose: the
+ * Compiled once (fuzz_common.c) and linked by every target and by
+ * gen_corpus.c; only the little-endian accessors stay here, inline.  The
+ * encodings duplicate the library's on purpose: the
  * fuzz targets know the format only from docs/FORMAT.md.
  */
 #ifndef FLEX_FUZZ_COMMON_H
@@ -33,33 +34,33 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#pragma GCC diagnostic ignored "-Wunused-function"
+#include "flexspace.h"
 
 /* ---- little-endian access --------------------------------------------------- */
 
-static uint16_t fz_get16(const uint8_t *p)
+static inline uint16_t fz_get16(const uint8_t *p)
 {
 	return (uint16_t)(p[0] | p[1] << 8);
 }
-static uint32_t fz_get32(const uint8_t *p)
+static inline uint32_t fz_get32(const uint8_t *p)
 {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-static uint64_t fz_get64(const uint8_t *p)
+static inline uint64_t fz_get64(const uint8_t *p)
 {
 	return (uint64_t)fz_get32(p) | (uint64_t)fz_get32(p + 4) << 32;
 }
-static void fz_put16(uint8_t *p, uint16_t v)
+static inline void fz_put16(uint8_t *p, uint16_t v)
 {
 	p[0] = (uint8_t)v;
 	p[1] = (uint8_t)(v >> 8);
 }
-static void fz_put32(uint8_t *p, uint32_t v)
+static inline void fz_put32(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
-static void fz_put64(uint8_t *p, uint64_t v)
+static inline void fz_put64(uint8_t *p, uint64_t v)
 {
 	for (int i = 0; i < 8; i++)
 		p[i] = (uint8_t)(v >> (8 * i));
@@ -67,166 +68,22 @@ static void fz_put64(uint8_t *p, uint64_t v)
 
 /* ---- scratch directory ---------------------------------------------------------- */
 
-static char fz_root[256];
-
-static int fz_rm_cb(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void fz_rmrf(const char *path)
-{
-	nftw(path, fz_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void fz_cleanup(void)
-{
-	if (fz_root[0])
-		fz_rmrf(fz_root);
-	fz_root[0] = '\0';
-}
-
-/* Directories of earlier runs that crashed (their process is gone). */
-static void fz_remove_stale(const char *base)
-{
-	DIR *d = opendir(base);
-	if (!d)
-		return;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		long pid;
-		char tag[64];
-		if (sscanf(e->d_name, "flexfuzz.%ld.%63s", &pid, tag) != 2 || pid <= 0)
-			continue;
-		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-			continue;
-		char p[512];
-		snprintf(p, sizeof(p), "%s/%s", base, e->d_name);
-		fz_rmrf(p);
-	}
-	closedir(d);
-}
+void fz_rmrf(const char *path);
 
 /* Creates /dev/shm/flexfuzz.<pid>.<tag> (or under $TMPDIR, /tmp when
  * /dev/shm is missing), removed at exit.  Aborts when it cannot. */
-static const char *fz_init_root(const char *tag)
-{
-	if (fz_root[0])
-		return fz_root;
-	const char *base = getenv("FLEX_FUZZ_DIR");
-	struct stat st;
-	if (!base || !*base)
-		base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-	fz_remove_stale(base);
-	snprintf(fz_root, sizeof(fz_root), "%s/flexfuzz.%ld.%s", base, (long)getpid(), tag);
-	fz_rmrf(fz_root);
-	if (mkdir(fz_root, 0700) != 0) {
-		perror(fz_root);
-		abort();
-	}
-	atexit(fz_cleanup);
-	return fz_root;
-}
+const char *fz_init_root(const char *tag);
 
-static void fz_path(char *out, size_t n, const char *a, const char *b)
-{
-	snprintf(out, n, "%s/%s", a, b);
-}
+void fz_path(char *out, size_t n, const char *a, const char *b);
 
-static int fz_write_file(const char *path, const void *buf, size_t len)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return -errno;
-	const uint8_t *p = buf;
-	while (len) {
-		ssize_t w = write(fd, p, len);
-		if (w <= 0) {
-			int e = errno;
-			close(fd);
-			return -e;
-		}
-		p += w;
-		len -= (size_t)w;
-	}
-	close(fd);
-	return 0;
-}
+int fz_write_file(const char *path, const void *buf, size_t len);
 
 /* Reads a whole file into a malloc'd buffer. */
-static int fz_read_file(const char *path, uint8_t **buf, size_t *len)
-{
-	*buf = NULL;
-	*len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	if (fstat(fd, &st) != 0) {
-		close(fd);
-		return -errno;
-	}
-	size_t n = (size_t)st.st_size;
-	uint8_t *b = malloc(n ? n : 1);
-	size_t got = 0;
-	while (b && got < n) {
-		ssize_t r = read(fd, b + got, n - got);
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(fd);
-	if (!b)
-		return -ENOMEM;
-	*buf = b;
-	*len = got;
-	return 0;
-}
-
-static int fz_copy_file(const char *from, const char *to)
-{
-	uint8_t *b;
-	size_t n;
-	int rc = fz_read_file(from, &b, &n);
-	if (rc)
-		return rc;
-	rc = fz_write_file(to, b, n);
-	free(b);
-	return rc;
-}
+int fz_read_file(const char *path, uint8_t **buf, size_t *len);
 
 /* Copies the regular files of one directory level and, recursively, its
  * subdirectories (a store: LOCK, WAL-*, space/). */
-static int fz_copy_tree(const char *from, const char *to)
-{
-	if (mkdir(to, 0755) != 0 && errno != EEXIST)
-		return -errno;
-	DIR *d = opendir(from);
-	if (!d)
-		return -errno;
-	struct dirent *e;
-	int rc = 0;
-	while (!rc && (e = readdir(d)) != NULL) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		char a[PATH_MAX], b[PATH_MAX];
-		fz_path(a, sizeof(a), from, e->d_name);
-		fz_path(b, sizeof(b), to, e->d_name);
-		struct stat st;
-		if (lstat(a, &st) != 0)
-			rc = -errno;
-		else if (S_ISDIR(st.st_mode))
-			rc = fz_copy_tree(a, b);
-		else if (S_ISREG(st.st_mode))
-			rc = fz_copy_file(a, b);
-	}
-	closedir(d);
-	return rc;
-}
+int fz_copy_tree(const char *from, const char *to);
 
 /* ---- input reader ------------------------------------------------------------------ */
 
@@ -235,24 +92,7 @@ struct fz_in {
 	size_t n;
 };
 
-static int fz_u8(struct fz_in *in, uint8_t *v)
-{
-	if (!in->n)
-		return 0;
-	*v = *in->p++;
-	in->n--;
-	return 1;
-}
-
-static uint64_t fz_u64_or(struct fz_in *in, uint64_t dflt)
-{
-	if (in->n < 8)
-		return dflt;
-	uint64_t v = fz_get64(in->p);
-	in->p += 8;
-	in->n -= 8;
-	return v;
-}
+int fz_u8(struct fz_in *in, uint8_t *v);
 
 /* ---- FlexTree file (docs/FORMAT.md "FlexTree file") ------------------------------------ */
 
@@ -261,54 +101,9 @@ static uint64_t fz_u64_or(struct fz_in *in, uint64_t dflt)
 #define FZ_LEAF_MAGIC 0x314c5446u
 #define FZ_INTERNAL_MAGIC 0x31495446u
 
-static uint64_t fz_slot_csum(uint8_t *slot, unsigned at)
-{
-	uint8_t saved[8];
-	memcpy(saved, slot + at, 8);
-	memset(slot + at, 0, 8);
-	uint64_t h = XXH3_64bits(slot, FZ_SLOT);
-	memcpy(slot + at, saved, 8);
-	return h;
-}
-
-/* Child entries of an internal node image that fit in its slot. */
-static unsigned fz_internal_children(const uint8_t *s)
-{
-	unsigned count = fz_get16(s + 4);
-	if (32u + count * 8u + (count + 1u) * 20u > FZ_SLOT)
-		return 0;
-	return count + 1;
-}
-
 struct fz_tree_counts {
 	uint64_t leaves, internals, extents, size;
 };
-
-static void fz_tree_count(const uint8_t *img, uint32_t nslots, uint32_t slot, unsigned depth,
-			  uint8_t *seen, struct fz_tree_counts *c)
-{
-	if (slot < 2 || slot >= nslots || depth > FZ_TREE_MAX_HEIGHT ||
-	    (seen[slot / 8] & (1u << (slot % 8))))
-		return;
-	seen[slot / 8] |= (uint8_t)(1u << (slot % 8));
-	const uint8_t *s = img + (size_t)slot * FZ_SLOT;
-	uint32_t magic = fz_get32(s);
-	if (magic == FZ_LEAF_MAGIC) {
-		unsigned count = fz_get16(s + 4);
-		if (32u + count * 20u > FZ_SLOT)
-			return;
-		c->leaves++;
-		c->extents += count;
-		for (unsigned j = 0; j < count; j++)
-			c->size += fz_get32(s + 32 + j * 20 + 16);
-	} else if (magic == FZ_INTERNAL_MAGIC) {
-		unsigned nc = fz_internal_children(s);
-		c->internals++;
-		const uint8_t *e = s + 32 + (nc ? nc - 1 : 0) * 8u;
-		for (unsigned j = 0; j < nc; j++)
-			fz_tree_count(img, nslots, fz_get32(e + j * 20 + 8), depth + 1, seen, c);
-	}
-}
 
 /* Flags for fz_tree_fixup. */
 #define FZ_TREE_FIX_SLOT 1u   /* node's own slot field = its slot */
@@ -317,172 +112,25 @@ static void fz_tree_count(const uint8_t *img, uint32_t nslots, uint32_t slot, un
 /* Recomputes, in a tree file image of nslots whole slots, every node's
  * checksum (lowest level first), every child pointer's checksum and the
  * headers' root checksums and checksums. */
-static void fz_tree_fixup(uint8_t *img, uint32_t nslots, unsigned flags)
-{
-	uint64_t *csum = calloc(nslots ? nslots : 1, sizeof(*csum));
-	uint8_t *done = calloc(nslots / 8 + 1, 1);
-	if (!csum || !done) {
-		free(csum);
-		free(done);
-		return;
-	}
-	for (unsigned lvl = 0; lvl <= 255; lvl++) {
-		int any = 0;
-		for (uint32_t s = 2; s < nslots; s++) {
-			uint8_t *n = img + (size_t)s * FZ_SLOT;
-			uint32_t magic = fz_get32(n);
-			if ((magic != FZ_LEAF_MAGIC && magic != FZ_INTERNAL_MAGIC) || n[6] != lvl)
-				continue;
-			any = 1;
-			if (magic == FZ_INTERNAL_MAGIC) {
-				unsigned nc = fz_internal_children(n);
-				uint8_t *e = n + 32 + (nc ? nc - 1 : 0) * 8u;
-				for (unsigned j = 0; j < nc; j++) {
-					uint32_t c = fz_get32(e + j * 20 + 8);
-					if (c >= 2 && c < nslots && (done[c / 8] & (1u << (c % 8))))
-						fz_put64(e + j * 20 + 12, csum[c]);
-				}
-			}
-			if (flags & FZ_TREE_FIX_SLOT)
-				fz_put32(n + 8, s);
-			csum[s] = fz_slot_csum(n, 24);
-			fz_put64(n + 24, csum[s]);
-			done[s / 8] |= (uint8_t)(1u << (s % 8));
-		}
-		if (!any && lvl > FZ_TREE_MAX_HEIGHT)
-			break;
-	}
-	for (int h = 0; h < 2 && (uint32_t)h < nslots; h++) {
-		uint8_t *hd = img + (size_t)h * FZ_SLOT;
-		if (memcmp(hd, "FLEXTREE", 8) != 0)
-			continue;
-		uint32_t root = fz_get32(hd + 24);
-		if (root >= 2 && root < nslots && (done[root / 8] & (1u << (root % 8))))
-			fz_put64(hd + 32, csum[root]);
-		if (flags & FZ_TREE_FIX_COUNTS) {
-			struct fz_tree_counts c = {0};
-			uint8_t *seen = calloc(nslots / 8 + 1, 1);
-			if (seen) {
-				fz_tree_count(img, nslots, root, 0, seen, &c);
-				free(seen);
-				fz_put64(hd + 40, c.size);
-				fz_put64(hd + 48, c.extents);
-				fz_put32(hd + 56, nslots);
-				fz_put64(hd + 64, c.leaves);
-				fz_put64(hd + 72, c.internals);
-			}
-		}
-		fz_put64(hd + FZ_SLOT - 8, fz_slot_csum(hd, FZ_SLOT - 8));
-	}
-	free(csum);
-	free(done);
-}
+void fz_tree_fixup(uint8_t *img, uint32_t nslots, unsigned flags);
 
 /* Compact form of a tree file for the fuzzer: chunks of (u16 length, bytes),
  * each chunk the start of one 4096-byte slot, the rest of the slot zero.
  * Returns the number of slots written to *img (malloc'd). */
 #define FZ_TREE_MAX_SLOTS 64u
-static uint32_t fz_tree_expand(struct fz_in *in, uint8_t **img)
-{
-	/* Count first: one allocation, not a realloc per slot. */
-	uint32_t n = 0;
-	for (struct fz_in c = *in; c.n >= 2 && n < FZ_TREE_MAX_SLOTS; n++) {
-		size_t len = fz_get16(c.p);
-		len = len > FZ_SLOT ? FZ_SLOT : len;
-		len = len > c.n - 2 ? c.n - 2 : len;
-		c.p += 2 + len;
-		c.n -= 2 + len;
-	}
-	uint8_t *b = calloc(n ? n : 1, FZ_SLOT);
-	if (!b)
-		abort();
-	for (uint32_t i = 0; i < n; i++) {
-		size_t len = fz_get16(in->p);
-		in->p += 2;
-		in->n -= 2;
-		len = len > FZ_SLOT ? FZ_SLOT : len;
-		len = len > in->n ? in->n : len;
-		memcpy(b + (size_t)i * FZ_SLOT, in->p, len);
-		in->p += len;
-		in->n -= len;
-	}
-	*img = b;
-	return n;
-}
-
-/* The inverse, for seeds: each slot with its trailing zeros cut. */
-static void fz_tree_compact(const uint8_t *img, size_t len, FILE *out)
-{
-	for (size_t off = 0; off < len; off += FZ_SLOT) {
-		size_t n = len - off < FZ_SLOT ? len - off : FZ_SLOT;
-		while (n && img[off + n - 1] == 0)
-			n--;
-		uint8_t h[2];
-		fz_put16(h, (uint16_t)n);
-		fwrite(h, 1, 2, out);
-		fwrite(img + off, 1, n, out);
-	}
-}
+uint32_t fz_tree_expand(struct fz_in *in, uint8_t **img);
 
 /* ---- FlexSpace LOG (docs/FORMAT.md "LOG") ------------------------------------------------ */
 
 #define FZ_LOG_START 8192u
 
-/* Zeroes the seals in both LOG header slots (docs/FORMAT.md: 32 bytes at
- * 2048 of a slot), so that a log body other than the one sealed replays. */
-static void fz_log_unseal(uint8_t *log, size_t len)
-{
-	for (size_t at = 2048; at < 2 * 4096; at += 4096)
-		if (at + 32 <= len)
-			memset(log + at, 0, 32);
-}
 #define FZ_BATCH_MAGIC 0x31424c46u
 
 #define FZ_LOG_FIX_HEADERS 1u /* header slots' checksums */
 #define FZ_LOG_FIX_BATCHES 2u /* batch checksums (nrec clipped to the file) */
 #define FZ_LOG_FIX_SEQ 4u     /* batch magic, seq 1, 2, ... and base = header's */
 
-static void fz_log_fixup(uint8_t *log, size_t len, unsigned flags)
-{
-	uint64_t base = 0;
-	int have = 0;
-	for (int h = 0; h < 2; h++) {
-		uint8_t *hd = log + (size_t)h * 4096;
-		if ((size_t)h * 4096 + 32 > len || memcmp(hd, "FLEXLOG1", 8) != 0)
-			continue;
-		if (flags & FZ_LOG_FIX_HEADERS)
-			fz_put64(hd + 24, XXH3_64bits(hd, 24));
-		if (fz_get64(hd + 24) == XXH3_64bits(hd, 24) &&
-		    (!have || fz_get64(hd + 16) > base)) {
-			base = fz_get64(hd + 16);
-			have = 1;
-		}
-	}
-	if (!(flags & (FZ_LOG_FIX_BATCHES | FZ_LOG_FIX_SEQ)))
-		return;
-	uint64_t seq = 1;
-	for (size_t off = FZ_LOG_START; off + 32 <= len; seq++) {
-		uint8_t *b = log + off;
-		uint64_t n = fz_get32(b + 4);
-		uint64_t room = (len - off - 32) / 24;
-		if (n > room)
-			n = room;
-		if (n == 0)
-			n = room ? 1 : 0;
-		if (n == 0)
-			break;
-		fz_put32(b + 4, (uint32_t)n);
-		if (flags & FZ_LOG_FIX_SEQ) {
-			fz_put32(b, FZ_BATCH_MAGIC);
-			fz_put64(b + 8, seq);
-			fz_put64(b + 16, base);
-		}
-		size_t bytes = 32 + (size_t)n * 24;
-		fz_put64(b + 24, 0);
-		fz_put64(b + 24, XXH3_64bits(b, bytes));
-		off += bytes;
-	}
-}
+void fz_log_fixup(uint8_t *log, size_t len, unsigned flags);
 
 /* ---- FlexDB WAL (docs/FORMAT.md "WAL") ------------------------------------------------------ */
 
@@ -491,101 +139,18 @@ static void fz_log_fixup(uint8_t *log, size_t len, unsigned flags)
 #define FZ_WAL2_MARK 4096u
 #define FZ_WAL2_RECORDS 8192u
 
-/* A format-1 header (32 bytes, records follow), or with format 2 the
- * first FZ_WAL2_RECORDS bytes: a 64-byte header naming the FlexSpace
- * point (0, 0), which any space has reached, and no sync mark. */
-static size_t fz_wal_header(uint8_t *h, uint64_t gen, int format)
-{
-	size_t n = format == 2 ? FZ_WAL2_RECORDS : 32;
-	memset(h, 0, n);
-	memcpy(h, "FLEXWAL1", 8);
-	fz_put32(h + 8, (uint32_t)format);
-	fz_put64(h + 16, gen);
-	if (format == 2)
-		fz_put64(h + 56, XXH3_64bits(h, 56));
-	else
-		fz_put64(h + 24, XXH3_64bits(h, 24));
-	return n;
-}
-
-/* Writes a format-2 sync mark naming seq into a whole WAL image. */
-static void fz_wal_mark(uint8_t *w, uint64_t gen, uint64_t seq)
-{
-	uint8_t *m = w + FZ_WAL2_MARK;
-	memset(m, 0, 32);
-	fz_put32(m, 0x31535746u);
-	fz_put64(m + 8, gen);
-	fz_put64(m + 16, seq);
-	fz_put64(m + 24, XXH3_64bits(m, 24));
-}
-
-/* Appends a record (header + payload) to a growing buffer. */
-static int fz_wal_append(uint8_t **buf, size_t *len, uint64_t seq, const uint8_t *payload,
-			 size_t plen)
-{
-	uint8_t *nb = realloc(*buf, *len + 24 + plen);
-	if (!nb)
-		return -1;
-	uint8_t *r = nb + *len;
-	fz_put32(r, FZ_WAL_REC_MAGIC);
-	fz_put32(r + 4, (uint32_t)plen);
-	fz_put64(r + 8, seq);
-	fz_put64(r + 16, XXH3_64bits_withSeed(payload, plen, seq));
-	if (plen)
-		memcpy(r + 24, payload, plen);
-	*buf = nb;
-	*len += 24 + plen;
-	return 0;
-}
-
 /* Repairs the checksums of the records of a whole WAL file image (header
  * and, in format 2, the sync mark included), following the lengths as long
  * as they fit. */
-static void fz_wal_fixup(uint8_t *w, size_t len)
-{
-	int f2 = len >= 64 && fz_get32(w + 8) == 2;
-	if (f2)
-		fz_put64(w + 56, XXH3_64bits(w, 56));
-	else if (len >= 32 && memcmp(w, "FLEXWAL1", 8) == 0)
-		fz_put64(w + 24, XXH3_64bits(w, 24));
-	if (f2 && len >= FZ_WAL2_MARK + 32)
-		fz_put64(w + FZ_WAL2_MARK + 24, XXH3_64bits(w + FZ_WAL2_MARK, 24));
-	for (size_t off = f2 ? FZ_WAL2_RECORDS : 32; off + 24 <= len;) {
-		uint32_t plen = fz_get32(w + off + 4);
-		if (plen > len - off - 24)
-			break;
-		fz_put64(w + off + 16,
-			 XXH3_64bits_withSeed(w + off + 24, plen, fz_get64(w + off + 8)));
-		off += 24 + (size_t)plen;
-	}
-}
-
-static size_t fz_varint_put(uint8_t *p, uint32_t v)
-{
-	size_t n = 0;
-	while (v >= 0x80) {
-		p[n++] = (uint8_t)(v | 0x80);
-		v >>= 7;
-	}
-	p[n++] = (uint8_t)v;
-	return n;
-}
+void fz_wal_fixup(uint8_t *w, size_t len);
 
 /* ---- flexdb invariants after any successful open ------------------------------------------- */
 
 /* memcmp order, a shorter key first on a common prefix. */
-static int fz_keycmp(const void *a, size_t alen, const void *b, size_t blen)
-{
-	size_t n = alen < blen ? alen : blen;
-	int c = n ? memcmp(a, b, n) : 0;
-	if (c)
-		return c;
-	return alen < blen ? -1 : alen > blen;
-}
+int fz_keycmp(const void *a, size_t alen, const void *b, size_t blen);
 
 /* ---- the FlexSpace scenario of fuzz_space_log and its seeds ------------------------------- */
 
-#ifdef FLEXSPACE_H
 #define FZ_SPACE_SEG (64u << 10)
 
 /* FLEX_FUZZ_SKIP_KNOWN=1 (run.sh sets it while fuzzing, not for replay)
@@ -596,85 +161,14 @@ static int fz_keycmp(const void *a, size_t alen, const void *b, size_t blen)
  * the maximum extent (segment_size / 32), which open accepts although
  * flexspace_check then rejects the space.  max_extent: the space's
  * segment size / 32; size: its size before the log (0 when unknown). */
-static int fz_known_log_bug(const uint8_t *log, size_t len, uint64_t max_extent, uint64_t size)
-{
-	static int skip = -1;
-	if (skip < 0) {
-		const char *e = getenv("FLEX_FUZZ_SKIP_KNOWN");
-		skip = e && *e == '1';
-	}
-	if (!skip)
-		return 0;
-	for (size_t off = FZ_LOG_START; off + 32 <= len;) {
-		uint64_t n = fz_get32(log + off + 4);
-		if (n == 0 || n > (len - off - 32) / 24)
-			break;
-		for (uint64_t i = 0; i < n; i++) {
-			const uint8_t *r = log + off + 32 + i * 24;
-			uint64_t w0 = fz_get64(r), rl = fz_get64(r + 8);
-			uint64_t lo = w0 & (((uint64_t)1 << 56) - 1);
-			uint64_t op = w0 >> 56, arg = fz_get64(r + 16);
-			/* the size as replay changes it: an insert past the end
-			 * first fills the gap with a hole */
-			if (op == 1) {
-				uint64_t from = lo > size ? lo : size;
-				if (from + rl < from || from + rl > FLEXSPACE_MAX_SIZE)
-					return 1;
-				size = from + rl;
-			} else if (op == 2) {
-				size = rl < size ? size - rl : 0;
-			}
-			if ((op == 1 || op == 3) && arg != FLEXTREE_HOLE && rl > max_extent)
-				return 1;
-		}
-		off += 32 + (size_t)n * 24;
-	}
-	return 0;
-}
+int fz_known_log_bug(const uint8_t *log, size_t len, uint64_t max_extent, uint64_t size);
 
-static struct flexspace_options fz_space_opts(void)
-{
-	struct flexspace_options o = {
-	    .segment_size = FZ_SPACE_SEG, .log_limit = 64u << 10, .create = 1};
-	return o;
-}
+struct flexspace_options fz_space_opts(void);
 
 /* Creates a space in dir (writes, inserts, a collapse, a tag, a hole),
  * closes it, reopens it and makes more changes with syncs in between,
  * and copies its files to snap while it is still open: the image a crash
  * would leave, with log batches to replay.  Returns 0 or -1. */
-static int fz_space_scenario(const char *dir, const char *snap)
-{
-	struct flexspace_options o = fz_space_opts();
-	struct flexspace *fs;
-	uint8_t buf[30000];
-	int ok = 1;
-	for (size_t i = 0; i < sizeof(buf); i++)
-		buf[i] = (uint8_t)(i * 7 + 1);
-	if (flexspace_open(dir, &o, &fs) != 0)
-		return -1;
-	ok &= flexspace_write(fs, buf, 0, sizeof(buf)) == (ssize_t)sizeof(buf);
-	ok &= flexspace_insert(fs, buf, 1000, 5000) == 5000;
-	ok &= flexspace_collapse(fs, 200, 100) == 0;
-	ok &= flexspace_tag_set(fs, 4000, 7) == 0;
-	ok &= flexspace_write(fs, buf, 100000, 3000) == 3000;
-	ok &= flexspace_close(fs) == 0;
-	if (!ok || flexspace_open(dir, &o, &fs) != 0)
-		return -1;
-	memset(buf, 0x3c, 1500);
-	ok &= flexspace_write(fs, buf, 300, 1500) == 1500;
-	ok &= flexspace_sync(fs) == 0;
-	ok &= flexspace_insert(fs, buf, 20000, 700) == 700;
-	ok &= flexspace_collapse(fs, 5000, 1234) == 0;
-	ok &= flexspace_tag_set(fs, 9000, 2) == 0;
-	ok &= flexspace_sync(fs) == 0;
-	ok &= flexspace_truncate(fs, 150000) == 0;
-	ok &= flexspace_defrag(fs, 0, 8000) == 0;
-	ok &= flexspace_sync(fs) == 0;
-	ok &= fz_copy_tree(dir, snap) == 0;
-	flexspace_close(fs);
-	return ok ? 0 : -1;
-}
-#endif
+int fz_space_scenario(const char *dir, const char *snap);
 
 #endif /* FLEX_FUZZ_COMMON_H */

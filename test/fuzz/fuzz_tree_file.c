@@ -23,6 +23,16 @@
 #include "flextree.h"
 #include "fuzz_common.h"
 
+static uint64_t fz_u64_or(struct fz_in *in, uint64_t dflt)
+{
+	if (in->n < 8)
+		return dflt;
+	uint64_t v = fz_get64(in->p);
+	in->p += 8;
+	in->n -= 8;
+	return v;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char tree_path[PATH_MAX];

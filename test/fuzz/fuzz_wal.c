@@ -31,6 +31,53 @@
 #include "flexdb.h"
 #include "fuzz_common.h"
 
+/* A format-1 header (32 bytes, records follow), or with format 2 the
+ * first FZ_WAL2_RECORDS bytes: a 64-byte header naming the FlexSpace
+ * point (0, 0), which any space has reached, and no sync mark. */
+static size_t fz_wal_header(uint8_t *h, uint64_t gen, int format)
+{
+	size_t n = format == 2 ? FZ_WAL2_RECORDS : 32;
+	memset(h, 0, n);
+	memcpy(h, "FLEXWAL1", 8);
+	fz_put32(h + 8, (uint32_t)format);
+	fz_put64(h + 16, gen);
+	if (format == 2)
+		fz_put64(h + 56, XXH3_64bits(h, 56));
+	else
+		fz_put64(h + 24, XXH3_64bits(h, 24));
+	return n;
+}
+
+/* Writes a format-2 sync mark naming seq into a whole WAL image. */
+static void fz_wal_mark(uint8_t *w, uint64_t gen, uint64_t seq)
+{
+	uint8_t *m = w + FZ_WAL2_MARK;
+	memset(m, 0, 32);
+	fz_put32(m, 0x31535746u);
+	fz_put64(m + 8, gen);
+	fz_put64(m + 16, seq);
+	fz_put64(m + 24, XXH3_64bits(m, 24));
+}
+
+/* Appends a record (header + payload) to a growing buffer. */
+static int fz_wal_append(uint8_t **buf, size_t *len, uint64_t seq, const uint8_t *payload,
+			 size_t plen)
+{
+	uint8_t *nb = realloc(*buf, *len + 24 + plen);
+	if (!nb)
+		return -1;
+	uint8_t *r = nb + *len;
+	fz_put32(r, FZ_WAL_REC_MAGIC);
+	fz_put32(r + 4, (uint32_t)plen);
+	fz_put64(r + 8, seq);
+	fz_put64(r + 16, XXH3_64bits_withSeed(payload, plen, seq));
+	if (plen)
+		memcpy(r + 24, payload, plen);
+	*buf = nb;
+	*len += 24 + plen;
+	return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MUST(cond)                                                                                 \

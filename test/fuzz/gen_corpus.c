@@ -20,6 +20,31 @@
 #include "flextree.h"
 #include "fuzz_common.h"
 
+/* The inverse, for seeds: each slot with its trailing zeros cut. */
+static void fz_tree_compact(const uint8_t *img, size_t len, FILE *out)
+{
+	for (size_t off = 0; off < len; off += FZ_SLOT) {
+		size_t n = len - off < FZ_SLOT ? len - off : FZ_SLOT;
+		while (n && img[off + n - 1] == 0)
+			n--;
+		uint8_t h[2];
+		fz_put16(h, (uint16_t)n);
+		fwrite(h, 1, 2, out);
+		fwrite(img + off, 1, n, out);
+	}
+}
+
+static size_t fz_varint_put(uint8_t *p, uint32_t v)
+{
+	size_t n = 0;
+	while (v >= 0x80) {
+		p[n++] = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	p[n++] = (uint8_t)v;
+	return n;
+}
+
 #define CHECK(cond)                                                                                \
 	do {                                                                                       \
 		if (!(cond)) {                                                                     \

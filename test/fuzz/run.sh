@@ -65,20 +65,45 @@ build_lib() {
 	fi
 }
 
+# What the targets and gen_corpus share besides the library: the scratch
+# directory and checksum fix-ups, and the tools' parser, which
+# fuzz_cli_parser drives; compiled the same way.
+SUPPORT_SRC="test/fuzz/fuzz_common.c cli/lib/cli_common.c"
+build_support() {
+	lib=$OUT/libfuzz_support.a
+	# shellcheck disable=SC2086
+	if newer "$lib" $SUPPORT_SRC test/fuzz/*.h cli/lib/*.h include/*.h; then
+		echo "building $lib with $CC"
+		mkdir -p "$OUT/obj"
+		objs=""
+		for s in $SUPPORT_SRC; do
+			o=$OUT/obj/$(echo "$s" | tr / _ | sed 's/\.c$/.o/')
+			# shellcheck disable=SC2086
+			$CC $CFLAGS $WARN $SAN -fsanitize=fuzzer-no-link -c "$s" -o "$o"
+			objs="$objs $o"
+		done
+		rm -f "$lib"
+		# shellcheck disable=SC2086
+		ar rcs "$lib" $objs
+	fi
+}
+
 build_target() {
 	t=$1
 	# shellcheck disable=SC2086
-	if newer "$OUT/$t" "test/fuzz/$t.c" test/fuzz/fuzz_common.h cli/cli_common.h "$OUT/libflex_fuzz.a"; then
+	if newer "$OUT/$t" "test/fuzz/$t.c" test/fuzz/*.h cli/lib/cli_common.h "$OUT/libflex_fuzz.a" \
+		"$OUT/libfuzz_support.a"; then
 		echo "building $OUT/$t"
 		# shellcheck disable=SC2086
-		$CC $CFLAGS $WARN $SAN -fsanitize=fuzzer -Icli "test/fuzz/$t.c" -o "$OUT/$t" \
-			"$OUT/libflex_fuzz.a" $LIBS
+		$CC $CFLAGS $WARN $SAN -fsanitize=fuzzer -Icli/lib "test/fuzz/$t.c" -o "$OUT/$t" \
+			"$OUT/libfuzz_support.a" "$OUT/libflex_fuzz.a" $LIBS
 	fi
 }
 
 build_all() {
 	mkdir -p "$OUT/artifacts"
 	build_lib
+	build_support
 	for t in $TARGETS; do build_target "$t"; done
 }
 
@@ -146,7 +171,7 @@ seeds() {
 	echo "building $OUT/gen_corpus"
 	# shellcheck disable=SC2086
 	$CC $CFLAGS $WARN $SAN -fsanitize=fuzzer-no-link test/fuzz/gen_corpus.c -o "$OUT/gen_corpus" \
-		"$OUT/libflex_fuzz.a" $LIBS
+		"$OUT/libfuzz_support.a" "$OUT/libflex_fuzz.a" $LIBS
 	"$OUT/gen_corpus" test/fuzz/corpus
 }
 

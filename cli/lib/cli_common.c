@@ -1,32 +1,13 @@
 /*
- * cli_common.h - what flexdb-cli and flexspace-cli share: the argument
- * syntax, the output escaping, number parsing, and the REPL / script /
- * -c driver with readline, history, completion and .timer.
- *
- * Every cli/NAME.c is its own program (the Makefile links each alone with
- * the libraries), so this is a header of static functions; CLI_FN marks
- * them unused-tolerant because each tool uses a different subset.
- *
- * Argument syntax (docs/CLI.md):
- *   bare word   any run of bytes other than blanks, '"' , ';' and '\';
- *               "0x"/"0X" followed by an even number of hex digits is
- *               those bytes (0x00ff01 is three bytes)
- *   "quoted"    C escapes \n \t \r \0 \\ \" \xHH (exactly two hex digits)
- *   ;           separates commands on one line
- *   #           at the start of a word begins a comment
- * A line that fails to parse runs none of its commands.  Output uses the
- * same syntax (cli_put_escaped), so it can be pasted back as input.
+ * cli_common.c - the parser, escaping, number parsing and driver of the
+ * command-line tools (cli_common.h).
  */
-#ifndef CLI_COMMON_H
-#define CLI_COMMON_H
-
 #include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,16 +19,9 @@
 
 #include "flex_common.h"
 
-#define CLI_FN static __attribute__((unused))
+#include "cli_common.h"
 
-/* ---- growable byte buffer ------------------------------------------------ */
-
-struct cli_buf {
-	unsigned char *p;
-	size_t len, cap;
-};
-
-CLI_FN void cli_buf_reserve(struct cli_buf *b, size_t more)
+static void cli_buf_reserve(struct cli_buf *b, size_t more)
 {
 	if (b->len + more <= b->cap)
 		return;
@@ -63,7 +37,7 @@ CLI_FN void cli_buf_reserve(struct cli_buf *b, size_t more)
 	b->cap = cap;
 }
 
-CLI_FN void cli_buf_add(struct cli_buf *b, const void *data, size_t n)
+void cli_buf_add(struct cli_buf *b, const void *data, size_t n)
 {
 	cli_buf_reserve(b, n + 1);
 	if (n)
@@ -72,19 +46,17 @@ CLI_FN void cli_buf_add(struct cli_buf *b, const void *data, size_t n)
 	b->p[b->len] = '\0'; /* always NUL-terminated for text use */
 }
 
-CLI_FN void cli_buf_addc(struct cli_buf *b, unsigned char c)
+void cli_buf_addc(struct cli_buf *b, unsigned char c)
 {
 	cli_buf_add(b, &c, 1);
 }
 
-CLI_FN void cli_buf_free(struct cli_buf *b)
+void cli_buf_free(struct cli_buf *b)
 {
 	free(b->p);
 	b->p = NULL;
 	b->len = b->cap = 0;
 }
-
-/* ---- output escaping ------------------------------------------------------ */
 
 static int cli_hexval(int c)
 {
@@ -112,8 +84,7 @@ static int cli_bare_ok(const unsigned char *s, size_t n)
 	return 1;
 }
 
-/* Appends the escaped form of s to b (bare when possible, else quoted). */
-CLI_FN void cli_escape(struct cli_buf *b, const void *data, size_t n)
+void cli_escape(struct cli_buf *b, const void *data, size_t n)
 {
 	const unsigned char *s = data;
 	if (cli_bare_ok(s, n)) {
@@ -163,16 +134,7 @@ CLI_FN void cli_escape(struct cli_buf *b, const void *data, size_t n)
 	b->len = (size_t)(o - b->p);
 }
 
-CLI_FN void cli_put_escaped(FILE *f, const void *data, size_t n)
-{
-	struct cli_buf b = {0};
-	cli_escape(&b, data, n);
-	fwrite(b.p, 1, b.len, f);
-	cli_buf_free(&b);
-}
-
-/* Appends data as 0x hex, or "" when empty: both read back as the bytes. */
-CLI_FN void cli_hex(struct cli_buf *b, const void *data, size_t n)
+void cli_hex(struct cli_buf *b, const void *data, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
 	const unsigned char *s = data;
@@ -189,13 +151,7 @@ CLI_FN void cli_hex(struct cli_buf *b, const void *data, size_t n)
 	b->p[b->len] = '\0';
 }
 
-/* Errors quote at most this many bytes of an offending token: a token may
- * be a megabyte long. */
-#define CLI_CLIP 32
-
-/* Appends the escaped form of at most CLI_CLIP bytes of data to b, then
- * "..." when there was more; b stays NUL-terminated. */
-CLI_FN const char *cli_clip(struct cli_buf *b, const void *data, size_t n)
+const char *cli_clip(struct cli_buf *b, const void *data, size_t n)
 {
 	cli_escape(b, data, n < CLI_CLIP ? n : CLI_CLIP);
 	if (n > CLI_CLIP)
@@ -204,7 +160,7 @@ CLI_FN const char *cli_clip(struct cli_buf *b, const void *data, size_t n)
 }
 
 /* As cli_clip, for source text shown as written (a bare word). */
-CLI_FN const char *cli_clip_text(struct cli_buf *b, const char *s)
+static const char *cli_clip_text(struct cli_buf *b, const char *s)
 {
 	size_t n = strlen(s);
 	cli_buf_add(b, s, n < CLI_CLIP ? n : CLI_CLIP);
@@ -213,32 +169,7 @@ CLI_FN const char *cli_clip_text(struct cli_buf *b, const char *s)
 	return (const char *)b->p;
 }
 
-/* ---- parsing ------------------------------------------------------------------ */
-
-enum cli_kind { CLI_BARE, CLI_QUOTED, CLI_HEX };
-
-struct cli_token {
-	enum cli_kind kind;
-	char *text;	     /* NUL-terminated source text (bare words, hex) or NULL */
-	unsigned char *data; /* the decoded bytes, NUL-terminated */
-	size_t len;
-	/* Set for an odd number of hex digits (0x100): fine as a number, an
-	 * error as bytes; the line is rejected unless the command takes a
-	 * number at that position (cli_cmd.nums). */
-	const char *bad;
-};
-
-struct cli_command {
-	struct cli_token *tok;
-	size_t n, cap;
-};
-
-struct cli_line {
-	struct cli_command *cmd;
-	size_t n, cap;
-};
-
-CLI_FN void cli_line_free(struct cli_line *l)
+void cli_line_free(struct cli_line *l)
 {
 	for (size_t i = 0; i < l->n; i++) {
 		for (size_t j = 0; j < l->cmd[i].n; j++) {
@@ -408,10 +339,7 @@ static struct cli_command *cli_line_newcmd(struct cli_line *l)
 	return &l->cmd[l->n++];
 }
 
-/* Splits a line of n bytes into commands and tokens.  Returns 0, or -1
- * with a message in err (and *l empty): then nothing of the line runs.
- * Empty commands (";;", blank or comment lines) are dropped. */
-CLI_FN int cli_parse_line(const char *line, size_t n, struct cli_line *l, char *err, size_t errsz)
+int cli_parse_line(const char *line, size_t n, struct cli_line *l, char *err, size_t errsz)
 {
 	const char *p = line, *end = line + n;
 	struct cli_command *cur = NULL;
@@ -456,9 +384,7 @@ oom:
 	return -1;
 }
 
-/* Decodes exactly one token filling [s, s+n) into out (for file formats).
- * Returns 0 or -1 with err. */
-CLI_FN int cli_decode_field(const char *s, size_t n, struct cli_buf *out, char *err, size_t errsz)
+int cli_decode_field(const char *s, size_t n, struct cli_buf *out, char *err, size_t errsz)
 {
 	struct cli_token t;
 	const char *p = s;
@@ -486,8 +412,7 @@ CLI_FN int cli_decode_field(const char *s, size_t n, struct cli_buf *out, char *
 	return 0;
 }
 
-/* A bare decimal number (used to tell a LIMIT from a key). */
-CLI_FN int cli_is_decimal(const struct cli_token *t)
+int cli_is_decimal(const struct cli_token *t)
 {
 	if (t->kind != CLI_BARE || !t->text[0])
 		return 0;
@@ -497,10 +422,8 @@ CLI_FN int cli_is_decimal(const struct cli_token *t)
 	return 1;
 }
 
-/* Numbers: decimal or 0x hex, written bare, optionally followed by K, M, G
- * or T (powers of 1024).  Returns 0 or -1 with err. */
 /* Reports a token that is not a usable number, quoting a short prefix. */
-CLI_FN int cli_bad_number(const struct cli_token *t, const char *what, char *err, size_t errsz)
+static int cli_bad_number(const struct cli_token *t, const char *what, char *err, size_t errsz)
 {
 	struct cli_buf c = {0};
 	snprintf(err, errsz, "%s: %s", what, cli_clip_text(&c, t->text));
@@ -508,7 +431,7 @@ CLI_FN int cli_bad_number(const struct cli_token *t, const char *what, char *err
 	return -1;
 }
 
-CLI_FN int cli_parse_u64(const struct cli_token *t, uint64_t *out, char *err, size_t errsz)
+int cli_parse_u64(const struct cli_token *t, uint64_t *out, char *err, size_t errsz)
 {
 	if (t->kind == CLI_QUOTED || !t->text[0]) {
 		snprintf(err, errsz, "expected a number");
@@ -569,68 +492,7 @@ range:
 	return cli_bad_number(t, "number out of range", err, errsz);
 }
 
-/* ---- the driver --------------------------------------------------------------- */
-
-struct cli_app;
-
-/* A command handler: args[0] is the command name; nargs counts it.  Returns
- * 0 on success, nonzero after printing its error with cli_error(). */
-typedef int (*cli_fn)(struct cli_app *app, struct cli_token *args, size_t nargs);
-
-/* An option of one command: a bare word starting with "--", anywhere
- * among its arguments (a bare "--" ends them).  arg names the argument
- * that follows it (NULL: it takes none); num: that argument is a number. */
-struct cli_opt {
-	const char *name; /* "--from" */
-	const char *arg;  /* "KEY", "N" or NULL */
-	int num;
-	const char *help;
-};
-
-#define CLI_MAX_OPTS 8
-
-struct cli_cmd {
-	const char *name;
-	const char *usage; /* arguments, e.g. "KEY VALUE" */
-	int min, max;	   /* argument counts, name excluded; max -1: any */
-	const char *brief;
-	const char *help; /* longer text for `help CMD`, may be NULL */
-	cli_fn fn;
-	unsigned nums; /* bit i: argument i (1-based) may be a number */
-	int reads;     /* nonzero: only reads the store (see cli_only_reads) */
-	/* Its options, ending with a NULL name, or NULL.  Then min, max and
-	 * nums count only the arguments that are not options. */
-	const struct cli_opt *opts;
-};
-
-struct cli_app {
-	const char *prog;    /* "flexdb-cli" */
-	const char *prompt;  /* "flexdb> " */
-	const char *history; /* file name under $HOME */
-	const struct cli_cmd *cmds;
-	const char *intro; /* shown by `help` before the list */
-	void *ctx;
-	int interactive; /* reading a terminal through readline */
-	int bail;	 /* stop at the first error */
-	int timer;
-	int quit;
-	int failed; /* some command failed */
-	/* The -c commands only read: the tool opens without creating. */
-	int only_reads;
-	/* Opened read-only (--readonly): commands that change the store are
-	 * refused before they run. */
-	int read_only;
-	long lineno;
-	const char *cur; /* command being run */
-	/* While a command with options runs: opt[i] is the argument of its
-	 * opts[i], or the option's own token when it takes none; NULL when
-	 * not given. */
-	const struct cli_token *opt[CLI_MAX_OPTS];
-};
-
-CLI_FN void cli_error(struct cli_app *app, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-CLI_FN void cli_error(struct cli_app *app, const char *fmt, ...)
+void cli_error(struct cli_app *app, const char *fmt, ...)
 {
 	va_list ap;
 	fflush(stdout);
@@ -648,8 +510,7 @@ CLI_FN void cli_error(struct cli_app *app, const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
-/* Reports a library status; returns 1 so handlers can `return cli_status(...)`. */
-CLI_FN int cli_status(struct cli_app *app, const char *what, int rc)
+int cli_status(struct cli_app *app, const char *what, int rc)
 {
 	if (what)
 		cli_error(app, "%s: %s", what, flex_strerror(rc));
@@ -658,15 +519,12 @@ CLI_FN int cli_status(struct cli_app *app, const char *what, int rc)
 	return 1;
 }
 
-/* The end of a handler whose library call prints nothing: 0, or the
- * status reported. */
-CLI_FN int cli_done(struct cli_app *app, int rc)
+int cli_done(struct cli_app *app, int rc)
 {
 	return rc ? cli_status(app, NULL, rc) : 0;
 }
 
-/* The end of `check`: prints ok, or reports the status. */
-CLI_FN int cli_check_done(struct cli_app *app, int rc)
+int cli_check_done(struct cli_app *app, int rc)
 {
 	if (rc)
 		return cli_status(app, NULL, rc);
@@ -674,10 +532,7 @@ CLI_FN int cli_check_done(struct cli_app *app, int rc)
 	return 0;
 }
 
-/* A numeric argument (cli_parse_u64) named what in the error.  Returns 0,
- * or 1 after reporting the error. */
-CLI_FN int cli_number(struct cli_app *app, const struct cli_token *t, const char *what,
-		      uint64_t *v)
+int cli_number(struct cli_app *app, const struct cli_token *t, const char *what, uint64_t *v)
 {
 	char err[128];
 	if (cli_parse_u64(t, v, err, sizeof(err))) {
@@ -687,19 +542,12 @@ CLI_FN int cli_number(struct cli_app *app, const struct cli_token *t, const char
 	return 0;
 }
 
-/* The status of the last failed C library call: -errno, or -EIO when it
- * left errno unset (a stdio stream that failed earlier). */
-CLI_FN int cli_errno(void)
+int cli_errno(void)
 {
 	return errno ? -errno : -EIO;
 }
 
-/* Reports an error about the file at path: its name, escaped and clipped
- * as a token is (cli_clip: a name may be long or hold any byte), then the
- * text.  Returns 1. */
-CLI_FN int cli_file_error(struct cli_app *app, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-CLI_FN int cli_file_error(struct cli_app *app, const char *path, const char *fmt, ...)
+int cli_file_error(struct cli_app *app, const char *path, const char *fmt, ...)
 {
 	struct cli_buf b = {0};
 	char text[512];
@@ -712,15 +560,12 @@ CLI_FN int cli_file_error(struct cli_app *app, const char *path, const char *fmt
 	return 1;
 }
 
-/* The same with the reason of status rc (-errno or a library status). */
-CLI_FN int cli_file_status(struct cli_app *app, const char *path, int rc)
+int cli_file_status(struct cli_app *app, const char *path, int rc)
 {
 	return cli_file_error(app, path, "%s", flex_strerror(rc));
 }
 
-/* A file name argument: its bytes as a C string, or NULL after an error
- * when they hold a NUL byte. */
-CLI_FN const char *cli_path(struct cli_app *app, const struct cli_token *t)
+const char *cli_path(struct cli_app *app, const struct cli_token *t)
 {
 	if (strlen((const char *)t->data) != t->len) {
 		struct cli_buf b = {0};
@@ -734,7 +579,7 @@ CLI_FN const char *cli_path(struct cli_app *app, const struct cli_token *t)
 
 /* Reads f to its end into b, at most one byte past limit, so that a
  * larger input is known without reading all of it.  Returns 0 or -errno. */
-CLI_FN int cli_read_all(FILE *f, struct cli_buf *b, size_t limit)
+static int cli_read_all(FILE *f, struct cli_buf *b, size_t limit)
 {
 	size_t k;
 	do {
@@ -748,22 +593,15 @@ CLI_FN int cli_read_all(FILE *f, struct cli_buf *b, size_t limit)
 	return ferror(f) ? -(errno ? errno : EIO) : 0;
 }
 
-/* A data argument (what names it in errors): the bytes as written; for a
- * bare or quoted "@FILE", FILE's bytes, and "@@..." the argument less its
- * first '@'; a bare "-", standard input to its end, once per run and only
- * when it holds neither the commands nor a terminal.  0x hex is always the
- * bytes.  Sets *v, *vl (into b when read, then at most limit + 1 bytes);
- * returns 0 or 1 after an error. */
-CLI_FN int cli_bytes_arg(struct cli_app *app, const struct cli_token *t, const char *what,
-			 size_t limit, struct cli_buf *b, const unsigned char **v, size_t *vl)
+int cli_bytes_arg(struct cli_app *app, const struct cli_token *t, const char *what, size_t limit,
+		  struct cli_buf *b, const unsigned char **v, size_t *vl)
 {
 	*v = t->data;
 	*vl = t->len;
 	if (t->kind == CLI_BARE && !strcmp(t->text, "-")) {
 		if (app->interactive || app->lineno > 0 || isatty(STDIN_FILENO)) {
-			cli_error(app, "%s -: standard input %s (use -c and redirect the %s)",
-				  what, app->lineno > 0 ? "holds the commands" : "is a terminal",
-				  what);
+			cli_error(app, "%s -: standard input %s (use -c and redirect the %s)", what,
+				  app->lineno > 0 ? "holds the commands" : "is a terminal", what);
 			return 1;
 		}
 		/* Standard input holds one value: a second "-" would read it
@@ -806,15 +644,14 @@ CLI_FN int cli_bytes_arg(struct cli_app *app, const struct cli_token *t, const c
 	return 0;
 }
 
-CLI_FN double cli_now(void)
+static double cli_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Progress for long commands: a line on stderr, only when it is a tty. */
-CLI_FN void cli_progress(const char *what, uint64_t n, const char *unit)
+void cli_progress(const char *what, uint64_t n, const char *unit)
 {
 	static int tty = -1;
 	if (tty < 0)
@@ -844,8 +681,7 @@ static void cli_help_one(FILE *f, const struct cli_cmd *c)
 /* The built-in commands common to both tools. */
 static const struct cli_cmd cli_builtins[] = {
     {"help", "[CMD]", 0, 1, "list the commands, or describe CMD", NULL, NULL, 0, 1, NULL},
-    {".timer", "on|off", 1, 1, "print the elapsed time after each command", NULL, NULL, 0, 1,
-     NULL},
+    {".timer", "on|off", 1, 1, "print the elapsed time after each command", NULL, NULL, 0, 1, NULL},
     {"quit", "", 0, 0, "leave (also: exit, end of input)", NULL, NULL, 0, 1, NULL},
     {"exit", "", 0, 0, "leave", NULL, NULL, 0, 1, NULL},
     {NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0, NULL},
@@ -861,7 +697,7 @@ static const struct cli_cmd *cli_find(const struct cli_app *app, const char *nam
 	return NULL;
 }
 
-CLI_FN void cli_print_help(FILE *f, const struct cli_app *app)
+static void cli_print_help(FILE *f, const struct cli_app *app)
 {
 	if (app->intro)
 		fprintf(f, "%s", app->intro);
@@ -1037,9 +873,7 @@ static int cli_run_command(struct cli_app *app, struct cli_command *cmd)
 	return 0;
 }
 
-/* Runs one input line (n bytes).  Returns 0 when every command in it
- * succeeded. */
-CLI_FN int cli_run_line(struct cli_app *app, const char *line, size_t n)
+int cli_run_line(struct cli_app *app, const char *line, size_t n)
 {
 	struct cli_line l;
 	char err[256];
@@ -1079,8 +913,6 @@ CLI_FN int cli_run_line(struct cli_app *app, const char *line, size_t n)
 	fflush(stdout);
 	return bad;
 }
-
-/* ---- readline: completion and history --------------------------------------- */
 
 static const struct cli_app *cli_rl_app;
 
@@ -1147,6 +979,7 @@ static char *cli_history_path(const struct cli_app *app)
  * while readline runs except inside the ppoll that waits for a key, so
  * the signal cannot slip in between the check of the flag and the wait. */
 static volatile sig_atomic_t cli_sigint;
+
 static sigset_t cli_rl_waitmask; /* the mask outside readline */
 
 static void cli_on_sigint(int sig)
@@ -1181,7 +1014,7 @@ static int cli_rl_getc(FILE *f)
 }
 
 /* The interactive loop on a terminal. */
-CLI_FN void cli_repl(struct cli_app *app)
+static void cli_repl(struct cli_app *app)
 {
 	char *hist = cli_history_path(app);
 	cli_rl_app = app;
@@ -1237,7 +1070,7 @@ CLI_FN void cli_repl(struct cli_app *app)
 }
 
 /* Script mode: commands from a non-terminal stream, without prompts. */
-CLI_FN void cli_script(struct cli_app *app, FILE *in)
+static void cli_script(struct cli_app *app, FILE *in)
 {
 	char *line = NULL;
 	size_t cap = 0;
@@ -1251,47 +1084,8 @@ CLI_FN void cli_script(struct cli_app *app, FILE *in)
 	app->lineno = 0;
 }
 
-/* ---- main: options, opening, -c / REPL / script -------------------------------- */
-
-/* An option of one tool only: given, it stores value in *var. */
-struct cli_flag {
-	const char *name;
-	int *var;
-	int value;
-	const char *help; /* its line in --help */
-};
-
-/* An option of one tool that takes a number (decimal or 0x hex, with an
- * optional K/M/G/T suffix): given, it stores it in *num. */
-struct cli_numflag {
-	const char *name;
-	uint64_t *num;
-	const char *help; /* its line in --help */
-};
-
-/* What cli_main needs from a tool besides its struct cli_app. */
-struct cli_driver {
-	const struct cli_flag *flags; /* ends with a NULL name */
-	const struct cli_numflag *numflags; /* ends with a NULL name; may be NULL */
-	/* --help, around the parts both tools share: */
-	const char *about;   /* what DIR holds, up to "with -c it runs" */
-	const char *status;  /* after the options: the exit statuses and more */
-	const char *details; /* after the command list */
-	/* Opens DIR into app->ctx.  Returns 0, a library status (reported as
-	 * "cannot open DIR"), or a positive value for a failure it has
-	 * reported itself, or that has nothing to report. */
-	int (*open)(struct cli_app *app, const char *dir);
-	/* After open failed with FLEX_EOPTION: the name of the options field
-	 * out of range (flexdb_options_check), or NULL.  May be NULL. */
-	const char *(*bad_option)(struct cli_app *app);
-	/* After the commands, before close; may be NULL. */
-	void (*finish)(struct cli_app *app);
-	/* Closes and frees what open made.  Returns 0 or a library status. */
-	int (*close)(struct cli_app *app);
-};
-
 /* The --help text (to stderr after a usage error). */
-CLI_FN void cli_usage(FILE *f, const struct cli_app *app, const struct cli_driver *d)
+static void cli_usage(FILE *f, const struct cli_app *app, const struct cli_driver *d)
 {
 	fprintf(f, "usage: %s [OPTIONS] DIR [-c COMMANDS]...\n%s", app->prog, d->about);
 	fprintf(f, "COMMANDS (';'-separated; -c may be repeated) and exits; otherwise it runs\n"
@@ -1310,11 +1104,12 @@ CLI_FN void cli_usage(FILE *f, const struct cli_app *app, const struct cli_drive
 		else
 			fprintf(f, "  %-15s %s\n", head, n1->help);
 	}
-	fprintf(f, "  --version       print the version\n"
-		   "  --help          this text\n"
-		   "\n"
-		   "%s"
-		   "\n",
+	fprintf(f,
+		"  --version       print the version\n"
+		"  --help          this text\n"
+		"\n"
+		"%s"
+		"\n",
 		d->status);
 	cli_print_help(f, app);
 	fprintf(f, "%s", d->details);
@@ -1374,12 +1169,7 @@ static int cli_only_reads(const struct cli_app *app, char **lines, int n)
 	return 1;
 }
 
-/* The whole of main: parses the options (-c, --bail, --help, --version and
- * the tool's flags) and DIR, opens DIR, runs the -c commands, else a REPL
- * on a terminal, else a script from standard input, and closes.  Returns
- * the exit status (docs/CLI.md): 0, 1 when a command failed (not in a
- * REPL), 2 for bad options or a failed open or close. */
-CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, char **argv)
+int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, char **argv)
 {
 	const char *dir = NULL;
 	/* the -c arguments, collected in place: argv[0 .. ncmds) once parsed */
@@ -1482,5 +1272,3 @@ CLI_FN int cli_main(struct cli_app *app, const struct cli_driver *d, int argc, c
 		return 0;
 	return app->failed ? 1 : 0;
 }
-
-#endif /* CLI_COMMON_H */

@@ -1,96 +1,9 @@
 /*
- * flextree_model.h - what the two FlexTree suites share: test_flextree.c
- * (the tree in memory) and test_flextree_file.c (the tree in a file).
- *
- * Correctness is judged against a brute-force twin: a sorted array of extents
- * (logical offsets implied by order) where every operation is the obvious
- * O(N) array edit.  The tree is allowed to merge physically contiguous
- * extents where the model does not, so the two are compared as MAPPINGS: the
- * byte-level function logical -> physical, normalised by joining adjacent
- * physically contiguous pieces on both sides.  Tags are compared as the set
- * of (logical start, tag) points, which merging cannot change.
- *
- * Also here: seeded randomness (FLEX_TEST_SEED=N replays a run,
- * FLEX_TEST_SCALE=K multiplies the work, `make stress` uses 50), random
- * operations applied to the model and the tree alike, assertion helpers, and
- * temporary directories for the persistent tests.
- *
- * Both suites are also built against a tree compiled with FT_LEAF_CAP=6 and
- * FT_INTERNAL_CAP=5 (the *_tiny binaries), so that splits, merges, root
- * changes and partial-offset rebases happen after a handful of extents.  The
- * suites see the same -DFT_LEAF_CAP and use it (TINY) only to size workloads
- * and to check the tree more often.
- *
- * Header-only and static (each test/test_*.c is its own binary); the helpers
- * one of the two suites does not call are marked unused.
+ * flextree_model.c - the code of flextree_model.h.
  */
-#ifndef FLEX_TEST_FLEXTREE_MODEL_H
-#define FLEX_TEST_FLEXTREE_MODEL_H
+#include "flextree_model.h"
 
-#include <criterion/criterion.h>
-
-#include <errno.h>
-#include <ftw.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "flextree.h"
-
-#ifdef FT_LEAF_CAP
-#define TINY 1
-#else
-#define TINY 0
-#endif
-
-#define HOLE FLEXTREE_HOLE
-#define U(x) ((unsigned long long)(x))
-
-/* ------------------------------------------------------------------------ */
-/* Random numbers, seeds, scale                                              */
-/* ------------------------------------------------------------------------ */
-
-struct rng {
-	uint64_t s;
-};
-
-/* splitmix64: tiny, fast and fully determined by the seed. */
-static uint64_t rng_next(struct rng *r)
-{
-	uint64_t z = (r->s += 0x9E3779B97F4A7C15ULL);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-	return z ^ (z >> 31);
-}
-
-static uint64_t rng_below(struct rng *r, uint64_t n)
-{
-	return n ? rng_next(r) % n : 0;
-}
-
-/* Uniform in [lo, hi]; hi - lo must be below UINT64_MAX. */
-static uint64_t rng_range(struct rng *r, uint64_t lo, uint64_t hi)
-{
-	return lo + rng_below(r, hi - lo + 1);
-}
-
-static bool rng_pct(struct rng *r, unsigned pct)
-{
-	return rng_below(r, 100) < pct;
-}
-
-static uint64_t min_u64(uint64_t a, uint64_t b)
-{
-	return a < b ? a : b;
-}
-
-/* The seed of a random test: FLEX_TEST_SEED when set, else the clock. */
-static uint64_t test_seed(const char *test)
+uint64_t test_seed(const char *test)
 {
 	const char *env = getenv("FLEX_TEST_SEED");
 	uint64_t seed;
@@ -108,7 +21,7 @@ static uint64_t test_seed(const char *test)
 	return seed;
 }
 
-static uint64_t test_scale(void)
+uint64_t test_scale(void)
 {
 	const char *env = getenv("FLEX_TEST_SCALE");
 	uint64_t s = env && *env ? strtoull(env, NULL, 0) : 1;
@@ -126,15 +39,7 @@ static bool trace_on(void)
 	return on;
 }
 
-/* FLEX_TEST_CHECK_EVERY=N runs flextree_check every N random ops. */
-static __attribute__((unused)) uint64_t check_every(uint64_t dflt)
-{
-	const char *env = getenv("FLEX_TEST_CHECK_EVERY");
-	uint64_t v = env && *env ? strtoull(env, NULL, 0) : 0;
-	return v ? v : dflt;
-}
-
-static void *xrealloc(void *p, size_t n)
+void *xrealloc(void *p, size_t n)
 {
 	void *q = realloc(p, n ? n : 1);
 	if (!q) {
@@ -144,37 +49,7 @@ static void *xrealloc(void *p, size_t n)
 	return q;
 }
 
-/* A failed comparison in a helper prints where and why, and makes the helper
- * return its line number; tests assert that helpers return 0.  Helpers do not
- * use cr_assert so that forked children can run them too. */
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);   \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
-			rc = __LINE__;                                                             \
-			goto out;                                                                  \
-		}                                                                                  \
-	} while (0)
-
-/* ------------------------------------------------------------------------ */
-/* The model: a sorted array of extents                                      */
-/* ------------------------------------------------------------------------ */
-
-struct mext {
-	uint64_t poff; /* HOLE for a hole */
-	uint64_t len;  /* may exceed 32 bits: the model never splits for size */
-	uint16_t tag;
-};
-
-struct model {
-	struct mext *v;
-	size_t n, cap;
-	uint64_t size;
-};
-
-static void model_reserve(struct model *m, size_t need)
+void model_reserve(struct model *m, size_t need)
 {
 	if (need <= m->cap)
 		return;
@@ -185,19 +60,10 @@ static void model_reserve(struct model *m, size_t need)
 	m->cap = cap;
 }
 
-static void model_free(struct model *m)
+void model_free(struct model *m)
 {
 	free(m->v);
 	memset(m, 0, sizeof(*m));
-}
-
-static __attribute__((unused)) void model_copy(struct model *dst, const struct model *src)
-{
-	model_reserve(dst, src->n);
-	if (src->n)
-		memcpy(dst->v, src->v, src->n * sizeof(*src->v));
-	dst->n = src->n;
-	dst->size = src->size;
 }
 
 static void model_put(struct model *m, size_t i, struct mext e)
@@ -219,8 +85,7 @@ static uint64_t mext_poff_at(const struct mext *e, uint64_t off)
 	return e->poff == HOLE ? HOLE : e->poff + off;
 }
 
-/* Logical start of extent i (m->size for i == m->n). */
-static uint64_t model_start(const struct model *m, size_t i)
+uint64_t model_start(const struct model *m, size_t i)
 {
 	uint64_t s = 0;
 	for (size_t k = 0; k < i; k++)
@@ -258,7 +123,7 @@ static size_t model_split(struct model *m, uint64_t x)
 	return i + 1;
 }
 
-static void model_insert(struct model *m, uint64_t loff, uint64_t poff, uint64_t len)
+void model_insert(struct model *m, uint64_t loff, uint64_t poff, uint64_t len)
 {
 	if (len == 0)
 		return;
@@ -283,7 +148,7 @@ static void model_collapse(struct model *m, uint64_t loff, uint64_t len)
 	m->size -= len;
 }
 
-static void model_remap(struct model *m, uint64_t loff, uint64_t len, uint64_t poff)
+void model_remap(struct model *m, uint64_t loff, uint64_t len, uint64_t poff)
 {
 	if (len == 0)
 		return;
@@ -294,7 +159,7 @@ static void model_remap(struct model *m, uint64_t loff, uint64_t len, uint64_t p
 	m->v[i] = (struct mext){poff, len, tag};
 }
 
-static void model_tag_set(struct model *m, uint64_t loff, uint16_t tag)
+void model_tag_set(struct model *m, uint64_t loff, uint16_t tag)
 {
 	size_t i = model_split(m, loff);
 	m->v[i].tag = tag;
@@ -330,19 +195,6 @@ static bool model_tag_in(const struct model *m, uint64_t a, uint64_t b, uint64_t
 	}
 	return false;
 }
-
-/* ------------------------------------------------------------------------ */
-/* Normalised mappings                                                        */
-/* ------------------------------------------------------------------------ */
-
-struct span {
-	uint64_t loff, poff, len;
-};
-
-struct spans {
-	struct span *v;
-	size_t n, cap;
-};
 
 static bool phys_contig(uint64_t ppoff, uint64_t plen, uint64_t poff)
 {
@@ -409,16 +261,7 @@ static uint64_t model_poff(const struct model *m, uint64_t loff)
 	return mext_poff_at(&m->v[i], loff - s);
 }
 
-/* ------------------------------------------------------------------------ */
-/* Reading the tree                                                           */
-/* ------------------------------------------------------------------------ */
-
-struct exts {
-	struct flextree_extent *v;
-	size_t n, cap;
-};
-
-static int collect_cb(void *arg, const struct flextree_extent *e)
+int collect_cb(void *arg, const struct flextree_extent *e)
 {
 	struct exts *x = arg;
 	if (x->n == x->cap) {
@@ -481,16 +324,8 @@ static uint64_t pick_inside(struct rng *r, const struct model *m)
 	return x < m->size ? x : m->size - 1;
 }
 
-/*
- * Compares everything observable about t with m: size, the deep check,
- * scan == full query, normalised mappings, extent count in stats, tag
- * points, random lookups and tag_gets (against the model and against the
- * tree's own scan), one sub-range query with a small cap and one sub-range
- * scan.  max_extent (0: none) bounds every mapped extent.
- * Returns 0 or the line of the first failed check.
- */
-static int compare_tree_ext(const struct flextree *t, const struct model *m, struct rng *r,
-			    uint32_t max_extent)
+int compare_tree_ext(const struct flextree *t, const struct model *m, struct rng *r,
+		     uint32_t max_extent)
 {
 	int rc = 0, c;
 	struct exts ex = {0}, sx = {0};
@@ -672,22 +507,6 @@ static int compare_tree(const struct flextree *t, const struct model *m, struct 
 	return compare_tree_ext(t, m, r, 0);
 }
 
-/* ------------------------------------------------------------------------ */
-/* Random operations, applied to the model and (when t != NULL) the tree.     */
-/* Every random draw happens whether or not t is given, so a model-only      */
-/* replay with the same seed reproduces the same states.                      */
-/* ------------------------------------------------------------------------ */
-
-struct opcfg {
-	uint32_t max_extent; /* option given to the tree; 0: default */
-	uint64_t max_len;    /* longest insert/remap; 0: 1 MiB */
-	size_t soft_extents; /* above this many model extents, shrink */
-};
-
-struct opstats {
-	uint64_t inserts, collapses, remaps, tag_sets, reads, errors;
-};
-
 static uint64_t pick_len(struct rng *r, const struct opcfg *cfg)
 {
 	unsigned k = (unsigned)rng_below(r, 100);
@@ -740,8 +559,8 @@ static uint64_t pick_poff(struct rng *r, const struct model *m, uint64_t loff, u
 	return rnd;
 }
 
-static int op_insert(struct rng *r, struct model *m, struct flextree *t, const struct opcfg *cfg,
-		     bool allow_bad, struct opstats *os)
+int op_insert(struct rng *r, struct model *m, struct flextree *t, const struct opcfg *cfg,
+	      bool allow_bad, struct opstats *os)
 {
 	int rc = 0;
 	uint64_t loff = pick_loff(r, m);
@@ -914,13 +733,6 @@ out:
 	return rc;
 }
 
-/* Reads checked against the model only: lookup, tag_get, a capped query, a
- * partial scan that may be stopped early. */
-struct stop_scan {
-	struct flextree_extent v[64];
-	size_t calls, stop_after;
-};
-
 static int stop_cb(void *arg, const struct flextree_extent *e)
 {
 	struct stop_scan *s = arg;
@@ -930,8 +742,7 @@ static int stop_cb(void *arg, const struct flextree_extent *e)
 	return s->stop_after && s->calls == s->stop_after ? 42 : 0;
 }
 
-/* A tree mapping piece [loff, loff+len) -> poff must agree with the model. */
-static int piece_matches_model(const struct model *m, uint64_t loff, uint64_t poff, uint64_t len)
+int piece_matches_model(const struct model *m, uint64_t loff, uint64_t poff, uint64_t len)
 {
 	int rc = 0;
 	struct span sp = model_piece_at(m, loff);
@@ -944,7 +755,7 @@ out:
 	return rc;
 }
 
-static int op_read(struct rng *r, const struct model *m, const struct flextree *t, unsigned kind)
+int op_read(struct rng *r, const struct model *m, const struct flextree *t, unsigned kind)
 {
 	int rc = 0, c;
 	uint64_t size = m->size;
@@ -1086,8 +897,8 @@ out:
 	return rc;
 }
 
-static int random_op(struct rng *r, struct model *m, struct flextree *t, const struct opcfg *cfg,
-		     struct opstats *os)
+int random_op(struct rng *r, struct model *m, struct flextree *t, const struct opcfg *cfg,
+	      struct opstats *os)
 {
 	unsigned roll = (unsigned)rng_below(r, 100);
 	if (m->n > cfg->soft_extents && roll < 60)
@@ -1113,11 +924,7 @@ static int random_op(struct rng *r, struct model *m, struct flextree *t, const s
 	return op_read(r, m, t, 3);
 }
 
-/* ------------------------------------------------------------------------ */
-/* Test plumbing                                                              */
-/* ------------------------------------------------------------------------ */
-
-static struct flextree *open_ok(const char *path, const struct flextree_options *o)
+struct flextree *open_ok(const char *path, const struct flextree_options *o)
 {
 	struct flextree *t = (struct flextree *)&t; /* poison: open must set it */
 	int rc = flextree_open(path, o, &t);
@@ -1126,26 +933,26 @@ static struct flextree *open_ok(const char *path, const struct flextree_options 
 	return t;
 }
 
-static __attribute__((unused)) struct flextree *open_vol(void)
+struct flextree *open_vol(void)
 {
 	return open_ok(NULL, NULL);
 }
 
-static void assert_model(const struct flextree *t, const struct model *m, struct rng *r,
-			 const char *what, uint64_t seed)
+void assert_model(const struct flextree *t, const struct model *m, struct rng *r, const char *what,
+		  uint64_t seed)
 {
 	int e = compare_tree(t, m, r);
 	cr_assert_eq(e, 0, "%s: tree differs from model (check at line %d; seed=%llu)", what, e,
 		     U(seed));
 }
 
-static void assert_check(const struct flextree *t)
+void assert_check(const struct flextree *t)
 {
 	int c = flextree_check(t);
 	cr_assert_eq(c, 0, "flextree_check = %d", c);
 }
 
-static struct flextree_stats stats_of(const struct flextree *t)
+struct flextree_stats stats_of(const struct flextree *t)
 {
 	struct flextree_stats st;
 	int c = flextree_stats(t, &st);
@@ -1153,7 +960,7 @@ static struct flextree_stats stats_of(const struct flextree *t)
 	return st;
 }
 
-static void ins(struct flextree *t, struct model *m, uint64_t loff, uint64_t poff, uint64_t len)
+void ins(struct flextree *t, struct model *m, uint64_t loff, uint64_t poff, uint64_t len)
 {
 	int c = flextree_insert(t, loff, poff, (uint32_t)len);
 	cr_assert_eq(c, 0, "insert(%llu, poff %llu, len %llu) = %d", U(loff), U(poff), U(len), c);
@@ -1161,7 +968,7 @@ static void ins(struct flextree *t, struct model *m, uint64_t loff, uint64_t pof
 		model_insert(m, loff, poff, len);
 }
 
-static void col(struct flextree *t, struct model *m, uint64_t loff, uint64_t len)
+void col(struct flextree *t, struct model *m, uint64_t loff, uint64_t len)
 {
 	int c = flextree_collapse(t, loff, len);
 	cr_assert_eq(c, 0, "collapse(%llu, %llu) = %d", U(loff), U(len), c);
@@ -1169,7 +976,7 @@ static void col(struct flextree *t, struct model *m, uint64_t loff, uint64_t len
 		model_collapse(m, loff, len);
 }
 
-static void expect_lookup(const struct flextree *t, uint64_t loff, uint64_t poff, uint64_t run)
+void expect_lookup(const struct flextree *t, uint64_t loff, uint64_t poff, uint64_t run)
 {
 	uint64_t p = 0, n = 0;
 	int c = flextree_lookup(t, loff, &p, &n);
@@ -1179,21 +986,7 @@ static void expect_lookup(const struct flextree *t, uint64_t loff, uint64_t poff
 		cr_assert_eq(n, run, "lookup(%llu) run %llu, want %llu", U(loff), U(n), U(run));
 }
 
-static __attribute__((unused)) void expect_tag(const struct flextree *t, uint64_t loff,
-					       uint16_t tag, uint64_t start)
-{
-	uint16_t g = 0xdead;
-	uint64_t s = UINT64_MAX;
-	int c = flextree_tag_get(t, loff, &g, &s);
-	cr_assert_eq(c, 0, "tag_get(%llu) = %d", U(loff), c);
-	cr_assert_eq(g, tag, "tag_get(%llu) tag %u, want %u", U(loff), g, tag);
-	cr_assert_eq(s, start, "tag_get(%llu) extent start %llu, want %llu", U(loff), U(s),
-		     U(start));
-}
-
-/* Builds n non-contiguous extents of lengths 1..max_len at the end. */
-static void build_extents(struct flextree *t, struct model *m, struct rng *r, size_t n,
-			  uint64_t max_len)
+void build_extents(struct flextree *t, struct model *m, struct rng *r, size_t n, uint64_t max_len)
 {
 	for (size_t i = 0; i < n; i++) {
 		uint64_t len = rng_range(r, 1, max_len);
@@ -1202,32 +995,3 @@ static void build_extents(struct flextree *t, struct model *m, struct rng *r, si
 		ins(t, m, m->size, poff, len);
 	}
 }
-
-/* Temporary directories ---------------------------------------------------- */
-
-struct tmpd {
-	char dir[64];
-	char path[128];
-};
-
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
-
-static __attribute__((unused)) void tmpd_make(struct tmpd *d)
-{
-	snprintf(d->dir, sizeof(d->dir), "/tmp/flextree-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
-	snprintf(d->path, sizeof(d->path), "%s/tree", d->dir);
-}
-
-static __attribute__((unused)) void tmpd_remove(struct tmpd *d)
-{
-	nftw(d->dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-#endif /* FLEX_TEST_FLEXTREE_MODEL_H */

@@ -1,49 +1,9 @@
 /*
- * flexdb_model.h - what the two FlexDB suites share: a sorted-array model
- * of the store, an order-independent digest of a state, a deterministic
- * key pool full of awkward keys (NUL and 0xFF bytes, keys that are
- * prefixes of each other, 1-byte and FLEXDB_MAX_KEY-byte keys), seeded
- * values of mixed sizes, option presets, and a reader that walks a whole
- * store checking key order.
- *
- * Header-only and static (each test/test_*.c is its own binary).  Seeds,
- * scale, randomness and temporary directories come from crashio.h.
+ * flexdb_model.c - the code of flexdb_model.h.
  */
-#ifndef FLEX_TEST_FLEXDB_MODEL_H
-#define FLEX_TEST_FLEXDB_MODEL_H
+#include "flexdb_model.h"
 
-#include <errno.h>
-#include <inttypes.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <xxhash.h>
-
-#include "crashio.h"
-#include "flexdb.h"
-
-#pragma GCC diagnostic ignored "-Wunused-function"
-
-/* ---- options ----------------------------------------------------------------- */
-
-/* Overridable with -D to bisect a failure by configuration. */
-#ifndef FDB_TINY_MEMTABLE
-#define FDB_TINY_MEMTABLE (64u << 10)
-#endif
-#ifndef FDB_TINY_CACHE
-#define FDB_TINY_CACHE (1u << 20)
-#endif
-#ifndef FDB_TINY_SEGMENT
-#define FDB_TINY_SEGMENT (64u << 10)
-#endif
-#ifndef FDB_TINY_LOG
-#define FDB_TINY_LOG (64u << 10)
-#endif
-
-/* Everything tiny: the committer, interval splits and merges, cache
- * eviction and FlexSpace GC and tree commits run all the time. */
-static struct flexdb_options fdb_tiny_opts(void)
+struct flexdb_options fdb_tiny_opts(void)
 {
 	struct flexdb_options o;
 	memset(&o, 0, sizeof(o));
@@ -54,21 +14,14 @@ static struct flexdb_options fdb_tiny_opts(void)
 	return o;
 }
 
-static struct flexdb_options fdb_default_opts(void)
+struct flexdb_options fdb_default_opts(void)
 {
 	struct flexdb_options o;
 	memset(&o, 0, sizeof(o));
 	return o;
 }
 
-/* ---- keys and values ---------------------------------------------------------- */
-
-struct fkey {
-	uint8_t *k;
-	uint32_t n;
-};
-
-static int fkey_cmp(const void *a, uint32_t an, const void *b, uint32_t bn)
+int fkey_cmp(const void *a, uint32_t an, const void *b, uint32_t bn)
 {
 	int c = memcmp(a, b, an < bn ? an : bn);
 	if (c)
@@ -81,11 +34,6 @@ static int fkey_qcmp(const void *a, const void *b)
 	const struct fkey *x = a, *y = b;
 	return fkey_cmp(x->k, x->n, y->k, y->n);
 }
-
-struct keypool {
-	struct fkey *keys;
-	size_t n, cap;
-};
 
 static void pool_add(struct keypool *p, const void *k, uint32_t n)
 {
@@ -104,9 +52,7 @@ static void pool_add(struct keypool *p, const void *k, uint32_t n)
 	p->n++;
 }
 
-/* A deterministic pool of about `want` distinct keys (depends only on
- * want and pseed), sorted. */
-static void pool_make(struct keypool *p, size_t want, uint64_t pseed)
+void pool_make(struct keypool *p, size_t want, uint64_t pseed)
 {
 	memset(p, 0, sizeof(*p));
 	uint8_t b[FLEXDB_MAX_KEY];
@@ -184,7 +130,7 @@ static void pool_make(struct keypool *p, size_t want, uint64_t pseed)
 	p->n = w;
 }
 
-static void pool_free(struct keypool *p)
+void pool_free(struct keypool *p)
 {
 	for (size_t i = 0; i < p->n; i++)
 		free(p->keys[i].k);
@@ -192,9 +138,7 @@ static void pool_free(struct keypool *p)
 	memset(p, 0, sizeof(*p));
 }
 
-/* A value length: empty, small, a few KB, now and then large, rarely up
- * to 1 MiB (bigpm: large ones per mille). */
-static uint32_t val_len(uint64_t *r, int bigpm)
+uint32_t val_len(uint64_t *r, int bigpm)
 {
 	uint64_t k = rnd_below(r, 1000);
 	if (k < 80)
@@ -212,8 +156,7 @@ static uint32_t val_len(uint64_t *r, int bigpm)
 	return 65536 + (uint32_t)rnd_below(r, FLEXDB_MAX_VALUE - 65536);
 }
 
-/* Fills buf with len bytes derived from vseed. */
-static void val_fill(uint64_t vseed, uint8_t *buf, uint32_t len)
+void val_fill(uint64_t vseed, uint8_t *buf, uint32_t len)
 {
 	uint64_t s = vseed;
 	uint32_t i = 0;
@@ -227,30 +170,14 @@ static void val_fill(uint64_t vseed, uint8_t *buf, uint32_t len)
 	}
 }
 
-/* ---- the model: a sorted array ------------------------------------------------ */
-
-struct ment {
-	uint8_t *k;
-	uint32_t kn;
-	uint8_t *v;
-	uint32_t vn;
-};
-
-struct fmodel {
-	struct ment *e;
-	size_t n, cap;
-	uint64_t digest; /* sum of pair hashes: independent of order */
-};
-
-static uint64_t pair_hash(const void *k, uint32_t kn, const void *v, uint32_t vn)
+uint64_t pair_hash(const void *k, uint32_t kn, const void *v, uint32_t vn)
 {
 	uint64_t hk = XXH3_64bits_withSeed(k, kn, 0x6b6579u + kn);
 	uint64_t hv = XXH3_64bits_withSeed(vn ? v : (const void *)"", vn, 0x76616cu + vn);
 	return (hk * 0x9e3779b97f4a7c15ull) ^ hv ^ (hk >> 29);
 }
 
-/* Index of the first entry >= key. */
-static size_t fm_lower(const struct fmodel *m, const void *k, uint32_t kn)
+size_t fm_lower(const struct fmodel *m, const void *k, uint32_t kn)
 {
 	size_t lo = 0, hi = m->n;
 	while (lo < hi) {
@@ -263,7 +190,7 @@ static size_t fm_lower(const struct fmodel *m, const void *k, uint32_t kn)
 	return lo;
 }
 
-static const struct ment *fm_get(const struct fmodel *m, const void *k, uint32_t kn)
+const struct ment *fm_get(const struct fmodel *m, const void *k, uint32_t kn)
 {
 	size_t i = fm_lower(m, k, kn);
 	if (i < m->n && fkey_cmp(m->e[i].k, m->e[i].kn, k, kn) == 0)
@@ -271,7 +198,7 @@ static const struct ment *fm_get(const struct fmodel *m, const void *k, uint32_t
 	return NULL;
 }
 
-static void fm_put(struct fmodel *m, const void *k, uint32_t kn, const void *v, uint32_t vn)
+void fm_put(struct fmodel *m, const void *k, uint32_t kn, const void *v, uint32_t vn)
 {
 	size_t i = fm_lower(m, k, kn);
 	uint8_t *nv = malloc(vn ? vn : 1);
@@ -305,7 +232,7 @@ static void fm_put(struct fmodel *m, const void *k, uint32_t kn, const void *v, 
 	m->digest += pair_hash(k, kn, v, vn);
 }
 
-static void fm_del(struct fmodel *m, const void *k, uint32_t kn)
+void fm_del(struct fmodel *m, const void *k, uint32_t kn)
 {
 	size_t i = fm_lower(m, k, kn);
 	if (i >= m->n || fkey_cmp(m->e[i].k, m->e[i].kn, k, kn) != 0)
@@ -317,8 +244,7 @@ static void fm_del(struct fmodel *m, const void *k, uint32_t kn)
 	m->n--;
 }
 
-/* Removes every key k with s <= k < e. */
-static void fm_del_range(struct fmodel *m, const void *s, uint32_t sn, const void *e, uint32_t en)
+void fm_del_range(struct fmodel *m, const void *s, uint32_t sn, const void *e, uint32_t en)
 {
 	size_t i = fm_lower(m, sn ? s : "", sn), j = fm_lower(m, e, en);
 	if (j <= i)
@@ -332,7 +258,7 @@ static void fm_del_range(struct fmodel *m, const void *s, uint32_t sn, const voi
 	m->n -= j - i;
 }
 
-static void fm_free(struct fmodel *m)
+void fm_free(struct fmodel *m)
 {
 	for (size_t i = 0; i < m->n; i++) {
 		free(m->e[i].k);
@@ -342,13 +268,8 @@ static void fm_free(struct fmodel *m)
 	memset(m, 0, sizeof(*m));
 }
 
-/* ---- reading a whole store --------------------------------------------------- */
-
-/* Walks the store forwards: keys strictly increasing, the order-free
- * digest and count of its pairs.  With m non-NULL, also loads it into the
- * (empty) model.  0, or 1 with w->msg set. */
-static int store_digest(struct flexdb *db, uint64_t *digest, size_t *count, struct fmodel *m,
-			struct why *w)
+int store_digest(struct flexdb *db, uint64_t *digest, size_t *count, struct fmodel *m,
+		 struct why *w)
 {
 	struct flexdb_iter *it = NULL;
 	int rc = flexdb_iter_open(db, &it);
@@ -390,44 +311,26 @@ static int store_digest(struct flexdb *db, uint64_t *digest, size_t *count, stru
 	return bad;
 }
 
-/* Describes a key briefly for messages. */
-static const char *key_desc(const void *k, size_t n, char *out, size_t cap)
-{
-	const uint8_t *p = k;
-	size_t o = 0;
-	o += (size_t)snprintf(out + o, cap - o, "[%zu]", n);
-	for (size_t i = 0; i < n && i < 24 && o + 4 < cap; i++) {
-		if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
-			out[o++] = (char)p[i];
-		else
-			o += (size_t)snprintf(out + o, cap - o, "\\x%02x", p[i]);
-	}
-	if (n > 24 && o + 4 < cap)
-		o += (size_t)snprintf(out + o, cap - o, "...");
-	out[o < cap ? o : cap - 1] = 0;
-	return out;
-}
-
 /* Directories made by this test process, removed by fdb_tmp_cleanup (the
  * suites' .fini), so a failed assertion leaves nothing behind. */
 static char fdb_tmp_dirs[16][300];
+
 static int fdb_tmp_n;
 
-static void fdb_tmp_track(const char *dir)
+void fdb_tmp_track(const char *dir)
 {
 	if (fdb_tmp_n < 16)
 		snprintf(fdb_tmp_dirs[fdb_tmp_n++], sizeof(fdb_tmp_dirs[0]), "%s", dir);
 }
 
-static void fdb_tmp_cleanup(void)
+void fdb_tmp_cleanup(void)
 {
 	for (int i = 0; i < fdb_tmp_n; i++)
 		tmp_remove(fdb_tmp_dirs[i]);
 	fdb_tmp_n = 0;
 }
 
-/* A temporary store directory. */
-static void fdb_tmpdir(char *out, size_t n, const char *tag)
+void fdb_tmpdir(char *out, size_t n, const char *tag)
 {
 	char t[64];
 	snprintf(t, sizeof(t), "flexdb_%s", tag);
@@ -437,5 +340,3 @@ static void fdb_tmpdir(char *out, size_t n, const char *tag)
 	}
 	fdb_tmp_track(out);
 }
-
-#endif /* FLEX_TEST_FLEXDB_MODEL_H */

@@ -1,57 +1,9 @@
 /*
- * crashio.h - what the FlexSpace suites share: seeds and scale, temporary
- * directories, a flat-byte-array model of a space with a seeded operation
- * generator, and a fault-injecting, crash-simulating I/O table.
- *
- * Everything here is `static` and header-only because the Makefile builds
- * each test/test_*.c into its own binary and nothing else in test/.
- *
- * The I/O table ("cio") wraps flex_io_posix().  It can
- *   - fail the Nth call of a chosen class of operations with -EIO/-ENOSPC,
- *     once or permanently, or write short (pwrite writes a prefix and says
- *     so; write_batch writes a prefix of its elements and fails);
- *   - track, for every regular file opened through it, the durable image
- *     (the content as of its last fsync/fdatasync) and the writes and
- *     truncations since, so that a power-loss image can be materialised:
- *     the durable image plus every later change applied, dropped or torn
- *     (a prefix of it applied), independently and in order.  A sync
- *     makes durable the changes recorded before it began, not those
- *     another thread makes while it waits (they may or may not reach the
- *     disk, so they stay in play).  Directory durability is not modelled
- *     (files never vanish).
- * A hook called before every fsync/fdatasync lets a test materialise and
- * check a crash image at every durability point of a workload while the
- * workload itself goes on.
+ * crashio.c - the code of crashio.h.
  */
-#ifndef FLEX_TEST_CRASHIO_H
-#define FLEX_TEST_CRASHIO_H
+#include "crashio.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-#include <xxhash.h>
-
-#include "flex_io.h"
-#include "flexspace.h"
-
-/* Each suite uses some of these helpers. */
-#pragma GCC diagnostic ignored "-Wunused-function"
-
-/* ---- seeds, scale, randomness ------------------------------------------- */
-
-static uint64_t test_seed(const char *name)
+uint64_t test_seed(const char *name)
 {
 	const char *s = getenv("FLEX_TEST_SEED");
 	uint64_t seed;
@@ -68,22 +20,20 @@ static uint64_t test_seed(const char *name)
 	return seed;
 }
 
-/* FLEX_TEST_SCALE multiplies operation and cycle counts (`make stress`: 50). */
-static double test_scale(void)
+double test_scale(void)
 {
 	const char *s = getenv("FLEX_TEST_SCALE");
 	double v = s && *s ? strtod(s, NULL) : 1.0;
 	return v > 0 ? v : 1.0;
 }
 
-static long scaled(long n)
+long scaled(long n)
 {
 	double v = (double)n * test_scale();
 	return v < 1 ? 1 : (long)v;
 }
 
-/* splitmix64 */
-static uint64_t rnd(uint64_t *s)
+uint64_t rnd(uint64_t *s)
 {
 	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -91,38 +41,30 @@ static uint64_t rnd(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static uint64_t rnd_below(uint64_t *s, uint64_t n)
+uint64_t rnd_below(uint64_t *s, uint64_t n)
 {
 	return n ? rnd(s) % n : 0;
 }
 
-static double now_sec(void)
+double now_sec(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Seconds a scaled loop may run before it stops early: Criterion's
- * per-test timeout (300 s) cannot grow with FLEX_TEST_SCALE, so the
- * longest stress loops do as many rounds as fit and report the count. */
-#define TEST_TIME_BUDGET 240.0
-
-static int within_budget(double t0, long done)
+int within_budget(double t0, long done)
 {
 	return done == 0 || now_sec() - t0 < TEST_TIME_BUDGET;
 }
 
-/* ---- temporary directories ---------------------------------------------- */
-
-/* A fresh directory under /dev/shm (fast) or /tmp. */
-static int tmp_make(char *out, size_t n, const char *tag)
+int tmp_make(char *out, size_t n, const char *tag)
 {
 	struct stat st;
-	const char *base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) &&
-					   access("/dev/shm", W_OK) == 0
-				   ? "/dev/shm"
-				   : "/tmp";
+	const char *base =
+	    stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0
+		? "/dev/shm"
+		: "/tmp";
 	snprintf(out, n, "%s/flexspace_%s_XXXXXX", base, tag);
 	return mkdtemp(out) ? 0 : -errno;
 }
@@ -136,29 +78,17 @@ static int tmp_rm_one(const char *path, const struct stat *sb, int type, struct 
 	return 0;
 }
 
-static void tmp_remove(const char *dir)
+void tmp_remove(const char *dir)
 {
 	if (dir && *dir)
 		nftw(dir, tmp_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* Removes the files inside dir, keeping dir. */
-static void tmp_clear(const char *dir)
+void tmp_clear(const char *dir)
 {
 	tmp_remove(dir);
 	mkdir(dir, 0755);
 }
-
-/* ---- directory snapshots --------------------------------------------------- */
-
-/* What a refused open must leave alone: every entry under a directory (the
- * directory itself included), with its type, size, modification time and
- * a hash of a regular file's content, as one string.  Two snapshots are
- * equal when nothing was created, removed, written or truncated. */
-struct dir_snap {
-	char *s;
-	size_t len, cap;
-};
 
 static struct dir_snap *dir_snap_cur;
 
@@ -182,8 +112,8 @@ static int dir_snap_one(const char *path, const struct stat *sb, int type, struc
 	}
 	char line[PATH_MAX + 160];
 	int n = snprintf(line, sizeof(line), "%s %o %lld %lld.%09ld %016" PRIx64 "\n", path,
-			 (unsigned)sb->st_mode, (long long)sb->st_size, (long long)sb->st_mtim.tv_sec,
-			 sb->st_mtim.tv_nsec, h);
+			 (unsigned)sb->st_mode, (long long)sb->st_size,
+			 (long long)sb->st_mtim.tv_sec, sb->st_mtim.tv_nsec, h);
 	if (n < 0)
 		return 0;
 	if (d->len + (size_t)n + 1 > d->cap) {
@@ -198,8 +128,7 @@ static int dir_snap_one(const char *path, const struct stat *sb, int type, struc
 	return 0;
 }
 
-/* A malloc'd snapshot of dir ("(missing)" when it does not exist). */
-static char *dir_snapshot(const char *dir)
+char *dir_snapshot(const char *dir)
 {
 	struct dir_snap d = {0};
 	struct stat st;
@@ -211,14 +140,7 @@ static char *dir_snapshot(const char *dir)
 	return d.s ? d.s : strdup("");
 }
 
-/* ---- failure messages ---------------------------------------------------- */
-
-struct why {
-	char msg[512];
-};
-
-static int failf(struct why *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int failf(struct why *w, const char *fmt, ...)
+int failf(struct why *w, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -226,13 +148,6 @@ static int failf(struct why *w, const char *fmt, ...)
 	va_end(ap);
 	return 1;
 }
-
-/* ---- the model: a flat byte array --------------------------------------- */
-
-struct model {
-	uint8_t *b;
-	uint64_t size, cap;
-};
 
 static void model_reserve(struct model *m, uint64_t n)
 {
@@ -248,13 +163,13 @@ static void model_reserve(struct model *m, uint64_t n)
 	m->cap = cap;
 }
 
-static void model_free(struct model *m)
+void model_free(struct model *m)
 {
 	free(m->b);
 	memset(m, 0, sizeof(*m));
 }
 
-static void model_copy(struct model *dst, const struct model *src)
+void model_copy(struct model *dst, const struct model *src)
 {
 	model_reserve(dst, src->size);
 	if (src->size)
@@ -262,7 +177,7 @@ static void model_copy(struct model *dst, const struct model *src)
 	dst->size = src->size;
 }
 
-static void model_truncate(struct model *m, uint64_t size)
+void model_truncate(struct model *m, uint64_t size)
 {
 	if (size > m->size) {
 		model_reserve(m, size);
@@ -271,7 +186,7 @@ static void model_truncate(struct model *m, uint64_t size)
 	m->size = size;
 }
 
-static void model_write(struct model *m, const uint8_t *d, uint64_t off, uint64_t len)
+void model_write(struct model *m, const uint8_t *d, uint64_t off, uint64_t len)
 {
 	if (off + len > m->size) {
 		if (off > m->size)
@@ -282,7 +197,7 @@ static void model_write(struct model *m, const uint8_t *d, uint64_t off, uint64_
 	memcpy(m->b + off, d, len);
 }
 
-static void model_insert(struct model *m, const uint8_t *d, uint64_t off, uint64_t len)
+void model_insert(struct model *m, const uint8_t *d, uint64_t off, uint64_t len)
 {
 	if (off > m->size)
 		model_truncate(m, off);
@@ -292,7 +207,7 @@ static void model_insert(struct model *m, const uint8_t *d, uint64_t off, uint64
 	m->size += len;
 }
 
-static void model_collapse(struct model *m, uint64_t off, uint64_t len)
+void model_collapse(struct model *m, uint64_t off, uint64_t len)
 {
 	if (!len)
 		return;
@@ -300,50 +215,18 @@ static void model_collapse(struct model *m, uint64_t off, uint64_t len)
 	m->size -= len;
 }
 
-static uint64_t content_hash(const uint8_t *b, uint64_t size)
+uint64_t content_hash(const uint8_t *b, uint64_t size)
 {
 	return XXH3_64bits_withSeed(size ? (const void *)b : (const void *)"", size, size);
 }
 
-static uint64_t model_hash(const struct model *m)
+uint64_t model_hash(const struct model *m)
 {
 	return content_hash(m->b, m->size);
 }
 
-/* ---- seeded operations --------------------------------------------------- */
-
-enum op_type {
-	OP_WRITE,
-	OP_INSERT,
-	OP_COLLAPSE,
-	OP_TRUNCATE,
-	OP_DEFRAG,
-	OP_APPLY, /* flexspace_apply of a few random ops (batch_ops) */
-	OP_SYNC,
-	OP_REOPEN,
-	OP_READ,
-	OP_NTYPES
-};
-
-static const char *const op_names[OP_NTYPES] = {"write", "insert", "collapse", "truncate",
-						"defrag", "apply",  "sync",     "reopen", "read"};
-
-/* An OP_APPLY: at most this many ops, with at most this many bytes. */
-#define BATCH_MAX_OPS 64
-#define BATCH_BYTES 65536
-
-struct op {
-	int type;
-	uint64_t off, len, dseed;
-};
-
-/* Mix of a stream: percentages (the rest are writes) and sizes. */
-struct gen_cfg {
-	uint64_t target_size; /* the space hovers around this size */
-	uint64_t big_len;     /* the longest occasional write/insert */
-	int insert_pct, collapse_pct, truncate_pct, defrag_pct, sync_pct, reopen_pct, read_pct;
-	int apply_pct;
-};
+const char *const op_names[OP_NTYPES] = {"write", "insert", "collapse", "truncate", "defrag",
+					 "apply", "sync",   "reopen",	"read"};
 
 static uint64_t gen_len(uint64_t *r, const struct gen_cfg *g)
 {
@@ -357,11 +240,7 @@ static uint64_t gen_len(uint64_t *r, const struct gen_cfg *g)
 	return 1 + rnd_below(r, g->big_len);
 }
 
-/* The next operation for a space of the given size.  Depends only on the
- * generator state and the size, so a forked child (which only knows its
- * space's size) and the parent (which knows the model) produce the same
- * stream. */
-static void gen_op(uint64_t *r, uint64_t size, const struct gen_cfg *g, struct op *op)
+void gen_op(uint64_t *r, uint64_t size, const struct gen_cfg *g, struct op *op)
 {
 	memset(op, 0, sizeof(*op));
 	op->dseed = rnd(r);
@@ -394,7 +273,8 @@ static void gen_op(uint64_t *r, uint64_t size, const struct gen_cfg *g, struct o
 		if (w < 5)
 			op->off = size + rnd_below(r, 65536); /* past the end: a hole */
 		else if (w < 15 || !size)
-			op->off = size - (op->len < size ? rnd_below(r, op->len) : rnd_below(r, size + 1));
+			op->off = size -
+				  (op->len < size ? rnd_below(r, op->len) : rnd_below(r, size + 1));
 		else
 			op->off = rnd_below(r, size);
 		if (big && op->off + op->len > size)
@@ -403,12 +283,13 @@ static void gen_op(uint64_t *r, uint64_t size, const struct gen_cfg *g, struct o
 	}
 	case OP_INSERT:
 		op->len = gen_len(r, g);
-		op->off = rnd_below(r, 100) < 3 ? size + rnd_below(r, 8192) : rnd_below(r, size + 1);
+		op->off =
+		    rnd_below(r, 100) < 3 ? size + rnd_below(r, 8192) : rnd_below(r, size + 1);
 		break;
 	case OP_COLLAPSE:
 		op->off = rnd_below(r, size + 1);
 		op->len = rnd_below(r, 100) < 10 && size > g->target_size / 2 ? size - op->off
-										: gen_len(r, g);
+									      : gen_len(r, g);
 		if (op->len > size - op->off)
 			op->len = size - op->off;
 		if (big && op->len < size / 8 && size - op->off >= size / 8)
@@ -439,7 +320,7 @@ static void gen_op(uint64_t *r, uint64_t size, const struct gen_cfg *g, struct o
 	}
 }
 
-static void op_data(uint64_t dseed, uint8_t *buf, uint64_t len)
+void op_data(uint64_t dseed, uint8_t *buf, uint64_t len)
 {
 	uint64_t s = dseed;
 	uint64_t i = 0;
@@ -494,9 +375,7 @@ static size_t batch_ops(const struct op *op, uint64_t size, struct flexspace_op 
 	return (size_t)op->len;
 }
 
-/* Applies a change to the model (reads, syncs and reopens change nothing).
- * buf must hold op->len bytes. */
-static void model_apply(struct model *m, const struct op *op, uint8_t *buf)
+void model_apply(struct model *m, const struct op *op, uint8_t *buf)
 {
 	switch (op->type) {
 	case OP_WRITE:
@@ -531,14 +410,7 @@ static void model_apply(struct model *m, const struct op *op, uint8_t *buf)
 	}
 }
 
-static int op_is_change(int type)
-{
-	return type <= OP_APPLY;
-}
-
-/* Applies a change or sync to the space: 0 or the status.  Reads and
- * reopens are the caller's business. */
-static int space_apply(struct flexspace *fs, const struct op *op, uint8_t *buf)
+int space_apply(struct flexspace *fs, const struct op *op, uint8_t *buf)
 {
 	ssize_t n;
 	switch (op->type) {
@@ -567,8 +439,7 @@ static int space_apply(struct flexspace *fs, const struct op *op, uint8_t *buf)
 	}
 }
 
-/* Reads the whole space into *out (malloc'd); 0 or the status. */
-static int space_read_all(struct flexspace *fs, uint8_t **out, uint64_t *size)
+int space_read_all(struct flexspace *fs, uint8_t **out, uint64_t *size)
 {
 	uint64_t sz = flexspace_size(fs);
 	uint8_t *b = malloc(sz ? sz : 1);
@@ -589,35 +460,8 @@ static int space_read_all(struct flexspace *fs, uint8_t **out, uint64_t *size)
 	return 0;
 }
 
-/* Compares the whole space with the model. */
-static int space_matches(struct flexspace *fs, const struct model *m, struct why *w)
-{
-	uint8_t *b = NULL;
-	uint64_t sz = 0;
-	int rc = space_read_all(fs, &b, &sz);
-	if (rc)
-		return failf(w, "reading the whole space: %s", flex_strerror(rc));
-	if (sz != m->size) {
-		free(b);
-		return failf(w, "size %" PRIu64 ", model %" PRIu64, sz, m->size);
-	}
-	for (uint64_t i = 0; i < sz; i++) {
-		if (b[i] != m->b[i]) {
-			free(b);
-			return failf(w, "byte %" PRIu64 " of %" PRIu64 " is %u, model %u", i, sz,
-				     b[i], m->b[i]);
-		}
-	}
-	free(b);
-	return 0;
-}
-
-/* Opens dir (with opt), runs flexspace_check, and finds the state among
- * states [lo, hi] (sizes[] and hashes[] indexed by state) equal to the
- * content.  *k gets the newest matching state.  0 when one matches. */
-static int verify_recovered(const char *dir, const struct flexspace_options *opt,
-			    const uint64_t *sizes, const uint64_t *hashes, long lo, long hi,
-			    long *k, struct why *w)
+int verify_recovered(const char *dir, const struct flexspace_options *opt, const uint64_t *sizes,
+		     const uint64_t *hashes, long lo, long hi, long *k, struct why *w)
 {
 	struct flexspace *fs;
 	int rc = flexspace_open(dir, opt, &fs);
@@ -649,10 +493,11 @@ static int verify_recovered(const char *dir, const struct flexspace_options *opt
 			if (sizes[i] == sz && hashes[i] == h)
 				older = i;
 		if (older >= 0)
-			return failf(w,
-				     "recovered content (size %" PRIu64 ") is state %ld, older than "
-				     "the last acknowledged state %ld: acknowledged changes were lost",
-				     sz, older, lo);
+			return failf(
+			    w,
+			    "recovered content (size %" PRIu64 ") is state %ld, older than "
+			    "the last acknowledged state %ld: acknowledged changes were lost",
+			    sz, older, lo);
 		return failf(w,
 			     "recovered content (size %" PRIu64 ") is no state in [%ld, %ld] "
 			     "(sizes there: %" PRIu64 " .. %" PRIu64 "): a mix of states or "
@@ -663,71 +508,6 @@ static int verify_recovered(const char *dir, const struct flexspace_options *opt
 		return failf(w, "close after recovery: %s", flex_strerror(rc));
 	return 0;
 }
-
-/* ---- the fault-injecting, crash-tracking I/O table ----------------------- */
-
-enum {
-	CIO_OPEN = 1 << 0,
-	CIO_CLOSE = 1 << 1,
-	CIO_PREAD = 1 << 2,
-	CIO_PWRITE = 1 << 3,
-	CIO_FSYNC = 1 << 4,
-	CIO_FDATASYNC = 1 << 5,
-	CIO_FTRUNCATE = 1 << 6,
-	CIO_FALLOCATE = 1 << 7,
-	CIO_FSIZE = 1 << 8,
-	CIO_WRITE_BATCH = 1 << 9,
-	CIO_READ_BATCH = 1 << 10,
-	CIO_ALL = (1 << 11) - 1,
-	CIO_WRITES = CIO_PWRITE | CIO_WRITE_BATCH,
-	CIO_SYNCS = CIO_FSYNC | CIO_FDATASYNC,
-	CIO_READS = CIO_PREAD | CIO_READ_BATCH,
-};
-
-/* fault_err value meaning "write short" rather than fail. */
-#define CIO_SHORT 1
-#define CIO_MAXFD 4096
-
-struct cio_change {
-	int trunc; /* 1: ftruncate to off; 0: write data at off */
-	uint64_t off, len;
-	uint8_t *data;
-};
-
-struct cio_file {
-	char *path;
-	uint8_t *img; /* durable image */
-	uint64_t img_size, img_cap;
-	struct cio_change *ch; /* since the last sync, in order */
-	size_t nch, chcap;
-};
-
-struct cio {
-	struct flex_io io; /* io.ctx points back here */
-	pthread_mutex_t mu;
-
-	/* Faults: the fault_at-th call (1-based) of the classes in
-	 * fault_class fails with fault_err (or writes short); with
-	 * fault_perm, every later call of the class fails too. */
-	int fault_class;
-	long fault_at;
-	int fault_err;
-	int fault_perm;
-	long ncalls;	/* calls of fault_class seen */
-	long nfaults;	/* faults injected */
-	int tripped;
-	int first_fault_op; /* CIO_* bit of the first injected fault */
-	int verbose;	    /* print each injected fault */
-
-	/* Crash tracking. */
-	int track;
-	struct cio_file *files;
-	size_t nfiles, fcap;
-	int fdmap[CIO_MAXFD]; /* file index + 1; 0 = untracked */
-	void (*before_sync)(struct cio *c, void *arg);
-	void *hook_arg;
-	long nsyncs;
-};
 
 static struct cio *cio_of(const struct flex_io *io)
 {
@@ -1024,7 +804,7 @@ static int cio_read_batch(const struct flex_io *io, int fd, const struct flex_io
 	return p->read_batch(p, fd, v, n);
 }
 
-static void cio_init(struct cio *c)
+void cio_init(struct cio *c)
 {
 	memset(c, 0, sizeof(*c));
 	pthread_mutex_init(&c->mu, NULL);
@@ -1042,7 +822,7 @@ static void cio_init(struct cio *c)
 				 .ctx = c};
 }
 
-static void cio_destroy(struct cio *c)
+void cio_destroy(struct cio *c)
 {
 	for (size_t i = 0; i < c->nfiles; i++) {
 		struct cio_file *f = &c->files[i];
@@ -1057,18 +837,8 @@ static void cio_destroy(struct cio *c)
 	memset(c, 0, sizeof(*c));
 }
 
-/* Fates of an unsynced change in a power-loss image. */
-enum { CIO_RANDOM = 0, CIO_ALL_APPLIED = 1, CIO_NONE_APPLIED = 2 };
-
-/* Writes every tracked file into dstdir as it could be after a power loss
- * now: the durable image, then each later change applied, dropped or torn
- * (a prefix of 512-byte sectors, or of bytes), independently and in order.
- * With srcroot NULL, files keep their base names; otherwise only files
- * under srcroot that still exist are written, at the same place under
- * dstdir (subdirectories made as needed).  Returns 0 or -errno; *changes
- * gets how many unsynced changes were in play. */
-static int cio_materialise(struct cio *c, const char *srcroot, const char *dstdir, uint64_t *r,
-			   int how, long *changes)
+int cio_materialise(struct cio *c, const char *srcroot, const char *dstdir, uint64_t *r, int how,
+		    long *changes)
 {
 	int rc = 0;
 	long nch = 0;
@@ -1120,8 +890,8 @@ static int cio_materialise(struct cio *c, const char *srcroot, const char *dstdi
 			*q = '/';
 		}
 		int fd = pn < 0 || (size_t)pn >= sizeof(path)
-				 ? -1
-				 : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+			     ? -1
+			     : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd < 0) {
 			rc = -errno;
 		} else {
@@ -1143,19 +913,6 @@ static int cio_materialise(struct cio *c, const char *srcroot, const char *dstdi
 		*changes = nch;
 	return rc;
 }
-
-/* ---- the read-only watch -------------------------------------------------- */
-
-/* An I/O table for read-only handles: it passes reads through and refuses
- * (-EROFS) and counts every call that could change a file: pwrite,
- * write_batch, fsync, fdatasync, ftruncate, fallocate, and an open asking
- * for write access, creation or truncation.  `bad` names the first. */
-struct roio {
-	struct flex_io io; /* io.ctx points back here */
-	atomic_long changes;
-	atomic_long opens; /* opens allowed (read-only) */
-	char bad[160];
-};
 
 static void roio_note(const struct flex_io *io, const char *what, const char *path)
 {
@@ -1246,7 +1003,7 @@ static int roio_read_batch(const struct flex_io *io, int fd, const struct flex_i
 	return p->read_batch(p, fd, v, n);
 }
 
-static void roio_init(struct roio *r)
+void roio_init(struct roio *r)
 {
 	memset(r, 0, sizeof(*r));
 	r->io = (struct flex_io){.open = roio_open,
@@ -1263,13 +1020,8 @@ static void roio_init(struct roio *r)
 				 .ctx = r};
 }
 
-/* ---- configurations ------------------------------------------------------ */
-
-/* Tiny segments and log: garbage collection and tree commits all the time. */
-static struct flexspace_options tiny_options(void)
+struct flexspace_options tiny_options(void)
 {
 	return (struct flexspace_options){
-		.segment_size = 64u << 10, .log_limit = 64u << 10, .create = 1};
+	    .segment_size = 64u << 10, .log_limit = 64u << 10, .create = 1};
 }
-
-#endif /* FLEX_TEST_CRASHIO_H */

@@ -1,38 +1,7 @@
 /*
- * flexdb_stream.h - a seeded FlexDB operation stream (puts with values of
- * mixed sizes, deletes, batches with repeated keys, syncs) that a forked
- * child and the parent expand identically, the model states it passes
- * through, and the check that a recovered store is one of them.
- *
- * Range deletes span a few neighbouring keys of the (sorted) pool, alone
- * or inside batches.
- *
- * The property the crash and fault suites check: the recovered store
- * equals the model after a single prefix of the stream, ops 1..k with
- * lo <= k <= hi, lo being the last operation acknowledged and hi the last
- * one started.  A batch is one operation, so a partly applied batch
- * matches no prefix; so does a lost acknowledged write, a resurrected
- * delete or a reordered replay.  States are compared by the order-free
- * digest of flexdb_model.h plus the pair count.
- *
- * Header-only and static, like flexdb_model.h.
+ * flexdb_stream.c - the code of flexdb_stream.h.
  */
-#ifndef FLEX_TEST_FLEXDB_STREAM_H
-#define FLEX_TEST_FLEXDB_STREAM_H
-
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-
-#include "crashio.h"
-#include "flexdb.h"
-#include "flexdb_model.h"
-
-#pragma GCC diagnostic ignored "-Wunused-function"
-
-/* ---- the operation stream ------------------------------------------------------ */
-
-enum { COP_PUT, COP_DEL, COP_BATCH, COP_SYNC, COP_DELRANGE };
+#include "flexdb_stream.h"
 
 /* Operation i of a stream: everything derives from its seed, so the child
  * and the parent produce the same operations without sharing state. */
@@ -48,10 +17,6 @@ static int cop_type(uint64_t stream_seed, long i, uint64_t *opseed)
 	       : k < 88 ? COP_BATCH
 			: COP_SYNC;
 }
-
-/* del: 0 a put, 1 a delete, 2 a range delete of [k, v). */
-typedef void (*cop_fn)(void *arg, int del, const uint8_t *k, uint32_t kn, const uint8_t *v,
-		       uint32_t vn);
 
 /* Above every key of the pool. */
 static const uint8_t cop_top[5] = {0xff, 0xff, 0xff, 0xff, 0xff};
@@ -89,12 +54,6 @@ static void cop_expand(const struct keypool *pool, int type, uint64_t opseed, ui
 	}
 }
 
-struct dbapply {
-	struct flexdb *db;
-	struct flexdb_batch *b; /* NULL: direct puts and deletes */
-	int rc;
-};
-
 static void dbapply_fn(void *arg, int del, const uint8_t *k, uint32_t kn, const uint8_t *v,
 		       uint32_t vn)
 {
@@ -123,9 +82,8 @@ static void mapply_fn(void *arg, int del, const uint8_t *k, uint32_t kn, const u
 		fm_put(m, k, kn, v, vn);
 }
 
-/* Runs operation i on the store: 0 or the status. */
-static int cop_run_db(struct flexdb *db, struct flexdb_batch *b, const struct keypool *pool,
-		      uint64_t stream_seed, long i, uint8_t *vbuf, int *type)
+int cop_run_db(struct flexdb *db, struct flexdb_batch *b, const struct keypool *pool,
+	       uint64_t stream_seed, long i, uint8_t *vbuf, int *type)
 {
 	uint64_t os;
 	*type = cop_type(stream_seed, i, &os);
@@ -142,8 +100,8 @@ static int cop_run_db(struct flexdb *db, struct flexdb_batch *b, const struct ke
 	return a.rc;
 }
 
-static void cop_run_model(struct fmodel *m, const struct keypool *pool, uint64_t stream_seed,
-			  long i, uint8_t *vbuf)
+void cop_run_model(struct fmodel *m, const struct keypool *pool, uint64_t stream_seed, long i,
+		   uint8_t *vbuf)
 {
 	uint64_t os;
 	int type = cop_type(stream_seed, i, &os);
@@ -158,10 +116,8 @@ static void fm_copy(struct fmodel *dst, const struct fmodel *src)
 		fm_put(dst, src->e[i].k, src->e[i].kn, src->e[i].v, src->e[i].vn);
 }
 
-/* Digests (and pair counts) of the states after ops 0..hi of a stream
- * starting from model m0. */
-static void stream_digests(const struct fmodel *m0, const struct keypool *pool,
-			   uint64_t stream_seed, long hi, uint64_t *dig, size_t *cnt, uint8_t *vbuf)
+void stream_digests(const struct fmodel *m0, const struct keypool *pool, uint64_t stream_seed,
+		    long hi, uint64_t *dig, size_t *cnt, uint8_t *vbuf)
 {
 	struct fmodel m;
 	fm_copy(&m, m0);
@@ -175,10 +131,8 @@ static void stream_digests(const struct fmodel *m0, const struct keypool *pool,
 	fm_free(&m);
 }
 
-/* The newest k in [lo, hi] whose state matches, or -1 with a message
- * naming an older match (lost acknowledged operations) if there is one. */
-static long match_state(const uint64_t *dig, const size_t *cnt, long lo, long hi, uint64_t d,
-			size_t n, char *msg, size_t cap)
+long match_state(const uint64_t *dig, const size_t *cnt, long lo, long hi, uint64_t d, size_t n,
+		 char *msg, size_t cap)
 {
 	for (long k = hi; k >= lo; k--)
 		if (dig[k] == d && cnt[k] == n)
@@ -202,9 +156,8 @@ static long match_state(const uint64_t *dig, const size_t *cnt, long lo, long hi
 	return -1;
 }
 
-/* Opens dir, checks it and digests it.  0, or 1 with msg. */
-static int recover_digest(const char *dir, const struct flexdb_options *opt, uint64_t *d, size_t *n,
-			  struct fmodel *load, struct flexdb_stats *st, char *msg, size_t cap)
+int recover_digest(const char *dir, const struct flexdb_options *opt, uint64_t *d, size_t *n,
+		   struct fmodel *load, struct flexdb_stats *st, char *msg, size_t cap)
 {
 	struct flexdb *db;
 	int rc = flexdb_open(dir, opt, &db);
@@ -231,5 +184,3 @@ static int recover_digest(const char *dir, const struct flexdb_options *opt, uin
 	}
 	return 0;
 }
-
-#endif /* FLEX_TEST_FLEXDB_STREAM_H */
