@@ -581,8 +581,11 @@ int flexspace_apply(struct flexspace *fs, const struct flexspace_op *ops, size_t
 	if (!rc)
 		rc = fs_preflush(fs, bytes);
 	fs_excl_lock(fs);
-	for (size_t i = 0; i < n && !rc; i++)
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (i)
+			FLEX_KILLPOINT("fs.apply.between");
 		rc = fs_op(fs, &ops[i]);
+	}
 	return fs_end_write(fs, rc);
 }
 

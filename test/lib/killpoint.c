@@ -28,6 +28,7 @@ const struct kp_point kp_points[] = {
     {"fs.log.truncated", KP_BOTH, 0},
     {"fs.data.trimmed", KP_BOTH, 0},
     {"fs.gc.moved", KP_BOTH, 0},
+    {"fs.apply.between", KP_BOTH, 0},
     {"fdb.walnew.sync.before", KP_DB, 0},
     {"fdb.walnew.sync.after", KP_DB, 0},
     {"fdb.walnew.dir.sync.after", KP_DB, 0},
