@@ -1,6 +1,6 @@
 /*
- * flexdb.c - FlexDB's API, write path, committer thread and iterators
- * (paper section 5.3).
+ * flexdb.c - FlexDB's API: open, close and recovery, the write path,
+ * batches, point reads, checkpoints (paper section 5.3).
  *
  * Writes: a writer takes db->wmu, gives its batch the next sequence
  * number, appends it as one WAL record, applies it to the active memtable
@@ -9,24 +9,7 @@
  * (with its own WAL file) and a new pair starts; a writer waits only if
  * the previous immutable memtable is still being committed.
  *
- * Durability (docs/DURABILITY.md): flexdb_sync(seq) returns once the WAL
- * records up to the caller's sequence number are fdatasync'ed: one thread
- * syncs for everyone waiting (group commit), and a sync never returns on
- * the strength of a flush that started before the caller's write: that
- * flush may have missed the write.
- *
- * The committer: syncs the immutable memtable's WAL (so the FlexSpace
- * never holds a change the WAL could lose), applies its range deletes
- * (each one collapse, fdb_store_delete_range), then its pairs in key order
- * to the FlexSpace in chunks of FDB_COMMIT_CHUNK pairs (read under the
- * shared lock first, then applied under the exclusive db->lock, which is
- * let go every FDB_APPLY_BURST pairs so that no reader waits for more
- * than a few pairs' work), runs the FlexSpace's maintenance after each
- * chunk without db->lock (the space is opened with defer_maintenance, so
- * no change made under db->lock commits the tree or collects garbage, and
- * no reader waits for their fdatasyncs), syncs the FlexSpace without
- * db->lock, and only then removes the WAL (syncing the directory, so that a removed
- * WAL cannot come back and be replayed over newer data).
+ * Durability, group commit and the committer thread: fdb_commit.c.
  *
  * Recovery: the FlexSpace recovers itself; the index is rebuilt from the
  * anchor tags (fdb_store.c); the WAL files left are replayed in
@@ -54,346 +37,12 @@
 #include "../flextree/flex_ckpt.h"
 #include "../flextree/flex_ident.h"
 #include "../flextree/flex_killpoint.h"
-#include "fdb_int.h"
+#include "fdb_db.h"
 
-#define FDB_COMMIT_CHUNK 1000
-/* Pairs applied per hold of the exclusive lock: a pair costs a few
- * microseconds, so a reader arriving mid-chunk waits tens of microseconds
- * instead of the whole chunk's milliseconds (the read latency's p99.9). */
-#define FDB_APPLY_BURST 16
 #define FDB_DEFAULT_CACHE ((uint64_t)64 << 20)
 #define FDB_DEFAULT_MEMTABLE ((uint64_t)32 << 20)
 /* Pairs fetched per source per iterator refill. */
 #define FDB_ITER_CHUNK 64
-
-/* A memtable with the WAL that holds its records. */
-struct fdb_memref {
-	struct fdb_mt *mt;
-	struct fdb_wal *wal;
-	atomic_int refs;
-};
-
-struct flexdb {
-	const struct flex_io *io;
-	char *dir;
-	int dir_fd;
-	int lock_fd;
-	struct flexspace *fs;
-	struct fdb_store store;
-	pthread_rwlock_t lock;
-
-	pthread_mutex_t wmu;
-	uint64_t seq;		   /* last assigned; under wmu */
-	_Atomic uint64_t written;  /* last sequence number in a WAL */
-	_Atomic uint64_t visible;  /* last batch fully in the memtable */
-	uint64_t wal_gen;	   /* next WAL generation; under wmu */
-
-	pthread_mutex_t mtmu;
-	pthread_cond_t mtcond;
-	struct fdb_memref *active, *imm;
-	int stop;
-
-	pthread_mutex_t syncmu;
-	pthread_cond_t synccond;
-	int sync_busy;
-	uint64_t synced;
-
-	uint64_t *rec_gens; /* WAL files replayed at open, removed once their */
-	size_t nrec_gens;   /* memtable is committed */
-
-	pthread_t committer;
-	int committer_started;
-	atomic_int failed;
-
-	uint64_t memtable_size;
-	int sync_writes;
-	int read_only; /* the option: no WAL, no committer, nothing written */
-
-	_Atomic uint64_t writer_stalls, wal_syncs, committer_runs, committed_pairs;
-	uint64_t recovered_ops;
-};
-
-static int db_fail(struct flexdb *db, int rc)
-{
-	int zero = 0;
-	if (rc)
-		atomic_compare_exchange_strong(&db->failed, &zero, rc);
-	return rc;
-}
-
-/* ---- memtable references ------------------------------------------------------ */
-
-/* A memtable without a WAL: the one rebuilt from the WALs at open, and a
- * read-only handle's active one, which stays empty. */
-static struct fdb_memref *memref_bare(void)
-{
-	struct fdb_memref *m = calloc(1, sizeof(*m));
-	if (!m)
-		return NULL;
-	m->mt = fdb_mt_new();
-	if (!m->mt) {
-		free(m);
-		return NULL;
-	}
-	atomic_init(&m->refs, 1);
-	return m;
-}
-
-static struct fdb_memref *memref_new(struct flexdb *db, uint64_t gen, int *rc)
-{
-	struct fdb_memref *m = calloc(1, sizeof(*m));
-	*rc = -ENOMEM;
-	if (!m)
-		return NULL;
-	m->mt = fdb_mt_new();
-	if (!m->mt) {
-		free(m);
-		return NULL;
-	}
-	struct flexspace_stats st;
-	*rc = flexspace_stats(db->fs, &st);
-	uint64_t space[2] = {st.sync_version, st.sync_batches};
-	if (!*rc)
-		*rc = fdb_wal_create(db->io, db->dir_fd, db->dir, gen, space, &m->wal);
-	if (*rc) {
-		fdb_mt_free(m->mt);
-		free(m);
-		return NULL;
-	}
-	atomic_init(&m->refs, 1);
-	return m;
-}
-
-static void memref_put(struct fdb_memref *m)
-{
-	if (!m)
-		return;
-	FDB_HB_BEFORE(&m->refs);
-	if (atomic_fetch_sub(&m->refs, 1) == 1) {
-		FDB_HB_AFTER(&m->refs);
-		fdb_mt_free(m->mt);
-		fdb_wal_close(m->wal);
-		free(m);
-	}
-}
-
-/* References to the current memtables (either may be NULL for imm). */
-static void memrefs_get(struct flexdb *db, struct fdb_memref **a, struct fdb_memref **i)
-{
-	pthread_mutex_lock(&db->mtmu);
-	*a = db->active;
-	*i = db->imm;
-	if (*a)
-		atomic_fetch_add(&(*a)->refs, 1);
-	if (*i)
-		atomic_fetch_add(&(*i)->refs, 1);
-	pthread_mutex_unlock(&db->mtmu);
-}
-
-/* ---- the committer -------------------------------------------------------------- */
-
-static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
-{
-	int rc = m->wal ? fdb_wal_sync(m->wal) : 0;
-	if (rc)
-		return rc;
-	struct fdb_batch_op *ops = malloc(FDB_COMMIT_CHUNK * sizeof(*ops));
-	struct fdb_cand *cv = malloc(FDB_COMMIT_CHUNK * sizeof(*cv));
-	if (!ops || !cv)
-		rc = -ENOMEM;
-	/* Range deletes first, each in one hold of the exclusive lock (one
-	 * collapse, and index work for the intervals it drops), then the
-	 * pairs written after them: a pair a range delete of this memtable
-	 * covers and is newer than is left out (fdb_mt_val).  Readers see
-	 * no difference meanwhile: the memtable's own range deletes hide
-	 * the store's pairs until it is dropped.  Applying them again after
-	 * a crash gives the same store. */
-	const struct fdb_mt_range *rd = fdb_mt_ranges(m->mt);
-	for (; rd && !rc; rd = rd->next) {
-		pthread_rwlock_wrlock(&db->lock);
-		rc = fdb_store_delete_range(&db->store, rd->start, rd->slen, rd->end, rd->elen);
-		pthread_rwlock_unlock(&db->lock);
-		atomic_fetch_add(&db->committed_pairs, 1);
-		if (!rc) {
-			FLEX_KILLPOINT("fdb.commit.range_applied");
-			rc = flexspace_maintain(db->fs);
-		}
-	}
-	struct fdb_mt_iter it;
-	fdb_mt_seek(&it, m->mt, NULL, 0);
-	while (fdb_mt_valid(&it) && !rc) {
-		/* A chunk of pairs (the memtable outlives the commit). */
-		int n = 0;
-		for (; n < FDB_COMMIT_CHUNK && fdb_mt_valid(&it); fdb_mt_next(&it)) {
-			const struct fdb_val *v = fdb_mt_val(&it, UINT64_MAX);
-			if (v->tomb == 2)
-				continue; /* removed by a range delete above */
-			ops[n].key = fdb_mt_key(&it, &ops[n].klen);
-			ops[n].op = v->tomb ? FDB_OP_DEL : FDB_OP_PUT;
-			ops[n].val = v->data;
-			ops[n].vlen = v->vlen;
-			n++;
-		}
-		/* Read the intervals it changes while readers go on; only the
-		 * committer changes the store, so they are still current when
-		 * the exclusive lock is taken. */
-		struct fdb_cands cands;
-		pthread_rwlock_rdlock(&db->lock);
-		fdb_cands_init(&db->store, &cands, cv, FDB_COMMIT_CHUNK);
-		rc = fdb_store_prefetch(&db->store, ops, n, &cands);
-		pthread_rwlock_unlock(&db->lock);
-		pthread_rwlock_wrlock(&db->lock);
-		fdb_store_admit(&db->store, &cands, 0);
-		/* One FlexSpace change per interval the chunk touches. */
-		for (int i = 0, burst = 0; i < n && !rc;) {
-			if (burst >= FDB_APPLY_BURST) {
-				/* Let the readers that queued behind this burst in. */
-				pthread_rwlock_unlock(&db->lock);
-				pthread_rwlock_wrlock(&db->lock);
-				burst = 0;
-			}
-			int done;
-			rc = fdb_store_apply_run(&db->store, ops + i, n - i, &done);
-			atomic_fetch_add(&db->committed_pairs, (uint64_t)done);
-			i += done;
-			burst += done;
-			/* Mid-commit: some pairs are in the FlexSpace, unsynced. */
-			if (!rc)
-				FLEX_KILLPOINT("fdb.commit.pair_applied");
-		}
-		pthread_rwlock_unlock(&db->lock);
-		fdb_cands_free(&cands); /* after a prefetch error */
-		if (!rc)
-			rc = flexspace_maintain(db->fs);
-	}
-	free(ops);
-	free(cv);
-	if (!rc)
-		rc = flexspace_sync(db->fs);
-	if (!rc) {
-		/* The WAL's records are durable in the FlexSpace now.  The
-		 * memtable rebuilt at open has the old WAL files instead. */
-		FLEX_KILLPOINT("fdb.commit.space_synced");
-		if (m->wal) {
-			rc = unlink(m->wal->path) ? -errno : 0;
-		} else {
-			for (size_t i = 0; i < db->nrec_gens && !rc; i++) {
-				char path[PATH_MAX];
-				snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
-					 (unsigned long long)db->rec_gens[i]);
-				if (unlink(path) && errno != ENOENT)
-					rc = -errno;
-			}
-			db->nrec_gens = 0;
-		}
-		/* Removed, but the removal is not durable yet. */
-		if (!rc) {
-			FLEX_KILLPOINT("fdb.commit.dir.sync.before");
-			rc = db->io->fsync(db->io, db->dir_fd);
-		}
-		if (!rc)
-			FLEX_KILLPOINT("fdb.commit.dir.sync.after");
-	}
-	if (!rc)
-		atomic_fetch_add(&db->committer_runs, 1);
-	return rc;
-}
-
-/* Any thread, after a read: frees the cache entries readers retired
- * (fdb_store_reap) once they are worth it and nobody holds the lock:
- * waiting for it would put the reader behind the committer's chunk or
- * other readers.  Until then readers cache less (the retired bytes are
- * charged to the cache); the committer frees them too. */
-static void cache_reap(struct flexdb *db)
-{
-	if (!fdb_store_reap_due(&db->store) || pthread_rwlock_trywrlock(&db->lock) != 0)
-		return;
-	fdb_store_reap(&db->store);
-	pthread_rwlock_unlock(&db->lock);
-}
-
-static void *committer_main(void *arg)
-{
-	struct flexdb *db = arg;
-	pthread_mutex_lock(&db->mtmu);
-	for (;;) {
-		while (!db->imm && !db->stop)
-			pthread_cond_wait(&db->mtcond, &db->mtmu);
-		if (!db->imm)
-			break;
-		struct fdb_memref *m = db->imm;
-		atomic_fetch_add(&m->refs, 1);
-		pthread_mutex_unlock(&db->mtmu);
-		int rc = atomic_load(&db->failed) ? FLEX_EFAILED : commit_memtable(db, m);
-		pthread_mutex_lock(&db->mtmu);
-		if (rc) {
-			/* Keep the memtable (readers still see it) and its WAL
-			 * (recovery replays it); refuse further writes. */
-			db_fail(db, rc);
-			pthread_cond_broadcast(&db->mtcond);
-			memref_put(m);
-			while (!db->stop)
-				pthread_cond_wait(&db->mtcond, &db->mtmu);
-			break;
-		}
-		pthread_mutex_unlock(&db->mtmu);
-		/* Point reads find the memtables under db->lock without a
-		 * reference (flexdb_get): the pairs are in the store now, and
-		 * once no reader holds the lock none can still be in m. */
-		pthread_rwlock_wrlock(&db->lock);
-		pthread_mutex_lock(&db->mtmu);
-		__atomic_store_n(&db->imm, NULL, __ATOMIC_RELEASE);
-		pthread_cond_broadcast(&db->mtcond);
-		pthread_mutex_unlock(&db->mtmu);
-		pthread_rwlock_unlock(&db->lock);
-		memref_put(m); /* ours */
-		memref_put(m); /* the db's */
-		pthread_mutex_lock(&db->mtmu);
-	}
-	pthread_mutex_unlock(&db->mtmu);
-	return NULL;
-}
-
-/* wmu held: hands the active memtable to the committer and starts a new
- * one, waiting for the previous hand-over to finish. */
-static int switch_memtable(struct flexdb *db)
-{
-	pthread_mutex_lock(&db->mtmu);
-	if (db->imm)
-		atomic_fetch_add(&db->writer_stalls, 1);
-	while (db->imm && !atomic_load(&db->failed))
-		pthread_cond_wait(&db->mtcond, &db->mtmu);
-	pthread_mutex_unlock(&db->mtmu);
-	if (atomic_load(&db->failed))
-		return FLEX_EFAILED;
-	/* The outgoing WAL is made durable before the next one can receive a
-	 * record: otherwise a power loss could keep a record of the new file
-	 * while losing the first records of this one, and replay (which has
-	 * no sequence number to check the first surviving record against)
-	 * would apply the later records without the earlier ones. */
-	int rc = fdb_wal_sync(db->active->wal);
-	if (rc)
-		return db_fail(db, rc);
-	FLEX_KILLPOINT("fdb.switch.wal_synced");
-	struct fdb_memref *n = memref_new(db, db->wal_gen, &rc);
-	if (!n) {
-		/* A failed write or sync of the new WAL or of the directory
-		 * is fatal like any other (docs/DURABILITY.md): retrying the
-		 * creation at the next write would trust a directory whose
-		 * failed fsync may have dropped earlier changes. */
-		return db_fail(db, rc);
-	}
-	db->wal_gen++;
-	pthread_mutex_lock(&db->mtmu);
-	/* imm first: a reader that sees the new active sees the old one as
-	 * imm (flexdb_get loads them in the other order). */
-	FDB_HB_BEFORE(&db->active);
-	__atomic_store_n(&db->imm, db->active, __ATOMIC_RELEASE);
-	__atomic_store_n(&db->active, n, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&db->mtcond);
-	pthread_mutex_unlock(&db->mtmu);
-	return 0;
-}
 
 /* ---- writes ----------------------------------------------------------------------- */
 
@@ -519,41 +168,6 @@ void flexdb_batch_free(struct flexdb_batch *b)
 	free(b);
 }
 
-/* Waits until every WAL record up to seq is durable; one waiter syncs for
- * all (group commit). */
-static int sync_to(struct flexdb *db, uint64_t seq)
-{
-	int rc = 0;
-	pthread_mutex_lock(&db->syncmu);
-	while (db->synced < seq && !rc) {
-		if (db->sync_busy) {
-			pthread_cond_wait(&db->synccond, &db->syncmu);
-			continue;
-		}
-		/* Lead: sync outside the lock, so that writers keep appending
-		 * and the next leader takes them all at once. */
-		db->sync_busy = 1;
-		uint64_t target = atomic_load(&db->written);
-		pthread_mutex_unlock(&db->syncmu);
-		struct fdb_memref *a, *i;
-		memrefs_get(db, &a, &i);
-		if (i && i->wal)
-			rc = fdb_wal_sync(i->wal);
-		if (!rc && a)
-			rc = fdb_wal_sync(a->wal);
-		memref_put(a);
-		memref_put(i);
-		atomic_fetch_add(&db->wal_syncs, 1);
-		pthread_mutex_lock(&db->syncmu);
-		if (!rc && target > db->synced)
-			db->synced = target;
-		db->sync_busy = 0;
-		pthread_cond_broadcast(&db->synccond);
-	}
-	pthread_mutex_unlock(&db->syncmu);
-	return rc ? db_fail(db, rc) : 0;
-}
-
 /* The range deletes of a batch payload, with their places among its ops:
  * a put or delete that a range delete after it in the same batch covers
  * is dropped before it reaches a memtable, so that the range delete (of
@@ -646,7 +260,7 @@ static int db_write(struct flexdb *db, const uint8_t *payload, size_t len, int r
 	pthread_mutex_lock(&db->wmu);
 	int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
 	if (!rc && fdb_mt_bytes(db->active->mt) >= db->memtable_size)
-		rc = switch_memtable(db);
+		rc = fdb_switch_memtable(db);
 	uint64_t seq = db->seq + 1;
 	if (!rc) {
 		/* The WAL file is written (not synced) before the memtable
@@ -654,20 +268,20 @@ static int db_write(struct flexdb *db, const uint8_t *payload, size_t len, int r
 		 * the process. */
 		rc = fdb_wal_append(db->active->wal, seq, payload, len);
 		if (rc)
-			db_fail(db, rc);
+			fdb_db_fail(db, rc);
 	}
 	if (!rc) {
 		db->seq = seq;
 		atomic_store(&db->written, seq);
 		rc = batch_to_mt(db->active->mt, payload, len, ranges, seq);
 		if (rc)
-			db_fail(db, rc);
+			fdb_db_fail(db, rc);
 		else
 			atomic_store(&db->visible, seq); /* the whole batch at once */
 	}
 	pthread_mutex_unlock(&db->wmu);
 	if (!rc && db->sync_writes)
-		rc = sync_to(db, seq);
+		rc = fdb_sync_to(db, seq);
 	return rc;
 }
 
@@ -743,7 +357,7 @@ int flexdb_sync(struct flexdb *db)
 	pthread_mutex_lock(&db->wmu);
 	uint64_t seq = db->seq;
 	pthread_mutex_unlock(&db->wmu);
-	return sync_to(db, seq);
+	return fdb_sync_to(db, seq);
 }
 
 /* ---- reads -------------------------------------------------------------------------- */
@@ -769,7 +383,7 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 		return rc;
 	/* Under the shared lock the memtables need no reference: the
 	 * committer drops an immutable one only under the exclusive lock,
-	 * after its pairs reached the store (committer_main).  active is
+	 * after its pairs reached the store (fdb_committer_main).  active is
 	 * loaded before imm: switch_memtable stores them the other way. */
 	uint64_t vis = atomic_load(&db->visible);
 	pthread_rwlock_rdlock(&db->lock);
@@ -790,7 +404,7 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 	if (cands.n)
 		fdb_store_admit(&db->store, &cands, 1);
 	pthread_rwlock_unlock(&db->lock);
-	cache_reap(db);
+	fdb_cache_reap(db);
 	return rc;
 }
 
@@ -1010,7 +624,7 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		int ranges = 0; /* the memtables hold range deletes */
 		if (!rc) {
 			vis = atomic_load(&db->visible);
-			memrefs_get(db, &a, &im);
+			fdb_memrefs_get(db, &a, &im);
 			ranges = fdb_mt_ranges(a->mt) || (im && fdb_mt_ranges(im->mt));
 			rc = mt_collect(a->mt, from, flen, inclusive, reverse, lim, limlen, vis,
 					src[0], &cnt[0], &it->ar);
@@ -1029,7 +643,7 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 					    src[2], FDB_ITER_CHUNK, &cnt[2], &it->ar, &cands);
 			fdb_store_admit(&db->store, &cands, 1);
 			pthread_rwlock_unlock(&db->lock);
-			cache_reap(db);
+			fdb_cache_reap(db);
 		}
 		/* The chunk is complete up to the smallest last key among
 		 * sources that filled up (largest, in reverse). */
@@ -1095,8 +709,8 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 				continue;
 			it->pairs[it->n++] = *w;
 		}
-		memref_put(a);
-		memref_put(im);
+		fdb_memref_put(a);
+		fdb_memref_put(im);
 		it->exhausted = bound == NULL;
 		for (int s = 0; s < 3; s++)
 			cnt[s] = 0;
@@ -1428,7 +1042,7 @@ static int db_recover(struct flexdb *db)
 	if (rc)
 		return rc;
 	uint64_t last = 0;
-	if (n && !(db->imm = memref_bare()))
+	if (n && !(db->imm = fdb_memref_bare()))
 		rc = -ENOMEM;
 	uint64_t nrec = 0;
 	struct flexspace_stats st = {0};
@@ -1447,7 +1061,7 @@ static int db_recover(struct flexdb *db)
 		/* The replayed writes stay in the memtable for the handle's
 		 * life, and the files stay for the next writable open. */
 		if (db->imm && fdb_mt_count(db->imm->mt) == 0) {
-			memref_put(db->imm);
+			fdb_memref_put(db->imm);
 			db->imm = NULL;
 		}
 		free(gens);
@@ -1469,7 +1083,7 @@ static int db_recover(struct flexdb *db)
 	}
 	if (!rc && db->imm && fdb_mt_count(db->imm->mt) == 0) {
 		/* Nothing to commit: the files can go now. */
-		memref_put(db->imm);
+		fdb_memref_put(db->imm);
 		db->imm = NULL;
 		char path[PATH_MAX];
 		for (size_t i = 0; i < n && !rc; i++) {
@@ -1570,18 +1184,18 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 		rc = db_recover(db);
 	if (!rc && db->read_only) {
 		/* No WAL and no committer: nothing is ever written. */
-		db->active = memref_bare();
+		db->active = fdb_memref_bare();
 		return db->active ? 0 : -ENOMEM;
 	}
 	if (!rc) {
-		db->active = memref_new(db, db->wal_gen, &rc);
+		db->active = fdb_memref_new(db, db->wal_gen, &rc);
 		if (db->active)
 			db->wal_gen++;
 	}
 	if (!rc && ident == FLEX_IDENT_LEGACY && create)
 		rc = flex_ident_write(db->io, dir, db->dir_fd, FLEX_KIND_DB, partial);
 	if (!rc) {
-		rc = -pthread_create(&db->committer, NULL, committer_main, db);
+		rc = -pthread_create(&db->committer, NULL, fdb_committer_main, db);
 		db->committer_started = rc == 0;
 	}
 	return rc;
@@ -1659,9 +1273,9 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 		if (db->active) {
 			if (db->active->wal)
 				unlink(db->active->wal->path);
-			memref_put(db->active);
+			fdb_memref_put(db->active);
 		}
-		memref_put(db->imm);
+		fdb_memref_put(db->imm);
 		db_free(db);
 		return rc;
 	}
@@ -1676,7 +1290,7 @@ int flexdb_close(struct flexdb *db)
 	int rc = 0;
 	pthread_mutex_lock(&db->wmu);
 	if (!db->read_only && !atomic_load(&db->failed) && fdb_mt_count(db->active->mt) > 0)
-		rc = switch_memtable(db);
+		rc = fdb_switch_memtable(db);
 	pthread_mutex_lock(&db->mtmu);
 	/* A read-only handle's replayed memtable is simply dropped. */
 	while (db->imm && !db->read_only && !atomic_load(&db->failed))
@@ -1694,8 +1308,8 @@ int flexdb_close(struct flexdb *db)
 		unlink(a->wal->path); /* empty: nothing to replay */
 		FLEX_KILLPOINT("fdb.close.wal_removed");
 	}
-	memref_put(a);
-	memref_put(i);
+	fdb_memref_put(a);
+	fdb_memref_put(i);
 	db->active = db->imm = NULL;
 	fdb_store_close(&db->store);
 	if (db->fs) {
@@ -1863,13 +1477,13 @@ int flexdb_stats(struct flexdb *db, struct flexdb_stats *st)
 		return -EINVAL;
 	memset(st, 0, sizeof(*st));
 	struct fdb_memref *a, *i;
-	memrefs_get(db, &a, &i);
+	fdb_memrefs_get(db, &a, &i);
 	st->memtable_bytes = fdb_mt_bytes(a->mt) + (i ? fdb_mt_bytes(i->mt) : 0);
 	st->memtable_entries = fdb_mt_count(a->mt) + (i ? fdb_mt_count(i->mt) : 0);
 	st->wal_bytes = (a->wal ? atomic_load(&a->wal->size) : 0) +
 			(i && i->wal ? atomic_load(&i->wal->size) : 0);
-	memref_put(a);
-	memref_put(i);
+	fdb_memref_put(a);
+	fdb_memref_put(i);
 	pthread_rwlock_rdlock(&db->lock);
 	fdb_store_counts(&db->store, &st->keys, &st->intervals_uncounted);
 	st->bytes = db->store.bytes;
