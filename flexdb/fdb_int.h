@@ -455,4 +455,13 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		   struct fdb_ar *ar, struct fdb_cands *cands);
 int fdb_store_check(struct fdb_store *s);
 
+/* ---- the front end's private files (fdb_db.h: flexdb.c, fdb_commit.c,
+ * fdb_iter.c) ----------------------------------------------------------------- */
+
+/* How many times an iterator grew its buffers: a refill that needed a
+ * new arena block, or a key buffer too small for a key.  Refills reuse
+ * them, so once the iterator has read a chunk of its largest pairs the
+ * count stops growing. */
+uint64_t fdb_iter_grows(const struct flexdb_iter *it);
+
 #endif /* FDB_INT_H */

@@ -24,8 +24,10 @@ struct flexdb_iter {
 	int reverse;	 /* direction the chunk was read in */
 	int exhausted;	 /* nothing lies beyond the chunk */
 	uint8_t *bound;	 /* last key the chunk covers (when not exhausted) */
-	uint32_t boundlen;
-	int err;
+	uint32_t boundlen, boundcap;
+	uint8_t *from; /* where the chunk being read starts */
+	uint32_t fromcap;
+	uint64_t grows; /* allocations of the buffers below and above */
 	/* The bounds and the prefix (owned copies; NULL: none), and the range
 	 * they leave: keys in [lo, hi), each end NULL when open.  pfx_end is
 	 * the first key above every key with the prefix (NULL when the prefix
@@ -35,15 +37,12 @@ struct flexdb_iter {
 	const uint8_t *lo, *hi;
 	uint32_t lolen, hilen;
 	struct fdb_ar ar;     /* the chunk's keys and values */
-	struct fdb_ar spare;  /* the previous chunk's, emptied, for the next */
 	struct fdb_pair *src; /* 3 x FDB_ITER_CHUNK: what each source gave */
 };
 
 static void iter_reset(struct flexdb_iter *it)
 {
 	it->n = it->pos = 0;
-	free(it->bound);
-	it->bound = NULL;
 }
 
 int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
@@ -183,164 +182,232 @@ static int iter_store_from(const struct fdb_memref *a, const struct fdb_memref *
 	return 1;
 }
 
-/* Reads the next chunk after (or before) `from`: up to FDB_ITER_CHUNK pairs
- * from each source, merged newest-first, tombstones dropped, cut at the
- * first source bound that may hide more keys. */
-static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, int inclusive,
-		     int reverse)
+/* Copies the n bytes at k into *buf, growing it only when it is too
+ * small: refills of the same iterator reuse it. */
+static int iter_keep(struct flexdb_iter *it, uint8_t **buf, uint32_t *cap, const void *k,
+		     uint32_t n)
 {
-	struct flexdb *db = it->db;
-	struct fdb_pair *src[3];
-	int cnt[3] = {0, 0, 0};
-	int rc = 0;
-	/* Bounds: a start before the near end moves to it, a start past the
-	 * far end finds nothing, and no source reads past the far end (lim),
-	 * so that a short bounded scan reads a few pairs, not whole chunks. */
-	if (!reverse && it->lo && (!flen || fdb_keycmp(from, flen, it->lo, it->lolen) < 0)) {
-		from = it->lo;
-		flen = it->lolen;
-		inclusive = 1;
-	} else if (reverse && it->hi && (!flen || fdb_keycmp(from, flen, it->hi, it->hilen) >= 0)) {
-		from = it->hi;
-		flen = it->hilen;
-		inclusive = 0;
+	if (n > *cap) {
+		uint32_t c = n < 64 ? 64 : n;
+		uint8_t *p = realloc(*buf, c);
+		if (!p)
+			return -ENOMEM;
+		*buf = p;
+		*cap = c;
+		it->grows++;
+	}
+	if (n)
+		memcpy(*buf, k, n);
+	return 0;
+}
+
+/* Moves a start before the near end of the range to it.  Returns 0 when
+ * the start lies past the far end (lim): nothing is left to read.  No
+ * source reads past lim, so that a short bounded scan reads a few pairs,
+ * not whole chunks. */
+static int iter_clamp(const struct flexdb_iter *it, const void **from, uint32_t *flen,
+		      int *inclusive, int reverse)
+{
+	if (!reverse && it->lo && (!*flen || fdb_keycmp(*from, *flen, it->lo, it->lolen) < 0)) {
+		*from = it->lo;
+		*flen = it->lolen;
+		*inclusive = 1;
+	} else if (reverse && it->hi &&
+		   (!*flen || fdb_keycmp(*from, *flen, it->hi, it->hilen) >= 0)) {
+		*from = it->hi;
+		*flen = it->hilen;
+		*inclusive = 0;
 	}
 	const uint8_t *lim = reverse ? it->lo : it->hi;
 	uint32_t limlen = reverse ? it->lolen : it->hilen;
-	if (lim && flen) {
-		int c = fdb_keycmp(from, flen, lim, limlen);
-		if (reverse ? c < 0 || (c == 0 && !inclusive) : c >= 0) {
+	if (!lim || !*flen)
+		return 1;
+	int c = fdb_keycmp(*from, *flen, lim, limlen);
+	return reverse ? !(c < 0 || (c == 0 && !*inclusive)) : c < 0;
+}
+
+/* One read of the sources: the memtables it holds references to, and
+ * what each source gave (0 active, 1 immutable, 2 store). */
+struct iter_pass {
+	struct fdb_memref *a, *im;
+	uint64_t vis;
+	int ranges; /* the memtables hold range deletes */
+	struct fdb_pair *src[3];
+	int cnt[3];
+};
+
+static int iter_gather(struct flexdb_iter *it, struct iter_pass *p, const void *from,
+		       uint32_t flen, int inclusive, int reverse)
+{
+	struct flexdb *db = it->db;
+	const uint8_t *lim = reverse ? it->lo : it->hi;
+	uint32_t limlen = reverse ? it->lolen : it->hilen;
+	p->vis = atomic_load(&db->visible);
+	fdb_memrefs_get(db, &p->a, &p->im);
+	p->ranges = fdb_mt_ranges(p->a->mt) || (p->im && fdb_mt_ranges(p->im->mt));
+	int rc = mt_collect(p->a->mt, from, flen, inclusive, reverse, lim, limlen, p->vis, p->src[0],
+			    &p->cnt[0], &it->ar);
+	if (!rc && p->im)
+		rc = mt_collect(p->im->mt, from, flen, inclusive, reverse, lim, limlen, p->vis,
+				p->src[1], &p->cnt[1], &it->ar);
+	const void *sfrom = from;
+	uint32_t sflen = flen;
+	int sinc = inclusive;
+	if (rc || (p->ranges && !iter_store_from(p->a, p->im, reverse, p->vis, &sfrom, &sflen, &sinc)))
+		return rc;
+	struct fdb_cands cands;
+	pthread_rwlock_rdlock(&db->lock);
+	fdb_cands_init(&db->store, &cands, NULL, 0);
+	rc = fdb_store_scan(&db->store, sfrom, sflen, sinc, reverse, lim, limlen, p->src[2],
+			    FDB_ITER_CHUNK, &p->cnt[2], &it->ar, &cands);
+	fdb_store_admit(&db->store, &cands, 1);
+	pthread_rwlock_unlock(&db->lock);
+	fdb_cache_reap(db);
+	return rc;
+}
+
+/* The chunk is complete up to the smallest last key among the sources
+ * that filled up (largest, in reverse); NULL when none did. */
+static const struct fdb_pair *iter_bound(const struct iter_pass *p, int reverse)
+{
+	const struct fdb_pair *b = NULL;
+	for (int s = 0; s < 3; s++) {
+		if (p->cnt[s] < FDB_ITER_CHUNK)
+			continue;
+		const struct fdb_pair *l = &p->src[s][p->cnt[s] - 1];
+		int c = b ? fdb_keycmp(l->key, l->klen, b->key, b->klen) : 0;
+		if (!b || (reverse ? c > 0 : c < 0))
+			b = l;
+	}
+	return b;
+}
+
+/* Merges the sources into it->pairs up to the bound (when bounded):
+ * newest source first for a key, tombstones and covered keys dropped. */
+static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int reverse,
+		      int bounded)
+{
+	struct fdb_pair *const *src = p->src;
+	int idx[3] = {0, 0, 0};
+	int rc = 0;
+	while (!rc) {
+		int best = -1;
+		for (int s = 0; s < 3; s++) {
+			if (idx[s] >= p->cnt[s])
+				continue;
+			if (best < 0) {
+				best = s;
+				continue;
+			}
+			const struct fdb_pair *x = &src[s][idx[s]], *y = &src[best][idx[best]];
+			int c = fdb_keycmp(x->key, x->klen, y->key, y->klen);
+			if (reverse ? c > 0 : c < 0)
+				best = s;
+		}
+		if (best < 0)
+			break;
+		struct fdb_pair *w = &src[best][idx[best]];
+		if (bounded) {
+			int c = fdb_keycmp(w->key, w->klen, it->bound, it->boundlen);
+			if (reverse ? c < 0 : c > 0)
+				break;
+		}
+		/* Skip the same key in older sources. */
+		for (int s = best + 1; s < 3; s++)
+			if (idx[s] < p->cnt[s] &&
+			    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
+				idx[s]++;
+		for (int s = 0; s < best; s++)
+			if (idx[s] < p->cnt[s] &&
+			    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
+				rc = FLEX_ECORRUPT; /* merge order broken: cannot happen */
+		idx[best]++;
+		if (w->tomb || (p->ranges && best > 0 &&
+				iter_covered(p->a, p->im, best, w->key, w->klen, p->vis)))
+			continue;
+		it->pairs[it->n++] = *w;
+	}
+	return rc;
+}
+
+/* Reads one chunk from `from`, which must not lie in the iterator's
+ * arena or bound: both are reused for the chunk. */
+static int iter_pass(struct flexdb_iter *it, const void *from, uint32_t flen, int inclusive,
+		     int reverse)
+{
+	struct iter_pass p = {0};
+	for (int s = 0; s < 3; s++)
+		p.src[s] = it->src + s * FDB_ITER_CHUNK;
+	iter_reset(it);
+	it->reverse = reverse;
+	fdb_ar_reset(&it->ar);
+	const struct fdb_ar_blk *blk = it->ar.blk;
+	int rc = iter_gather(it, &p, from, flen, inclusive, reverse);
+	const struct fdb_pair *bound = rc ? NULL : iter_bound(&p, reverse);
+	if (bound) {
+		rc = iter_keep(it, &it->bound, &it->boundcap, bound->key, bound->klen);
+		it->boundlen = bound->klen;
+	}
+	if (!rc)
+		rc = iter_merge(it, &p, reverse, bound != NULL);
+	fdb_memref_put(p.a);
+	fdb_memref_put(p.im);
+	it->exhausted = bound == NULL;
+	/* A new block sits on top of the one the reset kept. */
+	if (it->ar.blk != blk)
+		it->grows++;
+	return rc;
+}
+
+/* Reads the next chunk after (or before) `from`: up to FDB_ITER_CHUNK pairs
+ * from each source, merged newest-first, tombstones dropped, cut at the
+ * first source bound that may hide more keys.  A chunk whose keys were
+ * all deleted is followed by the next one, in this loop, until one has a
+ * key or nothing lies beyond: the memtables may hide millions of the
+ * store's keys until the committer removes them. */
+static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, int inclusive,
+		     int reverse)
+{
+	int rc = 0;
+	for (;;) {
+		if (!iter_clamp(it, &from, &flen, &inclusive, reverse)) {
 			iter_reset(it);
 			it->reverse = reverse;
 			it->exhausted = 1;
 			return 0;
 		}
-	}
-	/* `from` may point into the previous chunk: its arena is freed only
-	 * once the new chunk has been read. */
-	struct fdb_ar old = it->ar;
-	it->ar = it->spare;
-	it->spare.blk = NULL;
-	for (int s = 0; s < 3; s++)
-		src[s] = it->src + s * FDB_ITER_CHUNK;
-	for (;;) {
-		iter_reset(it);
-		it->reverse = reverse;
-		struct fdb_memref *a = NULL, *im = NULL;
-		uint64_t vis = 0;
-		int ranges = 0; /* the memtables hold range deletes */
-		if (!rc) {
-			vis = atomic_load(&db->visible);
-			fdb_memrefs_get(db, &a, &im);
-			ranges = fdb_mt_ranges(a->mt) || (im && fdb_mt_ranges(im->mt));
-			rc = mt_collect(a->mt, from, flen, inclusive, reverse, lim, limlen, vis,
-					src[0], &cnt[0], &it->ar);
-			if (!rc && im)
-				rc = mt_collect(im->mt, from, flen, inclusive, reverse, lim, limlen,
-						vis, src[1], &cnt[1], &it->ar);
+		/* `from` may lie in the chunk being replaced or be its
+		 * bound. */
+		if (from != it->from) {
+			rc = iter_keep(it, &it->from, &it->fromcap, from, flen);
+			from = it->from;
 		}
-		const void *sfrom = from;
-		uint32_t sflen = flen;
-		int sinc = inclusive;
-		if (!rc && (!ranges || iter_store_from(a, im, reverse, vis, &sfrom, &sflen, &sinc))) {
-			struct fdb_cands cands;
-			pthread_rwlock_rdlock(&db->lock);
-			fdb_cands_init(&db->store, &cands, NULL, 0);
-			rc = fdb_store_scan(&db->store, sfrom, sflen, sinc, reverse, lim, limlen,
-					    src[2], FDB_ITER_CHUNK, &cnt[2], &it->ar, &cands);
-			fdb_store_admit(&db->store, &cands, 1);
-			pthread_rwlock_unlock(&db->lock);
-			fdb_cache_reap(db);
-		}
-		/* The chunk is complete up to the smallest last key among
-		 * sources that filled up (largest, in reverse). */
-		int bsrc = -1;
-		for (int s = 0; s < 3 && !rc; s++) {
-			if (cnt[s] < FDB_ITER_CHUNK)
-				continue;
-			const struct fdb_pair *l = &src[s][cnt[s] - 1];
-			if (bsrc < 0) {
-				bsrc = s;
-				continue;
-			}
-			const struct fdb_pair *b = &src[bsrc][cnt[bsrc] - 1];
-			int c = fdb_keycmp(l->key, l->klen, b->key, b->klen);
-			if (reverse ? c > 0 : c < 0)
-				bsrc = s;
-		}
-		const struct fdb_pair *bound = bsrc >= 0 ? &src[bsrc][cnt[bsrc] - 1] : NULL;
-		if (!rc && bound) {
-			/* Copied now: the merge below moves keys out of src. */
-			it->boundlen = bound->klen;
-			it->bound = malloc(bound->klen ? bound->klen : 1);
-			if (!it->bound)
-				rc = -ENOMEM;
-			else
-				memcpy(it->bound, bound->key, bound->klen);
-		}
-		int idx[3] = {0, 0, 0};
-		while (!rc) {
-			int best = -1;
-			for (int s = 0; s < 3; s++) {
-				if (idx[s] >= cnt[s])
-					continue;
-				if (best < 0) {
-					best = s;
-					continue;
-				}
-				const struct fdb_pair *x = &src[s][idx[s]], *y = &src[best][idx[best]];
-				int c = fdb_keycmp(x->key, x->klen, y->key, y->klen);
-				if (reverse ? c > 0 : c < 0)
-					best = s;
-			}
-			if (best < 0)
-				break;
-			struct fdb_pair *w = &src[best][idx[best]];
-			if (it->bound) {
-				int c = fdb_keycmp(w->key, w->klen, it->bound, it->boundlen);
-				if (reverse ? c < 0 : c > 0)
-					break;
-			}
-			/* Skip the same key in older sources. */
-			for (int s = best + 1; s < 3; s++)
-				if (idx[s] < cnt[s] &&
-				    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
-					idx[s]++;
-			for (int s = 0; s < best; s++)
-				if (idx[s] < cnt[s] &&
-				    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
-					rc = FLEX_ECORRUPT; /* merge order broken: cannot happen */
-			idx[best]++;
-			if (w->tomb ||
-			    (ranges && best > 0 && iter_covered(a, im, best, w->key, w->klen, vis)))
-				continue;
-			it->pairs[it->n++] = *w;
-		}
-		fdb_memref_put(a);
-		fdb_memref_put(im);
-		it->exhausted = bound == NULL;
-		for (int s = 0; s < 3; s++)
-			cnt[s] = 0;
+		if (!rc)
+			rc = iter_pass(it, from, flen, inclusive, reverse);
 		if (rc || it->n > 0 || it->exhausted)
 			break;
-		/* Everything up to the bound was deleted: continue past it. */
+		/* Everything up to the bound was deleted: go on past it, the
+		 * bound's buffer and the start's trading places. */
 		uint8_t *b = it->bound;
-		uint32_t bl = it->boundlen;
-		it->bound = NULL;
-		fdb_ar_free(&old);
-		rc = iter_fill(it, b, bl, 0, reverse);
-		free(b);
-		return rc;
+		uint32_t bcap = it->boundcap;
+		it->bound = it->from;
+		it->boundcap = it->fromcap;
+		it->from = b;
+		it->fromcap = bcap;
+		from = b;
+		flen = it->boundlen;
+		inclusive = 0;
 	}
-	fdb_ar_reset(&old);
-	fdb_ar_free(&it->spare);
-	it->spare = old;
 	if (rc) {
 		iter_reset(it);
 		it->exhausted = 1;
-		it->err = rc;
 	}
 	return rc;
+}
+
+uint64_t fdb_iter_grows(const struct flexdb_iter *it)
+{
+	return it->grows;
 }
 
 /* The range the bounds and the prefix leave: the higher lower end and the
@@ -440,7 +507,6 @@ int flexdb_iter_seek(struct flexdb_iter *it, const void *key, size_t klen)
 		return -EINVAL;
 	if (klen > FLEXDB_MAX_KEY)
 		return FLEX_ETOOBIG;
-	it->err = 0;
 	return iter_fill(it, key, (uint32_t)klen, 1, 0);
 }
 
@@ -450,7 +516,6 @@ int flexdb_iter_seek_for_prev(struct flexdb_iter *it, const void *key, size_t kl
 		return -EINVAL;
 	if (klen > FLEXDB_MAX_KEY)
 		return FLEX_ETOOBIG;
-	it->err = 0;
 	return iter_fill(it, key, (uint32_t)klen, 1, 1);
 }
 
@@ -470,16 +535,10 @@ static int iter_step(struct flexdb_iter *it, int reverse)
 			iter_reset(it);
 			return 0;
 		}
-		uint8_t *b = it->bound;
-		uint32_t bl = it->boundlen;
-		it->bound = NULL;
 		/* The bound itself was returned if it exists: go past it. */
-		int rc = iter_fill(it, b, bl, 0, reverse);
-		free(b);
-		return rc;
+		return iter_fill(it, it->bound, it->boundlen, 0, reverse);
 	}
-	/* Turning around: continue from the current key the other way (it
-	 * stays valid until the new chunk is read). */
+	/* Turning around: continue from the current key the other way. */
 	struct fdb_pair cur = it->pairs[it->pos];
 	return iter_fill(it, cur.key, cur.klen, 0, reverse);
 }
@@ -517,9 +576,9 @@ void flexdb_iter_close(struct flexdb_iter *it)
 {
 	if (!it)
 		return;
-	iter_reset(it);
 	fdb_ar_free(&it->ar);
-	fdb_ar_free(&it->spare);
+	free(it->bound);
+	free(it->from);
 	free(it->src);
 	free(it->pairs);
 	free(it->lower);
