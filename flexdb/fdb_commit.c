@@ -24,10 +24,7 @@
  * Lock order: flexdb.c.
  */
 #include <errno.h>
-#include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "../flextree/flex_killpoint.h"
 #include "fdb_db.h"
@@ -67,11 +64,7 @@ struct fdb_memref *fdb_memref_new(struct flexdb *db, uint64_t gen, int *rc)
 		free(m);
 		return NULL;
 	}
-	struct flexspace_stats st;
-	*rc = flexspace_stats(db->fs, &st);
-	uint64_t space[2] = {st.sync_version, st.sync_batches};
-	if (!*rc)
-		*rc = fdb_wal_create(db->io, db->dir_fd, db->dir, gen, space, &m->wal);
+	*rc = fdb_walset_create(&db->wals, gen, &m->wal);
 	if (*rc) {
 		fdb_mt_free(m->mt);
 		free(m);
@@ -191,25 +184,10 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 		/* The WAL's records are durable in the FlexSpace now.  The
 		 * memtable rebuilt at open has the old WAL files instead. */
 		FLEX_KILLPOINT("fdb.commit.space_synced");
-		if (m->wal) {
-			rc = unlink(m->wal->path) ? -errno : 0;
-		} else {
-			for (size_t i = 0; i < db->nrec_gens && !rc; i++) {
-				char path[PATH_MAX];
-				snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
-					 (unsigned long long)db->rec_gens[i]);
-				if (unlink(path) && errno != ENOENT)
-					rc = -errno;
-			}
+		rc = fdb_walset_remove(&db->wals, m->wal ? &m->wal->gen : db->rec_gens,
+				       m->wal ? 1 : db->nrec_gens, FDB_WAL_RM_COMMIT);
+		if (!m->wal)
 			db->nrec_gens = 0;
-		}
-		/* Removed, but the removal is not durable yet. */
-		if (!rc) {
-			FLEX_KILLPOINT("fdb.commit.dir.sync.before");
-			rc = db->io->fsync(db->io, db->dir_fd);
-		}
-		if (!rc)
-			FLEX_KILLPOINT("fdb.commit.dir.sync.after");
 	}
 	if (!rc)
 		atomic_fetch_add(&db->committer_runs, 1);

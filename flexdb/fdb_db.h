@@ -27,6 +27,7 @@ struct flexdb {
 	int dir_fd;
 	int lock_fd;
 	struct flexspace *fs;
+	struct fdb_walset wals; /* the WAL files of dir */
 	struct fdb_store store;
 	pthread_rwlock_t lock;
 

@@ -522,21 +522,17 @@ static int db_recover(struct flexdb *db)
 {
 	uint64_t *gens;
 	size_t n;
-	int rc = fdb_wal_list(db->dir, &gens, &n);
+	int rc = fdb_walset_list(&db->wals, &gens, &n);
 	if (rc)
 		return rc;
 	uint64_t last = 0;
 	if (n && !(db->imm = fdb_memref_bare()))
 		rc = -ENOMEM;
 	uint64_t nrec = 0;
-	struct flexspace_stats st = {0};
-	if (!rc)
-		rc = flexspace_stats(db->fs, &st);
-	uint64_t space[2] = {st.recovered_version, st.recovered_batches};
 	struct replay r = {.db = db};
 	for (size_t i = 0; i < n && !rc; i++)
-		rc = fdb_wal_replay(db->io, db->dir, gens[i], i + 1 == n, space, db->read_only,
-				    replay_record, &r, &last, &nrec);
+		rc = fdb_walset_replay(&db->wals, gens[i], i + 1 == n, db->read_only, replay_record,
+				       &r, &last, &nrec);
 	if (!rc && r.n)
 		rc = replay_flush(&r);
 	free(r.ops);
@@ -557,31 +553,13 @@ static int db_recover(struct flexdb *db)
 		 * write); it goes now, and durably, before the next file is
 		 * created: a file older than another is never empty, which is
 		 * what lets replay tell a removed file from a missing one. */
-		char path[PATH_MAX];
-		snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
-			 (unsigned long long)gens[n - 1]);
-		if (unlink(path) && errno != ENOENT)
-			rc = -errno;
-		if (!rc)
-			rc = db->io->fsync(db->io, db->dir_fd);
+		rc = fdb_walset_remove(&db->wals, &gens[n - 1], 1, FDB_WAL_RM_QUIET);
 	}
 	if (!rc && db->imm && fdb_mt_count(db->imm->mt) == 0) {
 		/* Nothing to commit: the files can go now. */
 		fdb_memref_put(db->imm);
 		db->imm = NULL;
-		char path[PATH_MAX];
-		for (size_t i = 0; i < n && !rc; i++) {
-			snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
-				 (unsigned long long)gens[i]);
-			if (unlink(path) && errno != ENOENT)
-				rc = -errno;
-		}
-		if (!rc) {
-			FLEX_KILLPOINT("fdb.recover.dir.sync.before");
-			rc = db->io->fsync(db->io, db->dir_fd);
-		}
-		if (!rc)
-			FLEX_KILLPOINT("fdb.recover.dir.sync.after");
+		rc = fdb_walset_remove(&db->wals, gens, n, FDB_WAL_RM_RECOVER);
 		free(gens);
 		gens = NULL;
 		n = 0;
@@ -662,6 +640,7 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	if (!so.tree_cache_size)
 		so.tree_cache_size = cache / 4;
 	rc = flexspace_open(path, &so, &db->fs);
+	db->wals = (struct fdb_walset){.io = db->io, .dir = db->dir, .dir_fd = db->dir_fd, .fs = db->fs};
 	if (!rc)
 		rc = fdb_store_open(&db->store, db->fs, cache - so.tree_cache_size);
 	if (!rc)
@@ -841,7 +820,7 @@ static int db_ckpt_at(void *arg)
 	c->active_gen = db->active->wal->gen;
 	c->active_size = atomic_load(&db->active->wal->size);
 	pthread_mutex_unlock(&db->mtmu);
-	int rc = fdb_wal_list(db->dir, &c->gens, &c->n);
+	int rc = fdb_walset_list(&db->wals, &c->gens, &c->n);
 	if (!rc && c->n && !(c->fds = malloc(c->n * sizeof(int))))
 		rc = -ENOMEM;
 	for (size_t i = 0; i < c->n && c->fds; i++)
@@ -849,10 +828,7 @@ static int db_ckpt_at(void *arg)
 	for (size_t i = 0; i < c->n && !rc; i++) {
 		if (c->gens[i] > c->active_gen)
 			continue; /* being created for a later memtable */
-		char path[PATH_MAX];
-		snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
-			 (unsigned long long)c->gens[i]);
-		int fd = db->io->open(db->io, path, O_RDONLY | O_CLOEXEC, 0);
+		int fd = fdb_walset_open(&db->wals, c->gens[i]);
 		if (fd >= 0)
 			c->fds[i] = fd;
 		else if (fd != -ENOENT) /* gone: its memtable is in the space */
@@ -874,8 +850,8 @@ static void db_ckpt_clean(const char *dest, const struct db_ckpt *c)
 		rmdir(path);
 	}
 	for (size_t i = 0; i < c->n; i++) {
-		char name[32];
-		snprintf(name, sizeof(name), "WAL-%016llx", (unsigned long long)c->gens[i]);
+		char name[FDB_WAL_NAME];
+		fdb_wal_name(name, c->gens[i]);
 		flex_ckpt_unlink(dest, name);
 	}
 	flex_ckpt_unlink(dest, "LOCK");
