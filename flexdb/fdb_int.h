@@ -11,16 +11,21 @@
  *   fdb_store.c    intervals in the FlexSpace: loading, the CLOCK interval
  *                  cache, applying puts, deletes and range deletes,
  *                  recovery, check
- *   flexdb.c       the API, the committer thread, batches, iterators
+ *   flexdb.c       the API, batches, recovery, checkpoints
+ *   fdb_commit.c   the committer thread and group commit
+ *   fdb_iter.c     iterators
  *
- * Locking (flexdb.c has the details):
+ * Locking (flexdb.c and fdb_commit.c have the details):
  *   db->wmu     serialises writers: sequence numbers, WAL appends, the
  *               active memtable, memtable switches
  *   db->mtmu    the memtable pointers and their reference counts
  *   db->syncmu  WAL syncs (group commit) and WAL file lifetimes
  *   db->lock    rwlock over the sparse index, the cache and the FlexSpace
- *               contents: readers share it, the committer and cache-miss
- *               handling take it exclusively
+ *               contents: readers share it, and a cache miss attaches its
+ *               interval under it and the store's cache_mu; the committer
+ *               and flexdb_check take it exclusively, and fdb_cache_reap
+ *               only tries to, without waiting, to free what readers
+ *               retired from the cache
  */
 #ifndef FDB_INT_H
 #define FDB_INT_H

@@ -13,12 +13,14 @@
  *
  * Recovery: the FlexSpace recovers itself; the index is rebuilt from the
  * anchor tags (fdb_store.c); the WAL files left are replayed in
- * generation and sequence order straight into the FlexSpace (re-applying
- * a committed put, delete or range delete is harmless), the FlexSpace is
- * synced and the WALs removed.  A read-only handle replays them the same
- * way into a memtable it keeps as the immutable one for its whole life; it
- * has no WAL of its own and no committer, and refuses writes before
- * taking wmu.
+ * generation and sequence order into a memtable that becomes the
+ * immutable one (db_recover), so that open does not wait for the
+ * FlexSpace: the committer applies it like any other (re-applying a
+ * committed put, delete or range delete is harmless) and removes the old
+ * files once the FlexSpace has it durably.  A read-only handle replays
+ * them the same way into a memtable it keeps as the immutable one for its
+ * whole life; it has no WAL of its own and no committer, and refuses
+ * writes before taking wmu.
  *
  * Lock order: wmu -> mtmu; syncmu and db->lock are never held with another
  * of these except mtmu briefly to take references.
