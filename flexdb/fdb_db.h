@@ -32,10 +32,10 @@ struct flexdb {
 	pthread_rwlock_t lock;
 
 	pthread_mutex_t wmu;
-	uint64_t seq;		   /* last assigned; under wmu */
-	_Atomic uint64_t written;  /* last sequence number in a WAL */
-	_Atomic uint64_t visible;  /* last batch fully in the memtable */
-	uint64_t wal_gen;	   /* next WAL generation; under wmu */
+	uint64_t seq;		  /* last assigned; under wmu */
+	_Atomic uint64_t written; /* last sequence number in a WAL */
+	_Atomic uint64_t visible; /* last batch fully in the memtable */
+	uint64_t wal_gen;	  /* next WAL generation; under wmu */
 
 	pthread_mutex_t mtmu;
 	pthread_cond_t mtcond;

@@ -21,9 +21,9 @@ struct flexdb_iter {
 	struct flexdb *db;
 	struct fdb_pair *pairs; /* the current chunk, merged */
 	int n, pos;
-	int reverse;	 /* direction the chunk was read in */
-	int exhausted;	 /* nothing lies beyond the chunk */
-	uint8_t *bound;	 /* last key the chunk covers (when not exhausted) */
+	int reverse;	/* direction the chunk was read in */
+	int exhausted;	/* nothing lies beyond the chunk */
+	uint8_t *bound; /* last key the chunk covers (when not exhausted) */
 	uint32_t boundlen, boundcap;
 	uint8_t *from; /* where the chunk being read starts */
 	uint32_t fromcap;
@@ -158,7 +158,8 @@ static int iter_store_from(const struct fdb_memref *a, const struct fdb_memref *
 			 * keys just below it: start < from <= end. */
 			for (const struct fdb_mt_range *q = fdb_mt_ranges(m->mt); q && !r;
 			     q = q->next) {
-				if (q->seq > vis || fdb_keycmp(q->start, q->slen, *from, *flen) >= 0)
+				if (q->seq > vis ||
+				    fdb_keycmp(q->start, q->slen, *from, *flen) >= 0)
 					continue;
 				int c = fdb_keycmp(*from, *flen, q->end, q->elen);
 				if (c < 0 || (c == 0 && !*inclusive))
@@ -236,8 +237,8 @@ struct iter_pass {
 	int cnt[3];
 };
 
-static int iter_gather(struct flexdb_iter *it, struct iter_pass *p, const void *from,
-		       uint32_t flen, int inclusive, int reverse)
+static int iter_gather(struct flexdb_iter *it, struct iter_pass *p, const void *from, uint32_t flen,
+		       int inclusive, int reverse)
 {
 	struct flexdb *db = it->db;
 	const uint8_t *lim = reverse ? it->lo : it->hi;
@@ -245,15 +246,16 @@ static int iter_gather(struct flexdb_iter *it, struct iter_pass *p, const void *
 	p->vis = atomic_load(&db->visible);
 	fdb_memrefs_get(db, &p->a, &p->im);
 	p->ranges = fdb_mt_ranges(p->a->mt) || (p->im && fdb_mt_ranges(p->im->mt));
-	int rc = mt_collect(p->a->mt, from, flen, inclusive, reverse, lim, limlen, p->vis, p->src[0],
-			    &p->cnt[0], &it->ar);
+	int rc = mt_collect(p->a->mt, from, flen, inclusive, reverse, lim, limlen, p->vis,
+			    p->src[0], &p->cnt[0], &it->ar);
 	if (!rc && p->im)
 		rc = mt_collect(p->im->mt, from, flen, inclusive, reverse, lim, limlen, p->vis,
 				p->src[1], &p->cnt[1], &it->ar);
 	const void *sfrom = from;
 	uint32_t sflen = flen;
 	int sinc = inclusive;
-	if (rc || (p->ranges && !iter_store_from(p->a, p->im, reverse, p->vis, &sfrom, &sflen, &sinc)))
+	if (rc ||
+	    (p->ranges && !iter_store_from(p->a, p->im, reverse, p->vis, &sfrom, &sflen, &sinc)))
 		return rc;
 	struct fdb_cands cands;
 	pthread_rwlock_rdlock(&db->lock);
@@ -284,8 +286,7 @@ static const struct fdb_pair *iter_bound(const struct iter_pass *p, int reverse)
 
 /* Merges the sources into it->pairs up to the bound (when bounded):
  * newest source first for a key, tombstones and covered keys dropped. */
-static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int reverse,
-		      int bounded)
+static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int reverse, int bounded)
 {
 	struct fdb_pair *const *src = p->src;
 	int idx[3] = {0, 0, 0};
@@ -315,11 +316,13 @@ static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int rev
 		/* Skip the same key in older sources. */
 		for (int s = best + 1; s < 3; s++)
 			if (idx[s] < p->cnt[s] &&
-			    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
+			    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) ==
+				0)
 				idx[s]++;
 		for (int s = 0; s < best; s++)
 			if (idx[s] < p->cnt[s] &&
-			    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
+			    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) ==
+				0)
 				rc = FLEX_ECORRUPT; /* merge order broken: cannot happen */
 		idx[best]++;
 		if (w->tomb || (p->ranges && best > 0 &&

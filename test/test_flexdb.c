@@ -2460,8 +2460,9 @@ static void run_walk(struct flexdb_iter *it, const int *want, int n, int rev)
 		snprintf(k, sizeof(k), "r%07d", w);
 		size_t kn;
 		const char *got = flexdb_iter_key(it, &kn);
-		cr_assert(got && kn == strlen(k) && !memcmp(got, k, kn), "position %d: %.*s, expected %s",
-			  i, got ? (int)kn : 4, got ? got : "none", k);
+		cr_assert(got && kn == strlen(k) && !memcmp(got, k, kn),
+			  "position %d: %.*s, expected %s", i, got ? (int)kn : 4,
+			  got ? got : "none", k);
 		cr_assert_eq(rev ? flexdb_iter_prev(it) : flexdb_iter_next(it), 0);
 	}
 	cr_assert_eq(flexdb_iter_valid(it), 0, "keys after the last");
