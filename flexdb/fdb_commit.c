@@ -1,6 +1,7 @@
 /*
- * fdb_commit.c - FlexDB's memtable references, committer thread and group
- * commit (paper section 5.3).
+ * fdb_commit.c - FlexDB's write path below the API (a batch into the WAL
+ * and the active memtable), memtable references, committer thread and
+ * group commit (paper section 5.3).  Writes are described in flexdb.c.
  *
  * Durability (docs/DURABILITY.md): flexdb_sync(seq) returns once the WAL
  * records up to the caller's sequence number are fdatasync'ed: one thread
@@ -323,4 +324,113 @@ int fdb_sync_to(struct flexdb *db, uint64_t seq)
 	}
 	pthread_mutex_unlock(&db->syncmu);
 	return rc ? fdb_db_fail(db, rc) : 0;
+}
+
+/* ---- the write path ------------------------------------------------------------- */
+
+void fdb_batch_ranges_free(struct fdb_batch_ranges *br)
+{
+	free(br->op);
+	free(br->at);
+	br->op = NULL;
+	br->at = NULL;
+	br->n = 0;
+}
+
+int fdb_batch_ranges_get(const uint8_t *payload, size_t len, struct fdb_batch_ranges *br)
+{
+	size_t pos = 0, cap = 0;
+	struct fdb_batch_op op;
+	int more;
+	br->n = 0;
+	br->op = NULL;
+	br->at = NULL;
+	for (uint32_t i = 0; (more = fdb_payload_next(payload, len, &pos, &op)) == 1; i++) {
+		if (op.op != FDB_OP_DEL_RANGE)
+			continue;
+		if (br->n == cap) {
+			cap = cap ? 2 * cap : 4;
+			struct fdb_batch_op *o = realloc(br->op, cap * sizeof(*o));
+			if (o)
+				br->op = o;
+			uint32_t *a = realloc(br->at, cap * sizeof(*a));
+			if (a)
+				br->at = a;
+			if (!o || !a) {
+				fdb_batch_ranges_free(br);
+				return -ENOMEM;
+			}
+		}
+		br->op[br->n] = op;
+		br->at[br->n++] = i;
+	}
+	if (more < 0)
+		fdb_batch_ranges_free(br);
+	return more;
+}
+
+/* Whether op i, a put or delete, is covered by a later range delete. */
+int fdb_batch_point_dead(const struct fdb_batch_ranges *br, uint32_t i,
+			    const struct fdb_batch_op *op)
+{
+	for (uint32_t r = 0; r < br->n; r++) {
+		const struct fdb_batch_op *d = &br->op[r];
+		if (br->at[r] > i && fdb_keycmp(d->key, d->klen, op->key, op->klen) <= 0 &&
+		    fdb_keycmp(op->key, op->klen, d->val, d->vlen) < 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* Puts a batch's ops into a memtable with sequence number seq. */
+static int batch_to_mt(struct fdb_mt *mt, const uint8_t *payload, size_t len, int ranges,
+		       uint64_t seq)
+{
+	size_t pos = 0;
+	struct fdb_batch_op op;
+	int more, rc = 0;
+	struct fdb_batch_ranges br = {0};
+	if (ranges && (rc = fdb_batch_ranges_get(payload, len, &br)) != 0)
+		return rc;
+	for (uint32_t i = 0; !rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1; i++) {
+		if (op.op == FDB_OP_DEL_RANGE)
+			rc = fdb_mt_del_range(mt, op.key, op.klen, op.val, op.vlen, seq);
+		else if (!br.n || !fdb_batch_point_dead(&br, i, &op))
+			rc = fdb_mt_put(mt, op.key, op.klen, op.val, op.vlen, op.op == FDB_OP_DEL,
+					seq);
+	}
+	fdb_batch_ranges_free(&br);
+	return rc;
+}
+
+int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges)
+{
+	if (db->read_only)
+		return FLEX_EREADONLY;
+	pthread_mutex_lock(&db->wmu);
+	int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
+	if (!rc && fdb_mt_bytes(db->active->mt) >= db->memtable_size)
+		rc = fdb_switch_memtable(db);
+	uint64_t seq = db->seq + 1;
+	if (!rc) {
+		/* The WAL file is written (not synced) before the memtable
+		 * shows the change, so a returned write survives a crash of
+		 * the process. */
+		rc = fdb_wal_append(db->active->wal, seq, payload, len);
+		if (rc)
+			fdb_db_fail(db, rc);
+	}
+	if (!rc) {
+		db->seq = seq;
+		atomic_store(&db->written, seq);
+		rc = batch_to_mt(db->active->mt, payload, len, ranges, seq);
+		if (rc)
+			fdb_db_fail(db, rc);
+		else
+			atomic_store(&db->visible, seq); /* the whole batch at once */
+	}
+	pthread_mutex_unlock(&db->wmu);
+	if (!rc && db->sync_writes)
+		rc = fdb_sync_to(db, seq);
+	return rc;
 }

@@ -1,10 +1,10 @@
 /*
  * fdb_db.h - the FlexDB handle, shared by the files that make up its
  * front end (private):
- *   flexdb.c       the API: open, close, recovery, writes, batches, point
- *                  reads, checkpoints, check and stats
- *   fdb_commit.c   memtable references, the committer thread, memtable
- *                  switches and group commit
+ *   flexdb.c       the API: open, close, recovery, batches, point reads,
+ *                  checkpoints, check and stats
+ *   fdb_commit.c   the write path, memtable references, the committer
+ *                  thread, memtable switches and group commit
  *   fdb_iter.c     iterators
  *
  * Locking is described in fdb_int.h and flexdb.c.
@@ -98,5 +98,27 @@ int fdb_sync_to(struct flexdb *db, uint64_t seq);
 /* Any thread, after a read: frees the cache entries readers retired, if
  * that is due and costs no wait. */
 void fdb_cache_reap(struct flexdb *db);
+
+/* ---- the write path (fdb_commit.c) ------------------------------------------ */
+
+/* The range deletes of a batch payload, with their places among its ops:
+ * a put or delete that a range delete after it in the same batch covers
+ * is dropped before it reaches a memtable, so that the range delete (of
+ * the same sequence number) is all that remains of it. */
+struct fdb_batch_ranges {
+	struct fdb_batch_op *op;
+	uint32_t *at;
+	uint32_t n;
+};
+/* The range deletes of a payload; 0, -ENOMEM or FLEX_ECORRUPT. */
+int fdb_batch_ranges_get(const uint8_t *payload, size_t len, struct fdb_batch_ranges *br);
+void fdb_batch_ranges_free(struct fdb_batch_ranges *br);
+/* Whether op i, a put or delete, is covered by a later range delete. */
+int fdb_batch_point_dead(const struct fdb_batch_ranges *br, uint32_t i,
+			 const struct fdb_batch_op *op);
+/* Writes a batch payload (`ranges`: it holds range deletes): one WAL
+ * record, then the active memtable, then with sync_writes a group
+ * commit. */
+int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges);
 
 #endif /* FDB_DB_H */

@@ -12,7 +12,7 @@
  *                  cache, applying puts, deletes and range deletes,
  *                  recovery, check
  *   flexdb.c       the API, batches, recovery, checkpoints
- *   fdb_commit.c   the committer thread and group commit
+ *   fdb_commit.c   the write path, the committer thread, group commit
  *   fdb_iter.c     iterators
  *
  * Locking (flexdb.c and fdb_commit.c have the details):
@@ -95,7 +95,7 @@ struct fdb_mt;
  * a newer put links a new value in front of it (prev), so that a reader
  * can skip versions newer than what it may see: the versions of a batch
  * become visible together, when the writer publishes the batch's
- * sequence number (flexdb.c). */
+ * sequence number (fdb_db_write, fdb_commit.c). */
 struct fdb_val {
 	const struct fdb_val *prev;
 	uint64_t seq;

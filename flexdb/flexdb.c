@@ -1,6 +1,6 @@
 /*
- * flexdb.c - FlexDB's API: open, close and recovery, the write path,
- * batches, point reads, checkpoints (paper section 5.3).
+ * flexdb.c - FlexDB's API: open, close and recovery, writes and batches,
+ * point reads, checkpoints, check and stats (paper section 5.3).
  *
  * Writes: a writer takes db->wmu, gives its batch the next sequence
  * number, appends it as one WAL record, applies it to the active memtable
@@ -9,7 +9,8 @@
  * (with its own WAL file) and a new pair starts; a writer waits only if
  * the previous immutable memtable is still being committed.
  *
- * Durability, group commit and the committer thread: fdb_commit.c.
+ * The write path below the API, durability, group commit and the
+ * committer thread: fdb_commit.c.
  *
  * Recovery: the FlexSpace recovers itself; the index is rebuilt from the
  * anchor tags (fdb_store.c); the WAL files left are replayed in
@@ -168,123 +169,6 @@ void flexdb_batch_free(struct flexdb_batch *b)
 	free(b);
 }
 
-/* The range deletes of a batch payload, with their places among its ops:
- * a put or delete that a range delete after it in the same batch covers
- * is dropped before it reaches a memtable, so that the range delete (of
- * the same sequence number) is all that remains of it. */
-struct batch_ranges {
-	struct fdb_batch_op *op;
-	uint32_t *at;
-	uint32_t n;
-};
-
-static void batch_ranges_free(struct batch_ranges *br)
-{
-	free(br->op);
-	free(br->at);
-	br->op = NULL;
-	br->at = NULL;
-	br->n = 0;
-}
-
-static int batch_ranges_get(const uint8_t *payload, size_t len, struct batch_ranges *br)
-{
-	size_t pos = 0, cap = 0;
-	struct fdb_batch_op op;
-	int more;
-	br->n = 0;
-	br->op = NULL;
-	br->at = NULL;
-	for (uint32_t i = 0; (more = fdb_payload_next(payload, len, &pos, &op)) == 1; i++) {
-		if (op.op != FDB_OP_DEL_RANGE)
-			continue;
-		if (br->n == cap) {
-			cap = cap ? 2 * cap : 4;
-			struct fdb_batch_op *o = realloc(br->op, cap * sizeof(*o));
-			if (o)
-				br->op = o;
-			uint32_t *a = realloc(br->at, cap * sizeof(*a));
-			if (a)
-				br->at = a;
-			if (!o || !a) {
-				batch_ranges_free(br);
-				return -ENOMEM;
-			}
-		}
-		br->op[br->n] = op;
-		br->at[br->n++] = i;
-	}
-	if (more < 0)
-		batch_ranges_free(br);
-	return more;
-}
-
-/* Whether op i, a put or delete, is covered by a later range delete. */
-static int batch_point_dead(const struct batch_ranges *br, uint32_t i,
-			    const struct fdb_batch_op *op)
-{
-	for (uint32_t r = 0; r < br->n; r++) {
-		const struct fdb_batch_op *d = &br->op[r];
-		if (br->at[r] > i && fdb_keycmp(d->key, d->klen, op->key, op->klen) <= 0 &&
-		    fdb_keycmp(op->key, op->klen, d->val, d->vlen) < 0)
-			return 1;
-	}
-	return 0;
-}
-
-/* Puts a batch's ops into a memtable with sequence number seq. */
-static int batch_to_mt(struct fdb_mt *mt, const uint8_t *payload, size_t len, int ranges,
-		       uint64_t seq)
-{
-	size_t pos = 0;
-	struct fdb_batch_op op;
-	int more, rc = 0;
-	struct batch_ranges br = {0};
-	if (ranges && (rc = batch_ranges_get(payload, len, &br)) != 0)
-		return rc;
-	for (uint32_t i = 0; !rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1; i++) {
-		if (op.op == FDB_OP_DEL_RANGE)
-			rc = fdb_mt_del_range(mt, op.key, op.klen, op.val, op.vlen, seq);
-		else if (!br.n || !batch_point_dead(&br, i, &op))
-			rc = fdb_mt_put(mt, op.key, op.klen, op.val, op.vlen, op.op == FDB_OP_DEL,
-					seq);
-	}
-	batch_ranges_free(&br);
-	return rc;
-}
-
-static int db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges)
-{
-	if (db->read_only)
-		return FLEX_EREADONLY;
-	pthread_mutex_lock(&db->wmu);
-	int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
-	if (!rc && fdb_mt_bytes(db->active->mt) >= db->memtable_size)
-		rc = fdb_switch_memtable(db);
-	uint64_t seq = db->seq + 1;
-	if (!rc) {
-		/* The WAL file is written (not synced) before the memtable
-		 * shows the change, so a returned write survives a crash of
-		 * the process. */
-		rc = fdb_wal_append(db->active->wal, seq, payload, len);
-		if (rc)
-			fdb_db_fail(db, rc);
-	}
-	if (!rc) {
-		db->seq = seq;
-		atomic_store(&db->written, seq);
-		rc = batch_to_mt(db->active->mt, payload, len, ranges, seq);
-		if (rc)
-			fdb_db_fail(db, rc);
-		else
-			atomic_store(&db->visible, seq); /* the whole batch at once */
-	}
-	pthread_mutex_unlock(&db->wmu);
-	if (!rc && db->sync_writes)
-		rc = fdb_sync_to(db, seq);
-	return rc;
-}
-
 int flexdb_write(struct flexdb *db, struct flexdb_batch *b)
 {
 	if (!db || !b)
@@ -293,7 +177,7 @@ int flexdb_write(struct flexdb *db, struct flexdb_batch *b)
 		return FLEX_EREADONLY;
 	if (b->count == 0)
 		return 0;
-	return db_write(db, b->buf, b->len, b->nranges > 0);
+	return fdb_db_write(db, b->buf, b->len, b->nranges > 0);
 }
 
 /* A one-op batch on the stack (or heap for large values). */
@@ -312,7 +196,7 @@ static int db_write1(struct flexdb *db, uint8_t op, const void *key, size_t klen
 		return -ENOMEM;
 	rc = batch_add(&b, op, key, klen, val, vlen);
 	if (!rc)
-		rc = db_write(db, b.buf, b.len, 0);
+		rc = fdb_db_write(db, b.buf, b.len, 0);
 	if (b.buf != stackbuf)
 		free(b.buf);
 	return rc;
@@ -343,7 +227,7 @@ int flexdb_delete_range(struct flexdb *db, const void *start, size_t slen, const
 	uint8_t buf[4 + 11 + 2 * FLEXDB_MAX_KEY];
 	struct flexdb_batch b = {.buf = buf, .len = 4, .cap = sizeof(buf)};
 	rc = batch_add(&b, FDB_OP_DEL_RANGE, start, slen, end, elen);
-	return rc ? rc : db_write(db, b.buf, b.len, 1);
+	return rc ? rc : fdb_db_write(db, b.buf, b.len, 1);
 }
 
 int flexdb_sync(struct flexdb *db)
@@ -470,8 +354,8 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 	/* A range delete goes straight into the memtable (its place among
 	 * the pairs is its sequence number); the record's earlier pairs it
 	 * covers are dropped, as db_write dropped them. */
-	struct batch_ranges br = {0};
-	rc = batch_ranges_get(payload, len, &br);
+	struct fdb_batch_ranges br = {0};
+	rc = fdb_batch_ranges_get(payload, len, &br);
 	while (!rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1) {
 		uint32_t i = seen++;
 		r->db->recovered_ops++;
@@ -479,7 +363,7 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 			rc = fdb_mt_del_range(r->db->imm->mt, op.key, op.klen, op.val, op.vlen, seq);
 			continue;
 		}
-		if (br.n && batch_point_dead(&br, i, &op))
+		if (br.n && fdb_batch_point_dead(&br, i, &op))
 			continue;
 		if (r->n == r->cap) {
 			size_t cap = r->cap ? 2 * r->cap : 4096;
@@ -505,7 +389,7 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 		    .key = kv, .klen = op.klen, .vlen = vlen, .seq = seq, .ord = r->ord++, .tomb = tomb};
 		r->bytes += (size_t)op.klen + vlen;
 	}
-	batch_ranges_free(&br);
+	fdb_batch_ranges_free(&br);
 	if (!rc && more < 0)
 		rc = more;
 	if (!rc && seen != count)
