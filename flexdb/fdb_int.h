@@ -15,16 +15,21 @@
  *                  the CLOCK ring, loading an interval, admission
  *   fdb_read.c     gets, the committer's prefetch, scans (fdb_cache.h is
  *                  what these three share)
- *   flexdb.c       the API, the committer thread, batches, iterators
+ *   flexdb.c       the API, batches, recovery, checkpoints
+ *   fdb_commit.c   the write path, the committer thread, group commit
+ *   fdb_iter.c     iterators
  *
- * Locking (flexdb.c has the details):
+ * Locking (flexdb.c and fdb_commit.c have the details):
  *   db->wmu     serialises writers: sequence numbers, WAL appends, the
  *               active memtable, memtable switches
  *   db->mtmu    the memtable pointers and their reference counts
  *   db->syncmu  WAL syncs (group commit) and WAL file lifetimes
  *   db->lock    rwlock over the sparse index, the cache and the FlexSpace
- *               contents: readers share it, the committer and cache-miss
- *               handling take it exclusively
+ *               contents: readers share it, and a cache miss attaches its
+ *               interval under it and the store's cache_mu; the committer
+ *               and flexdb_check take it exclusively, and fdb_cache_reap
+ *               only tries to, without waiting, to free what readers
+ *               retired from the cache
  */
 #ifndef FDB_INT_H
 #define FDB_INT_H
@@ -83,7 +88,7 @@ struct fdb_mt;
  * a newer put links a new value in front of it (prev), so that a reader
  * can skip versions newer than what it may see: the versions of a batch
  * become visible together, when the writer publishes the batch's
- * sequence number (flexdb.c). */
+ * sequence number (fdb_db_write, fdb_commit.c). */
 struct fdb_val {
 	const struct fdb_val *prev;
 	uint64_t seq;
@@ -172,8 +177,8 @@ struct fdb_wal {
 	char path[];
 };
 
-/* space[2] is the FlexSpace's durable point (flexspace_stats sync_*) now;
- * the header keeps it. */
+/* space[2] is the FlexSpace's durable point now (fdb_walset_create); the
+ * header keeps it. */
 int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64_t gen,
 		   const uint64_t space[2], struct fdb_wal **out);
 /* Appends one record holding a whole batch (payload from fdb_batch). */
@@ -181,9 +186,6 @@ int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size
 /* Thread-safe: makes every record appended before the call durable. */
 int fdb_wal_sync(struct fdb_wal *w);
 void fdb_wal_close(struct fdb_wal *w);
-/* Closes and unlinks, then syncs the directory, so a committed WAL never
- * reappears after a crash to be replayed over newer data. */
-int fdb_wal_remove(struct fdb_wal *w, int dir_fd);
 
 /* Checkpoints: copies the WAL of generation gen, open as src_fd, into a
  * new file of directory dir and makes it durable.  upto == UINT64_MAX
@@ -194,7 +196,7 @@ int fdb_wal_copy(const struct flex_io *io, int src_fd, uint64_t gen, uint64_t up
 		 const char *dir);
 
 typedef int (*fdb_wal_fn)(void *arg, uint64_t seq, const uint8_t *payload, size_t len);
-/* Lists WAL generations in dir (sorted), and replays one file: calls fn
+/* Replays one file (fdb_walset_list lists them): calls fn
  * for each valid record in order, stopping at the first torn one, which
  * is cut off.  *last_seq is the previous file's last sequence number on
  * entry and this file's on return; *nrec gets the records replayed.
@@ -203,7 +205,6 @@ typedef int (*fdb_wal_fn)(void *arg, uint64_t seq, const uint8_t *payload, size_
  * nor synced.  FLEX_ECORRUPT when a record that was synced is missing
  * or damaged, or the FlexSpace is older than when the file was created
  * (see fdb_wal.c). */
-int fdb_wal_list(const char *dir, uint64_t **gens, size_t *n);
 int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int newest,
 		   const uint64_t space[2], int read_only, fdb_wal_fn fn, void *arg,
 		   uint64_t *last_seq, uint64_t *nrec);
@@ -465,5 +466,50 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		   const void *lim, uint32_t limlen, struct fdb_pair *out, int max, int *n,
 		   struct fdb_ar *ar, struct fdb_cands *cands);
 int fdb_store_check(struct fdb_store *s);
+
+/* ---- the front end's private files (fdb_db.h: flexdb.c, fdb_commit.c,
+ * fdb_iter.c) ----------------------------------------------------------------- */
+
+/* How many times an iterator grew its buffers: a refill that needed a
+ * new arena block, or a key buffer too small for a key.  Refills reuse
+ * them, so once the iterator has read a chunk of its largest pairs the
+ * count stops growing. */
+uint64_t fdb_iter_grows(const struct flexdb_iter *it);
+
+/* ---- WAL sets (fdb_wal.c) ---------------------------------------------------- */
+
+/* A WAL file's name: "WAL-" and its generation as 16 hex digits. */
+#define FDB_WAL_NAME 21 /* bytes, with the NUL */
+void fdb_wal_name(char name[FDB_WAL_NAME], uint64_t gen);
+
+/* The WAL files of a store's directory, and the FlexSpace whose durable
+ * point they record (flexspace_durable). */
+struct fdb_walset {
+	const struct flex_io *io;
+	const char *dir;
+	int dir_fd;
+	struct flexspace *fs;
+};
+/* dir/WAL-<gen>; -ENAMETOOLONG when it does not fit in cap. */
+int fdb_walset_path(const struct fdb_walset *ws, uint64_t gen, char *buf, size_t cap);
+/* The generations of the files in the directory, sorted (*gens to free). */
+int fdb_walset_list(const struct fdb_walset *ws, uint64_t **gens, size_t *n);
+/* fdb_wal_create, recording the FlexSpace's durable point now. */
+int fdb_walset_create(const struct fdb_walset *ws, uint64_t gen, struct fdb_wal **out);
+/* fdb_wal_replay, against the point the FlexSpace recovered to. */
+int fdb_walset_replay(const struct fdb_walset *ws, uint64_t gen, int newest, int read_only,
+		      fdb_wal_fn fn, void *arg, uint64_t *last_seq, uint64_t *nrec);
+/* Opens the file of generation gen read-only: its descriptor, or -errno
+ * (-ENOENT when it is gone). */
+int fdb_walset_open(const struct fdb_walset *ws, uint64_t gen);
+/* Who removes files, for the killpoints (flex_killpoint.h) around the
+ * directory sync: fdb.commit.dir.sync.* and fdb.recover.dir.sync.*, or
+ * none. */
+enum fdb_wal_rm { FDB_WAL_RM_QUIET, FDB_WAL_RM_COMMIT, FDB_WAL_RM_RECOVER };
+/* Unlinks the files of gens[0..n) (missing ones are fine), then syncs the
+ * directory, so that a removed file cannot come back after a crash to be
+ * replayed over newer data. */
+int fdb_walset_remove(const struct fdb_walset *ws, const uint64_t *gens, size_t n,
+		      enum fdb_wal_rm site);
 
 #endif /* FDB_INT_H */

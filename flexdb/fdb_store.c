@@ -19,7 +19,7 @@
  *
  * Locking, for the three files: the caller holds db->lock, shared for
  * fdb_store_get and fdb_store_scan, exclusive for everything else
- * (flexdb.c).
+ * (the committer, fdb_commit.c).
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -9,7 +9,10 @@
  * first record that is torn or damaged (LESSONS: order by sequence
  * numbers, never by file times; one-record logs count).  The committer
  * removes a WAL only after its memtable is durable in the FlexSpace, and
- * syncs the directory so that a removed WAL cannot come back.
+ * syncs the directory so that a removed WAL cannot come back.  The
+ * fdb_walset_* functions own a directory's files: their names, listing,
+ * creation, replay and removal, and the FlexSpace's durable points that
+ * creation records and replay checks.
  *
  * Record: u32 magic "FWR1", u32 payload length, u64 seq, u64 checksum
  * (XXH3-64 of the payload seeded with seq), payload.  The file starts with a 64-byte
@@ -38,6 +41,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,14 +72,21 @@ static uint64_t rec_csum(uint64_t seq, const uint8_t *payload, size_t len)
 	return XXH3_64bits_withSeed(payload, len, seq);
 }
 
+void fdb_wal_name(char name[FDB_WAL_NAME], uint64_t gen)
+{
+	snprintf(name, FDB_WAL_NAME, "WAL-%016" PRIx64, gen);
+}
+
 int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64_t gen,
 		   const uint64_t space[2], struct fdb_wal **out)
 {
-	size_t plen = strlen(dir) + 32;
+	size_t plen = strlen(dir) + 1 + FDB_WAL_NAME;
 	struct fdb_wal *w = calloc(1, sizeof(*w) + plen);
 	if (!w)
 		return -ENOMEM;
-	snprintf(w->path, plen, "%s/WAL-%016" PRIx64, dir, gen);
+	char name[FDB_WAL_NAME];
+	fdb_wal_name(name, gen);
+	snprintf(w->path, plen, "%s/%s", dir, name);
 	w->io = io;
 	w->gen = gen;
 	w->fd = io->open(io, w->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -186,20 +197,10 @@ void fdb_wal_close(struct fdb_wal *w)
 	free(w);
 }
 
-int fdb_wal_remove(struct fdb_wal *w, int dir_fd)
-{
-	const struct flex_io *io = w->io;
-	int rc = unlink(w->path) ? -errno : 0;
-	fdb_wal_close(w);
-	if (!rc)
-		rc = io->fsync(io, dir_fd);
-	return rc;
-}
-
 int fdb_wal_copy(const struct flex_io *io, int src_fd, uint64_t gen, uint64_t upto, const char *dir)
 {
-	char name[32];
-	snprintf(name, sizeof(name), "WAL-%016" PRIx64, gen);
+	char name[FDB_WAL_NAME];
+	fdb_wal_name(name, gen);
 	uint64_t size;
 	int rc = io->fsize(io, src_fd, &size);
 	if (rc)
@@ -222,18 +223,18 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int fdb_wal_list(const char *dir, uint64_t **gens, size_t *n)
+int fdb_walset_list(const struct fdb_walset *ws, uint64_t **gens, size_t *n)
 {
 	*gens = NULL;
 	*n = 0;
-	DIR *d = opendir(dir);
+	DIR *d = opendir(ws->dir);
 	if (!d)
 		return -errno;
 	size_t cap = 0;
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
 		char *end;
-		if (strncmp(e->d_name, "WAL-", 4) != 0 || strlen(e->d_name) != 20)
+		if (strncmp(e->d_name, "WAL-", 4) != 0 || strlen(e->d_name) != FDB_WAL_NAME - 1)
 			continue;
 		uint64_t g = strtoull(e->d_name + 4, &end, 16);
 		if (*end)
@@ -293,8 +294,9 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 		   const uint64_t space[2], int read_only, fdb_wal_fn fn, void *arg,
 		   uint64_t *last_seq, uint64_t *nrec)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/WAL-%016" PRIx64, dir, gen);
+	char path[4096], name[FDB_WAL_NAME];
+	fdb_wal_name(name, gen);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	*nrec = 0;
 	int fd = io->open(io, path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
 	if (fd < 0)
@@ -381,6 +383,82 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 	if (!rc)
 		FLEX_KILLPOINT("fdb.replay.sync.after");
 	io->close(io, fd);
+	return rc;
+}
+
+/* ---- the set of a directory's WAL files ----------------------------------- */
+
+int fdb_walset_path(const struct fdb_walset *ws, uint64_t gen, char *buf, size_t cap)
+{
+	char name[FDB_WAL_NAME];
+	fdb_wal_name(name, gen);
+	int n = snprintf(buf, cap, "%s/%s", ws->dir, name);
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+/* A file records the point the FlexSpace has made durable when it is
+ * created; replay holds it against the point the space recovered to. */
+int fdb_walset_create(const struct fdb_walset *ws, uint64_t gen, struct fdb_wal **out)
+{
+	struct flexspace_point now;
+	int rc = flexspace_durable(ws->fs, &now, NULL);
+	if (rc)
+		return rc;
+	uint64_t space[2] = {now.version, now.batches};
+	return fdb_wal_create(ws->io, ws->dir_fd, ws->dir, gen, space, out);
+}
+
+int fdb_walset_replay(const struct fdb_walset *ws, uint64_t gen, int newest, int read_only,
+		      fdb_wal_fn fn, void *arg, uint64_t *last_seq, uint64_t *nrec)
+{
+	struct flexspace_point rec;
+	*nrec = 0;
+	int rc = flexspace_durable(ws->fs, NULL, &rec);
+	if (rc)
+		return rc;
+	uint64_t space[2] = {rec.version, rec.batches};
+	return fdb_wal_replay(ws->io, ws->dir, gen, newest, space, read_only, fn, arg, last_seq,
+			      nrec);
+}
+
+int fdb_walset_open(const struct fdb_walset *ws, uint64_t gen)
+{
+	char path[PATH_MAX];
+	int rc = fdb_walset_path(ws, gen, path, sizeof(path));
+	return rc ? rc : ws->io->open(ws->io, path, O_RDONLY | O_CLOEXEC, 0);
+}
+
+/* The killpoints just before and after (after != 0) the directory sync
+ * of a removal. */
+static void remove_killpoint(enum fdb_wal_rm site, int after)
+{
+	if (site == FDB_WAL_RM_COMMIT && !after)
+		FLEX_KILLPOINT("fdb.commit.dir.sync.before");
+	else if (site == FDB_WAL_RM_COMMIT)
+		FLEX_KILLPOINT("fdb.commit.dir.sync.after");
+	else if (site == FDB_WAL_RM_RECOVER && !after)
+		FLEX_KILLPOINT("fdb.recover.dir.sync.before");
+	else if (site == FDB_WAL_RM_RECOVER)
+		FLEX_KILLPOINT("fdb.recover.dir.sync.after");
+}
+
+int fdb_walset_remove(const struct fdb_walset *ws, const uint64_t *gens, size_t n,
+		      enum fdb_wal_rm site)
+{
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		char path[PATH_MAX];
+		rc = fdb_walset_path(ws, gens[i], path, sizeof(path));
+		if (!rc && unlink(path) && errno != ENOENT)
+			rc = -errno;
+	}
+	/* Removed, but the removal is not durable yet. */
+	if (!rc)
+		remove_killpoint(site, 0);
+	if (!rc)
+		rc = ws->io->fsync(ws->io, ws->dir_fd);
+	if (!rc)
+		remove_killpoint(site, 1);
 	return rc;
 }
 

@@ -1,6 +1,6 @@
 /*
- * flexdb.c - FlexDB's API, write path, committer thread and iterators
- * (paper section 5.3).
+ * flexdb.c - FlexDB's API: open, close and recovery, writes and batches,
+ * point reads, checkpoints, check and stats (paper section 5.3).
  *
  * Writes: a writer takes db->wmu, gives its batch the next sequence
  * number, appends it as one WAL record, applies it to the active memtable
@@ -9,33 +9,19 @@
  * (with its own WAL file) and a new pair starts; a writer waits only if
  * the previous immutable memtable is still being committed.
  *
- * Durability (docs/DURABILITY.md): flexdb_sync(seq) returns once the WAL
- * records up to the caller's sequence number are fdatasync'ed: one thread
- * syncs for everyone waiting (group commit), and a sync never returns on
- * the strength of a flush that started before the caller's write: that
- * flush may have missed the write.
- *
- * The committer: syncs the immutable memtable's WAL (so the FlexSpace
- * never holds a change the WAL could lose), applies its range deletes
- * (each one collapse, fdb_store_delete_range), then its pairs in key order
- * to the FlexSpace in chunks of FDB_COMMIT_CHUNK pairs (read under the
- * shared lock first, then applied under the exclusive db->lock, which is
- * let go every FDB_APPLY_BURST pairs so that no reader waits for more
- * than a few pairs' work), runs the FlexSpace's maintenance after each
- * chunk without db->lock (the space is opened with defer_maintenance, so
- * no change made under db->lock commits the tree or collects garbage, and
- * no reader waits for their fdatasyncs), syncs the FlexSpace without
- * db->lock, and only then removes the WAL (syncing the directory, so that a removed
- * WAL cannot come back and be replayed over newer data).
+ * The write path below the API, durability, group commit and the
+ * committer thread: fdb_commit.c.
  *
  * Recovery: the FlexSpace recovers itself; the index is rebuilt from the
  * anchor tags (fdb_store.c); the WAL files left are replayed in
- * generation and sequence order straight into the FlexSpace (re-applying
- * a committed put, delete or range delete is harmless), the FlexSpace is
- * synced and the WALs removed.  A read-only handle replays them the same
- * way into a memtable it keeps as the immutable one for its whole life; it
- * has no WAL of its own and no committer, and refuses writes before
- * taking wmu.
+ * generation and sequence order into a memtable that becomes the
+ * immutable one (db_recover), so that open does not wait for the
+ * FlexSpace: the committer applies it like any other (re-applying a
+ * committed put, delete or range delete is harmless) and removes the old
+ * files once the FlexSpace has it durably.  A read-only handle replays
+ * them the same way into a memtable it keeps as the immutable one for its
+ * whole life; it has no WAL of its own and no committer, and refuses
+ * writes before taking wmu.
  *
  * Lock order: wmu -> mtmu; syncmu and db->lock are never held with another
  * of these except mtmu briefly to take references.
@@ -55,346 +41,10 @@
 #include "../common/flex_ident.h"
 #include "../common/flex_killpoint.h"
 #include "../common/flex_vec.h"
-#include "fdb_int.h"
+#include "fdb_db.h"
 
-#define FDB_COMMIT_CHUNK 1000
-/* Pairs applied per hold of the exclusive lock: a pair costs a few
- * microseconds, so a reader arriving mid-chunk waits tens of microseconds
- * instead of the whole chunk's milliseconds (the read latency's p99.9). */
-#define FDB_APPLY_BURST 16
 #define FDB_DEFAULT_CACHE ((uint64_t)64 << 20)
 #define FDB_DEFAULT_MEMTABLE ((uint64_t)32 << 20)
-/* Pairs fetched per source per iterator refill. */
-#define FDB_ITER_CHUNK 64
-
-/* A memtable with the WAL that holds its records. */
-struct fdb_memref {
-	struct fdb_mt *mt;
-	struct fdb_wal *wal;
-	atomic_int refs;
-};
-
-struct flexdb {
-	const struct flex_io *io;
-	char *dir;
-	int dir_fd;
-	int lock_fd;
-	struct flexspace *fs;
-	struct fdb_store store;
-	pthread_rwlock_t lock;
-
-	pthread_mutex_t wmu;
-	uint64_t seq;		   /* last assigned; under wmu */
-	_Atomic uint64_t written;  /* last sequence number in a WAL */
-	_Atomic uint64_t visible;  /* last batch fully in the memtable */
-	uint64_t wal_gen;	   /* next WAL generation; under wmu */
-
-	pthread_mutex_t mtmu;
-	pthread_cond_t mtcond;
-	struct fdb_memref *active, *imm;
-	int stop;
-
-	pthread_mutex_t syncmu;
-	pthread_cond_t synccond;
-	int sync_busy;
-	uint64_t synced;
-
-	uint64_t *rec_gens; /* WAL files replayed at open, removed once their */
-	size_t nrec_gens;   /* memtable is committed */
-
-	pthread_t committer;
-	int committer_started;
-	atomic_int failed;
-
-	uint64_t memtable_size;
-	int sync_writes;
-	int read_only; /* the option: no WAL, no committer, nothing written */
-
-	_Atomic uint64_t writer_stalls, wal_syncs, committer_runs, committed_pairs;
-	uint64_t recovered_ops;
-};
-
-static int db_fail(struct flexdb *db, int rc)
-{
-	int zero = 0;
-	if (rc)
-		atomic_compare_exchange_strong(&db->failed, &zero, rc);
-	return rc;
-}
-
-/* ---- memtable references ------------------------------------------------------ */
-
-/* A memtable without a WAL: the one rebuilt from the WALs at open, and a
- * read-only handle's active one, which stays empty. */
-static struct fdb_memref *memref_bare(void)
-{
-	struct fdb_memref *m = calloc(1, sizeof(*m));
-	if (!m)
-		return NULL;
-	m->mt = fdb_mt_new();
-	if (!m->mt) {
-		free(m);
-		return NULL;
-	}
-	atomic_init(&m->refs, 1);
-	return m;
-}
-
-static struct fdb_memref *memref_new(struct flexdb *db, uint64_t gen, int *rc)
-{
-	struct fdb_memref *m = calloc(1, sizeof(*m));
-	*rc = -ENOMEM;
-	if (!m)
-		return NULL;
-	m->mt = fdb_mt_new();
-	if (!m->mt) {
-		free(m);
-		return NULL;
-	}
-	struct flexspace_stats st;
-	*rc = flexspace_stats(db->fs, &st);
-	uint64_t space[2] = {st.sync_version, st.sync_batches};
-	if (!*rc)
-		*rc = fdb_wal_create(db->io, db->dir_fd, db->dir, gen, space, &m->wal);
-	if (*rc) {
-		fdb_mt_free(m->mt);
-		free(m);
-		return NULL;
-	}
-	atomic_init(&m->refs, 1);
-	return m;
-}
-
-static void memref_put(struct fdb_memref *m)
-{
-	if (!m)
-		return;
-	FDB_HB_BEFORE(&m->refs);
-	if (atomic_fetch_sub(&m->refs, 1) == 1) {
-		FDB_HB_AFTER(&m->refs);
-		fdb_mt_free(m->mt);
-		fdb_wal_close(m->wal);
-		free(m);
-	}
-}
-
-/* References to the current memtables (either may be NULL for imm). */
-static void memrefs_get(struct flexdb *db, struct fdb_memref **a, struct fdb_memref **i)
-{
-	pthread_mutex_lock(&db->mtmu);
-	*a = db->active;
-	*i = db->imm;
-	if (*a)
-		atomic_fetch_add(&(*a)->refs, 1);
-	if (*i)
-		atomic_fetch_add(&(*i)->refs, 1);
-	pthread_mutex_unlock(&db->mtmu);
-}
-
-/* ---- the committer -------------------------------------------------------------- */
-
-static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
-{
-	int rc = m->wal ? fdb_wal_sync(m->wal) : 0;
-	if (rc)
-		return rc;
-	struct fdb_batch_op *ops = malloc(FDB_COMMIT_CHUNK * sizeof(*ops));
-	struct fdb_cand *cv = malloc(FDB_COMMIT_CHUNK * sizeof(*cv));
-	if (!ops || !cv)
-		rc = -ENOMEM;
-	/* Range deletes first, each in one hold of the exclusive lock (one
-	 * collapse, and index work for the intervals it drops), then the
-	 * pairs written after them: a pair a range delete of this memtable
-	 * covers and is newer than is left out (fdb_mt_val).  Readers see
-	 * no difference meanwhile: the memtable's own range deletes hide
-	 * the store's pairs until it is dropped.  Applying them again after
-	 * a crash gives the same store. */
-	const struct fdb_mt_range *rd = fdb_mt_ranges(m->mt);
-	for (; rd && !rc; rd = rd->next) {
-		pthread_rwlock_wrlock(&db->lock);
-		rc = fdb_store_delete_range(&db->store, rd->start, rd->slen, rd->end, rd->elen);
-		pthread_rwlock_unlock(&db->lock);
-		atomic_fetch_add(&db->committed_pairs, 1);
-		if (!rc) {
-			FLEX_KILLPOINT("fdb.commit.range_applied");
-			rc = flexspace_maintain(db->fs);
-		}
-	}
-	struct fdb_mt_iter it;
-	fdb_mt_seek(&it, m->mt, NULL, 0);
-	while (fdb_mt_valid(&it) && !rc) {
-		/* A chunk of pairs (the memtable outlives the commit). */
-		int n = 0;
-		for (; n < FDB_COMMIT_CHUNK && fdb_mt_valid(&it); fdb_mt_next(&it)) {
-			const struct fdb_val *v = fdb_mt_val(&it, UINT64_MAX);
-			if (v->tomb == 2)
-				continue; /* removed by a range delete above */
-			ops[n].key = fdb_mt_key(&it, &ops[n].klen);
-			ops[n].op = v->tomb ? FDB_OP_DEL : FDB_OP_PUT;
-			ops[n].val = v->data;
-			ops[n].vlen = v->vlen;
-			n++;
-		}
-		/* Read the intervals it changes while readers go on; only the
-		 * committer changes the store, so they are still current when
-		 * the exclusive lock is taken. */
-		struct fdb_cands cands;
-		pthread_rwlock_rdlock(&db->lock);
-		fdb_cands_init(&db->store, &cands, cv, FDB_COMMIT_CHUNK);
-		rc = fdb_store_prefetch(&db->store, ops, n, &cands);
-		pthread_rwlock_unlock(&db->lock);
-		pthread_rwlock_wrlock(&db->lock);
-		fdb_store_admit(&db->store, &cands, 0);
-		/* One FlexSpace change per interval the chunk touches. */
-		for (int i = 0, burst = 0; i < n && !rc;) {
-			if (burst >= FDB_APPLY_BURST) {
-				/* Let the readers that queued behind this burst in. */
-				pthread_rwlock_unlock(&db->lock);
-				pthread_rwlock_wrlock(&db->lock);
-				burst = 0;
-			}
-			int done;
-			rc = fdb_store_apply_run(&db->store, ops + i, n - i, &done);
-			atomic_fetch_add(&db->committed_pairs, (uint64_t)done);
-			i += done;
-			burst += done;
-			/* Mid-commit: some pairs are in the FlexSpace, unsynced. */
-			if (!rc)
-				FLEX_KILLPOINT("fdb.commit.pair_applied");
-		}
-		pthread_rwlock_unlock(&db->lock);
-		fdb_cands_free(&cands); /* after a prefetch error */
-		if (!rc)
-			rc = flexspace_maintain(db->fs);
-	}
-	free(ops);
-	free(cv);
-	if (!rc)
-		rc = flexspace_sync(db->fs);
-	if (!rc) {
-		/* The WAL's records are durable in the FlexSpace now.  The
-		 * memtable rebuilt at open has the old WAL files instead. */
-		FLEX_KILLPOINT("fdb.commit.space_synced");
-		if (m->wal) {
-			rc = unlink(m->wal->path) ? -errno : 0;
-		} else {
-			for (size_t i = 0; i < db->nrec_gens && !rc; i++) {
-				char path[PATH_MAX];
-				snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
-					 (unsigned long long)db->rec_gens[i]);
-				if (unlink(path) && errno != ENOENT)
-					rc = -errno;
-			}
-			db->nrec_gens = 0;
-		}
-		/* Removed, but the removal is not durable yet. */
-		if (!rc) {
-			FLEX_KILLPOINT("fdb.commit.dir.sync.before");
-			rc = db->io->fsync(db->io, db->dir_fd);
-		}
-		if (!rc)
-			FLEX_KILLPOINT("fdb.commit.dir.sync.after");
-	}
-	if (!rc)
-		atomic_fetch_add(&db->committer_runs, 1);
-	return rc;
-}
-
-/* Any thread, after a read: frees the cache entries readers retired
- * (fdb_store_reap) once they are worth it and nobody holds the lock:
- * waiting for it would put the reader behind the committer's chunk or
- * other readers.  Until then readers cache less (the retired bytes are
- * charged to the cache); the committer frees them too. */
-static void cache_reap(struct flexdb *db)
-{
-	if (!fdb_store_reap_due(&db->store) || pthread_rwlock_trywrlock(&db->lock) != 0)
-		return;
-	fdb_store_reap(&db->store);
-	pthread_rwlock_unlock(&db->lock);
-}
-
-static void *committer_main(void *arg)
-{
-	struct flexdb *db = arg;
-	pthread_mutex_lock(&db->mtmu);
-	for (;;) {
-		while (!db->imm && !db->stop)
-			pthread_cond_wait(&db->mtcond, &db->mtmu);
-		if (!db->imm)
-			break;
-		struct fdb_memref *m = db->imm;
-		atomic_fetch_add(&m->refs, 1);
-		pthread_mutex_unlock(&db->mtmu);
-		int rc = atomic_load(&db->failed) ? FLEX_EFAILED : commit_memtable(db, m);
-		pthread_mutex_lock(&db->mtmu);
-		if (rc) {
-			/* Keep the memtable (readers still see it) and its WAL
-			 * (recovery replays it); refuse further writes. */
-			db_fail(db, rc);
-			pthread_cond_broadcast(&db->mtcond);
-			memref_put(m);
-			while (!db->stop)
-				pthread_cond_wait(&db->mtcond, &db->mtmu);
-			break;
-		}
-		pthread_mutex_unlock(&db->mtmu);
-		/* Point reads find the memtables under db->lock without a
-		 * reference (flexdb_get): the pairs are in the store now, and
-		 * once no reader holds the lock none can still be in m. */
-		pthread_rwlock_wrlock(&db->lock);
-		pthread_mutex_lock(&db->mtmu);
-		__atomic_store_n(&db->imm, NULL, __ATOMIC_RELEASE);
-		pthread_cond_broadcast(&db->mtcond);
-		pthread_mutex_unlock(&db->mtmu);
-		pthread_rwlock_unlock(&db->lock);
-		memref_put(m); /* ours */
-		memref_put(m); /* the db's */
-		pthread_mutex_lock(&db->mtmu);
-	}
-	pthread_mutex_unlock(&db->mtmu);
-	return NULL;
-}
-
-/* wmu held: hands the active memtable to the committer and starts a new
- * one, waiting for the previous hand-over to finish. */
-static int switch_memtable(struct flexdb *db)
-{
-	pthread_mutex_lock(&db->mtmu);
-	if (db->imm)
-		atomic_fetch_add(&db->writer_stalls, 1);
-	while (db->imm && !atomic_load(&db->failed))
-		pthread_cond_wait(&db->mtcond, &db->mtmu);
-	pthread_mutex_unlock(&db->mtmu);
-	if (atomic_load(&db->failed))
-		return FLEX_EFAILED;
-	/* The outgoing WAL is made durable before the next one can receive a
-	 * record: otherwise a power loss could keep a record of the new file
-	 * while losing the first records of this one, and replay (which has
-	 * no sequence number to check the first surviving record against)
-	 * would apply the later records without the earlier ones. */
-	int rc = fdb_wal_sync(db->active->wal);
-	if (rc)
-		return db_fail(db, rc);
-	FLEX_KILLPOINT("fdb.switch.wal_synced");
-	struct fdb_memref *n = memref_new(db, db->wal_gen, &rc);
-	if (!n) {
-		/* A failed write or sync of the new WAL or of the directory
-		 * is fatal like any other (docs/DURABILITY.md): retrying the
-		 * creation at the next write would trust a directory whose
-		 * failed fsync may have dropped earlier changes. */
-		return db_fail(db, rc);
-	}
-	db->wal_gen++;
-	pthread_mutex_lock(&db->mtmu);
-	/* imm first: a reader that sees the new active sees the old one as
-	 * imm (flexdb_get loads them in the other order). */
-	FDB_HB_BEFORE(&db->active);
-	__atomic_store_n(&db->imm, db->active, __ATOMIC_RELEASE);
-	__atomic_store_n(&db->active, n, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&db->mtcond);
-	pthread_mutex_unlock(&db->mtmu);
-	return 0;
-}
 
 /* ---- writes ----------------------------------------------------------------------- */
 
@@ -512,150 +162,6 @@ void flexdb_batch_free(struct flexdb_batch *b)
 	free(b);
 }
 
-/* Waits until every WAL record up to seq is durable; one waiter syncs for
- * all (group commit). */
-static int sync_to(struct flexdb *db, uint64_t seq)
-{
-	int rc = 0;
-	pthread_mutex_lock(&db->syncmu);
-	while (db->synced < seq && !rc) {
-		if (db->sync_busy) {
-			pthread_cond_wait(&db->synccond, &db->syncmu);
-			continue;
-		}
-		/* Lead: sync outside the lock, so that writers keep appending
-		 * and the next leader takes them all at once. */
-		db->sync_busy = 1;
-		uint64_t target = atomic_load(&db->written);
-		pthread_mutex_unlock(&db->syncmu);
-		struct fdb_memref *a, *i;
-		memrefs_get(db, &a, &i);
-		if (i && i->wal)
-			rc = fdb_wal_sync(i->wal);
-		if (!rc && a)
-			rc = fdb_wal_sync(a->wal);
-		memref_put(a);
-		memref_put(i);
-		atomic_fetch_add(&db->wal_syncs, 1);
-		pthread_mutex_lock(&db->syncmu);
-		if (!rc && target > db->synced)
-			db->synced = target;
-		db->sync_busy = 0;
-		pthread_cond_broadcast(&db->synccond);
-	}
-	pthread_mutex_unlock(&db->syncmu);
-	return rc ? db_fail(db, rc) : 0;
-}
-
-/* The range deletes of a batch payload, with their places among its ops:
- * a put or delete that a range delete after it in the same batch covers
- * is dropped before it reaches a memtable, so that the range delete (of
- * the same sequence number) is all that remains of it. */
-struct batch_ranges {
-	struct fdb_batch_op *op;
-	uint32_t *at;
-	uint32_t n;
-};
-
-static void batch_ranges_free(struct batch_ranges *br)
-{
-	free(br->op);
-	free(br->at);
-	br->op = NULL;
-	br->at = NULL;
-	br->n = 0;
-}
-
-static int batch_ranges_get(const uint8_t *payload, size_t len, struct batch_ranges *br)
-{
-	size_t pos = 0, opcap = 0, atcap = 0;
-	struct fdb_batch_op op;
-	int more;
-	br->n = 0;
-	br->op = NULL;
-	br->at = NULL;
-	for (uint32_t i = 0; (more = fdb_payload_next(payload, len, &pos, &op)) == 1; i++) {
-		if (op.op != FDB_OP_DEL_RANGE)
-			continue;
-		if (flex_vec_reserve(&br->op, &opcap, br->n + 1, 4) ||
-		    flex_vec_reserve(&br->at, &atcap, br->n + 1, 4)) {
-			batch_ranges_free(br);
-			return -ENOMEM;
-		}
-		br->op[br->n] = op;
-		br->at[br->n++] = i;
-	}
-	if (more < 0)
-		batch_ranges_free(br);
-	return more;
-}
-
-/* Whether op i, a put or delete, is covered by a later range delete. */
-static int batch_point_dead(const struct batch_ranges *br, uint32_t i,
-			    const struct fdb_batch_op *op)
-{
-	for (uint32_t r = 0; r < br->n; r++) {
-		const struct fdb_batch_op *d = &br->op[r];
-		if (br->at[r] > i && fdb_keycmp(d->key, d->klen, op->key, op->klen) <= 0 &&
-		    fdb_keycmp(op->key, op->klen, d->val, d->vlen) < 0)
-			return 1;
-	}
-	return 0;
-}
-
-/* Puts a batch's ops into a memtable with sequence number seq. */
-static int batch_to_mt(struct fdb_mt *mt, const uint8_t *payload, size_t len, int ranges,
-		       uint64_t seq)
-{
-	size_t pos = 0;
-	struct fdb_batch_op op;
-	int more, rc = 0;
-	struct batch_ranges br = {0};
-	if (ranges && (rc = batch_ranges_get(payload, len, &br)) != 0)
-		return rc;
-	for (uint32_t i = 0; !rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1; i++) {
-		if (op.op == FDB_OP_DEL_RANGE)
-			rc = fdb_mt_del_range(mt, op.key, op.klen, op.val, op.vlen, seq);
-		else if (!br.n || !batch_point_dead(&br, i, &op))
-			rc = fdb_mt_put(mt, op.key, op.klen, op.val, op.vlen, op.op == FDB_OP_DEL,
-					seq);
-	}
-	batch_ranges_free(&br);
-	return rc;
-}
-
-static int db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges)
-{
-	if (db->read_only)
-		return FLEX_EREADONLY;
-	pthread_mutex_lock(&db->wmu);
-	int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
-	if (!rc && fdb_mt_bytes(db->active->mt) >= db->memtable_size)
-		rc = switch_memtable(db);
-	uint64_t seq = db->seq + 1;
-	if (!rc) {
-		/* The WAL file is written (not synced) before the memtable
-		 * shows the change, so a returned write survives a crash of
-		 * the process. */
-		rc = fdb_wal_append(db->active->wal, seq, payload, len);
-		if (rc)
-			db_fail(db, rc);
-	}
-	if (!rc) {
-		db->seq = seq;
-		atomic_store(&db->written, seq);
-		rc = batch_to_mt(db->active->mt, payload, len, ranges, seq);
-		if (rc)
-			db_fail(db, rc);
-		else
-			atomic_store(&db->visible, seq); /* the whole batch at once */
-	}
-	pthread_mutex_unlock(&db->wmu);
-	if (!rc && db->sync_writes)
-		rc = sync_to(db, seq);
-	return rc;
-}
-
 int flexdb_write(struct flexdb *db, struct flexdb_batch *b)
 {
 	if (!db || !b)
@@ -664,7 +170,7 @@ int flexdb_write(struct flexdb *db, struct flexdb_batch *b)
 		return FLEX_EREADONLY;
 	if (b->count == 0)
 		return 0;
-	return db_write(db, b->buf, b->len, b->nranges > 0);
+	return fdb_db_write(db, b->buf, b->len, b->nranges > 0);
 }
 
 /* A one-op batch on the stack (or heap for large values). */
@@ -683,7 +189,7 @@ static int db_write1(struct flexdb *db, uint8_t op, const void *key, size_t klen
 		return -ENOMEM;
 	rc = batch_add(&b, op, key, klen, val, vlen);
 	if (!rc)
-		rc = db_write(db, b.buf, b.len, 0);
+		rc = fdb_db_write(db, b.buf, b.len, 0);
 	if (b.buf != stackbuf)
 		free(b.buf);
 	return rc;
@@ -714,7 +220,7 @@ int flexdb_delete_range(struct flexdb *db, const void *start, size_t slen, const
 	uint8_t buf[4 + 11 + 2 * FLEXDB_MAX_KEY];
 	struct flexdb_batch b = {.buf = buf, .len = 4, .cap = sizeof(buf)};
 	rc = batch_add(&b, FDB_OP_DEL_RANGE, start, slen, end, elen);
-	return rc ? rc : db_write(db, b.buf, b.len, 1);
+	return rc ? rc : fdb_db_write(db, b.buf, b.len, 1);
 }
 
 int flexdb_sync(struct flexdb *db)
@@ -728,7 +234,7 @@ int flexdb_sync(struct flexdb *db)
 	pthread_mutex_lock(&db->wmu);
 	uint64_t seq = db->seq;
 	pthread_mutex_unlock(&db->wmu);
-	return sync_to(db, seq);
+	return fdb_sync_to(db, seq);
 }
 
 /* ---- reads -------------------------------------------------------------------------- */
@@ -754,7 +260,7 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 		return rc;
 	/* Under the shared lock the memtables need no reference: the
 	 * committer drops an immutable one only under the exclusive lock,
-	 * after its pairs reached the store (committer_main).  active is
+	 * after its pairs reached the store (fdb_committer_main).  active is
 	 * loaded before imm: switch_memtable stores them the other way. */
 	uint64_t vis = atomic_load(&db->visible);
 	pthread_rwlock_rdlock(&db->lock);
@@ -775,522 +281,8 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 	if (cands.n)
 		fdb_store_admit(&db->store, &cands, 1);
 	pthread_rwlock_unlock(&db->lock);
-	cache_reap(db);
+	fdb_cache_reap(db);
 	return rc;
-}
-
-/* ---- iterators ---------------------------------------------------------------------- */
-
-struct flexdb_iter {
-	struct flexdb *db;
-	struct fdb_pair *pairs; /* the current chunk, merged */
-	int n, pos;
-	int reverse;	 /* direction the chunk was read in */
-	int exhausted;	 /* nothing lies beyond the chunk */
-	uint8_t *bound;	 /* last key the chunk covers (when not exhausted) */
-	uint32_t boundlen;
-	int err;
-	/* The bounds and the prefix (owned copies; NULL: none), and the range
-	 * they leave: keys in [lo, hi), each end NULL when open.  pfx_end is
-	 * the first key above every key with the prefix (NULL when the prefix
-	 * is all 0xff bytes: no key is). */
-	uint8_t *lower, *upper, *pfx, *pfx_end;
-	uint32_t lowerlen, upperlen, pfxlen, pfx_endlen;
-	const uint8_t *lo, *hi;
-	uint32_t lolen, hilen;
-	struct fdb_ar ar;     /* the chunk's keys and values */
-	struct fdb_ar spare;  /* the previous chunk's, emptied, for the next */
-	struct fdb_pair *src; /* 3 x FDB_ITER_CHUNK: what each source gave */
-};
-
-static void iter_reset(struct flexdb_iter *it)
-{
-	it->n = it->pos = 0;
-	free(it->bound);
-	it->bound = NULL;
-}
-
-int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
-{
-	if (!out)
-		return -EINVAL;
-	*out = NULL;
-	if (!db)
-		return -EINVAL;
-	struct flexdb_iter *it = calloc(1, sizeof(*it));
-	if (!it)
-		return -ENOMEM;
-	it->pairs = calloc(3 * FDB_ITER_CHUNK, sizeof(*it->pairs));
-	it->src = calloc(3 * FDB_ITER_CHUNK, sizeof(*it->src));
-	if (!it->pairs || !it->src) {
-		free(it->pairs);
-		free(it->src);
-		free(it);
-		return -ENOMEM;
-	}
-	it->db = db;
-	*out = it;
-	return 0;
-}
-
-/* Collects up to FDB_ITER_CHUNK memtable entries from `from`, stopping
- * before the first key past lim (fdb_store_scan). */
-static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, int inclusive,
-		      int reverse, const void *lim, uint32_t limlen, uint64_t vis,
-		      struct fdb_pair *out, int *n, struct fdb_ar *ar)
-{
-	struct fdb_mt_iter mi;
-	*n = 0;
-	if (reverse)
-		fdb_mt_seek_le(&mi, mt, from, flen);
-	else
-		fdb_mt_seek(&mi, mt, from, flen);
-	while (fdb_mt_valid(&mi) && *n < FDB_ITER_CHUNK) {
-		uint32_t klen;
-		const uint8_t *k = fdb_mt_key(&mi, &klen);
-		if (lim) {
-			int c = fdb_keycmp(k, klen, lim, limlen);
-			if (reverse ? c < 0 : c >= 0)
-				break;
-		}
-		if (!inclusive && flen && fdb_keycmp(k, klen, from, flen) == 0) {
-			if (reverse)
-				fdb_mt_prev(&mi);
-			else
-				fdb_mt_next(&mi);
-			continue;
-		}
-		const struct fdb_val *v = fdb_mt_val(&mi, vis);
-		if (!v) { /* only versions from a batch still being applied */
-			if (reverse)
-				fdb_mt_prev(&mi);
-			else
-				fdb_mt_next(&mi);
-			continue;
-		}
-		struct fdb_pair *p = &out[*n];
-		p->key = fdb_ar_alloc(ar, (size_t)klen + v->vlen);
-		if (!p->key)
-			return -ENOMEM;
-		memcpy(p->key, k, klen);
-		memcpy(p->key + klen, v->data, v->vlen);
-		p->klen = klen;
-		p->vlen = v->vlen;
-		p->tomb = v->tomb;
-		(*n)++;
-		if (reverse)
-			fdb_mt_prev(&mi);
-		else
-			fdb_mt_next(&mi);
-	}
-	return 0;
-}
-
-/* Whether a range delete of a memtable newer than source `src` (0 active,
- * 1 immutable, 2 store) covers key. */
-static int iter_covered(const struct fdb_memref *a, const struct fdb_memref *im, int src,
-			const void *key, uint32_t klen, uint64_t vis)
-{
-	if (src > 0 && fdb_mt_ranges(a->mt) && fdb_mt_range_find(a->mt, key, klen, vis))
-		return 1;
-	return src > 1 && im && fdb_mt_ranges(im->mt) && fdb_mt_range_find(im->mt, key, klen, vis);
-}
-
-/* Where the store's part of a chunk starts: past the keys at `from` that
- * the memtables' range deletes cover, which the store may hold by the
- * million until the committer collapses them.  Forward, a covered *from
- * moves to the range's end (inclusive); in reverse to its start
- * (exclusive), while a range reaching up to that start covers what lies
- * just below it.  Returns 0 when the store has nothing to give. */
-static int iter_store_from(const struct fdb_memref *a, const struct fdb_memref *im, int reverse,
-			   uint64_t vis, const void **from, uint32_t *flen, int *inclusive)
-{
-	if (reverse && *flen == 0)
-		return 1; /* from the last key: nothing to test */
-	if (*flen == 0)
-		*from = "";
-	for (int guard = 0; guard < 64; guard++) {
-		const struct fdb_mt_range *r = NULL;
-		for (int s = 0; s < 2 && !r; s++) {
-			const struct fdb_memref *m = s ? im : a;
-			if (!m)
-				continue;
-			if (!reverse) {
-				r = fdb_mt_range_find(m->mt, *from, *flen, vis);
-				continue;
-			}
-			/* A range holding *from (inclusive) or, exclusive, the
-			 * keys just below it: start < from <= end. */
-			for (const struct fdb_mt_range *q = fdb_mt_ranges(m->mt); q && !r;
-			     q = q->next) {
-				if (q->seq > vis || fdb_keycmp(q->start, q->slen, *from, *flen) >= 0)
-					continue;
-				int c = fdb_keycmp(*from, *flen, q->end, q->elen);
-				if (c < 0 || (c == 0 && !*inclusive))
-					r = q;
-			}
-		}
-		if (!r)
-			return 1;
-		if (!reverse) {
-			*from = r->end;
-			*flen = r->elen;
-			*inclusive = 1;
-		} else {
-			if (r->slen == 0)
-				return 0; /* everything below is covered */
-			*from = r->start;
-			*flen = r->slen;
-			*inclusive = 0;
-		}
-	}
-	return 1;
-}
-
-/* Reads the next chunk after (or before) `from`: up to FDB_ITER_CHUNK pairs
- * from each source, merged newest-first, tombstones dropped, cut at the
- * first source bound that may hide more keys. */
-static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, int inclusive,
-		     int reverse)
-{
-	struct flexdb *db = it->db;
-	struct fdb_pair *src[3];
-	int cnt[3] = {0, 0, 0};
-	int rc = 0;
-	/* Bounds: a start before the near end moves to it, a start past the
-	 * far end finds nothing, and no source reads past the far end (lim),
-	 * so that a short bounded scan reads a few pairs, not whole chunks. */
-	if (!reverse && it->lo && (!flen || fdb_keycmp(from, flen, it->lo, it->lolen) < 0)) {
-		from = it->lo;
-		flen = it->lolen;
-		inclusive = 1;
-	} else if (reverse && it->hi && (!flen || fdb_keycmp(from, flen, it->hi, it->hilen) >= 0)) {
-		from = it->hi;
-		flen = it->hilen;
-		inclusive = 0;
-	}
-	const uint8_t *lim = reverse ? it->lo : it->hi;
-	uint32_t limlen = reverse ? it->lolen : it->hilen;
-	if (lim && flen) {
-		int c = fdb_keycmp(from, flen, lim, limlen);
-		if (reverse ? c < 0 || (c == 0 && !inclusive) : c >= 0) {
-			iter_reset(it);
-			it->reverse = reverse;
-			it->exhausted = 1;
-			return 0;
-		}
-	}
-	/* `from` may point into the previous chunk: its arena is freed only
-	 * once the new chunk has been read. */
-	struct fdb_ar old = it->ar;
-	it->ar = it->spare;
-	it->spare.blk = NULL;
-	for (int s = 0; s < 3; s++)
-		src[s] = it->src + s * FDB_ITER_CHUNK;
-	for (;;) {
-		iter_reset(it);
-		it->reverse = reverse;
-		struct fdb_memref *a = NULL, *im = NULL;
-		uint64_t vis = 0;
-		int ranges = 0; /* the memtables hold range deletes */
-		if (!rc) {
-			vis = atomic_load(&db->visible);
-			memrefs_get(db, &a, &im);
-			ranges = fdb_mt_ranges(a->mt) || (im && fdb_mt_ranges(im->mt));
-			rc = mt_collect(a->mt, from, flen, inclusive, reverse, lim, limlen, vis,
-					src[0], &cnt[0], &it->ar);
-			if (!rc && im)
-				rc = mt_collect(im->mt, from, flen, inclusive, reverse, lim, limlen,
-						vis, src[1], &cnt[1], &it->ar);
-		}
-		const void *sfrom = from;
-		uint32_t sflen = flen;
-		int sinc = inclusive;
-		if (!rc && (!ranges || iter_store_from(a, im, reverse, vis, &sfrom, &sflen, &sinc))) {
-			struct fdb_cands cands;
-			pthread_rwlock_rdlock(&db->lock);
-			fdb_cands_init(&db->store, &cands, NULL, 0);
-			rc = fdb_store_scan(&db->store, sfrom, sflen, sinc, reverse, lim, limlen,
-					    src[2], FDB_ITER_CHUNK, &cnt[2], &it->ar, &cands);
-			fdb_store_admit(&db->store, &cands, 1);
-			pthread_rwlock_unlock(&db->lock);
-			cache_reap(db);
-		}
-		/* The chunk is complete up to the smallest last key among
-		 * sources that filled up (largest, in reverse). */
-		int bsrc = -1;
-		for (int s = 0; s < 3 && !rc; s++) {
-			if (cnt[s] < FDB_ITER_CHUNK)
-				continue;
-			const struct fdb_pair *l = &src[s][cnt[s] - 1];
-			if (bsrc < 0) {
-				bsrc = s;
-				continue;
-			}
-			const struct fdb_pair *b = &src[bsrc][cnt[bsrc] - 1];
-			int c = fdb_keycmp(l->key, l->klen, b->key, b->klen);
-			if (reverse ? c > 0 : c < 0)
-				bsrc = s;
-		}
-		const struct fdb_pair *bound = bsrc >= 0 ? &src[bsrc][cnt[bsrc] - 1] : NULL;
-		if (!rc && bound) {
-			/* Copied now: the merge below moves keys out of src. */
-			it->boundlen = bound->klen;
-			it->bound = malloc(bound->klen ? bound->klen : 1);
-			if (!it->bound)
-				rc = -ENOMEM;
-			else
-				memcpy(it->bound, bound->key, bound->klen);
-		}
-		int idx[3] = {0, 0, 0};
-		while (!rc) {
-			int best = -1;
-			for (int s = 0; s < 3; s++) {
-				if (idx[s] >= cnt[s])
-					continue;
-				if (best < 0) {
-					best = s;
-					continue;
-				}
-				const struct fdb_pair *x = &src[s][idx[s]], *y = &src[best][idx[best]];
-				int c = fdb_keycmp(x->key, x->klen, y->key, y->klen);
-				if (reverse ? c > 0 : c < 0)
-					best = s;
-			}
-			if (best < 0)
-				break;
-			struct fdb_pair *w = &src[best][idx[best]];
-			if (it->bound) {
-				int c = fdb_keycmp(w->key, w->klen, it->bound, it->boundlen);
-				if (reverse ? c < 0 : c > 0)
-					break;
-			}
-			/* Skip the same key in older sources. */
-			for (int s = best + 1; s < 3; s++)
-				if (idx[s] < cnt[s] &&
-				    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
-					idx[s]++;
-			for (int s = 0; s < best; s++)
-				if (idx[s] < cnt[s] &&
-				    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) == 0)
-					rc = FLEX_ECORRUPT; /* merge order broken: cannot happen */
-			idx[best]++;
-			if (w->tomb ||
-			    (ranges && best > 0 && iter_covered(a, im, best, w->key, w->klen, vis)))
-				continue;
-			it->pairs[it->n++] = *w;
-		}
-		memref_put(a);
-		memref_put(im);
-		it->exhausted = bound == NULL;
-		for (int s = 0; s < 3; s++)
-			cnt[s] = 0;
-		if (rc || it->n > 0 || it->exhausted)
-			break;
-		/* Everything up to the bound was deleted: continue past it. */
-		uint8_t *b = it->bound;
-		uint32_t bl = it->boundlen;
-		it->bound = NULL;
-		fdb_ar_free(&old);
-		rc = iter_fill(it, b, bl, 0, reverse);
-		free(b);
-		return rc;
-	}
-	fdb_ar_reset(&old);
-	fdb_ar_free(&it->spare);
-	it->spare = old;
-	if (rc) {
-		iter_reset(it);
-		it->exhausted = 1;
-		it->err = rc;
-	}
-	return rc;
-}
-
-/* The range the bounds and the prefix leave: the higher lower end and the
- * lower upper end.  It may be empty (lo >= hi): then no key is in it. */
-static void iter_range(struct flexdb_iter *it)
-{
-	it->lo = it->lower;
-	it->lolen = it->lowerlen;
-	if (it->pfx && (!it->lo || fdb_keycmp(it->pfx, it->pfxlen, it->lo, it->lolen) > 0)) {
-		it->lo = it->pfx;
-		it->lolen = it->pfxlen;
-	}
-	it->hi = it->upper;
-	it->hilen = it->upperlen;
-	if (it->pfx_end &&
-	    (!it->hi || fdb_keycmp(it->pfx_end, it->pfx_endlen, it->hi, it->hilen) < 0)) {
-		it->hi = it->pfx_end;
-		it->hilen = it->pfx_endlen;
-	}
-	/* Moved bounds may exclude the current pair: seek again. */
-	iter_reset(it);
-	it->exhausted = 1;
-}
-
-/* A copy of n bytes (NULL for none), in *out; 0 or -ENOMEM. */
-static int iter_dup(const void *p, size_t n, uint8_t **out)
-{
-	*out = NULL;
-	if (!n)
-		return 0;
-	*out = malloc(n);
-	if (!*out)
-		return -ENOMEM;
-	memcpy(*out, p, n);
-	return 0;
-}
-
-int flexdb_iter_set_bounds(struct flexdb_iter *it, const void *lower, size_t llen,
-			   const void *upper, size_t ulen)
-{
-	if (!it || (llen && !lower) || (ulen && !upper))
-		return -EINVAL;
-	if (llen > FLEXDB_MAX_KEY || ulen > FLEXDB_MAX_KEY)
-		return FLEX_ETOOBIG;
-	if (llen && ulen && fdb_keycmp(lower, (uint32_t)llen, upper, (uint32_t)ulen) >= 0)
-		return -EINVAL;
-	uint8_t *l, *u;
-	if (iter_dup(lower, llen, &l))
-		return -ENOMEM;
-	if (iter_dup(upper, ulen, &u)) {
-		free(l);
-		return -ENOMEM;
-	}
-	free(it->lower);
-	free(it->upper);
-	it->lower = l;
-	it->lowerlen = (uint32_t)llen;
-	it->upper = u;
-	it->upperlen = (uint32_t)ulen;
-	iter_range(it);
-	return 0;
-}
-
-int flexdb_iter_set_prefix(struct flexdb_iter *it, const void *prefix, size_t plen)
-{
-	if (!it || (plen && !prefix))
-		return -EINVAL;
-	if (plen > FLEXDB_MAX_KEY)
-		return FLEX_ETOOBIG;
-	uint8_t *p, *e;
-	if (iter_dup(prefix, plen, &p))
-		return -ENOMEM;
-	/* The first key above all that start with the prefix: the prefix
-	 * less its trailing 0xff bytes, its last byte incremented. */
-	size_t elen = plen;
-	while (elen && p[elen - 1] == 0xff)
-		elen--;
-	if (iter_dup(prefix, elen, &e)) {
-		free(p);
-		return -ENOMEM;
-	}
-	if (elen)
-		e[elen - 1]++;
-	free(it->pfx);
-	free(it->pfx_end);
-	it->pfx = p;
-	it->pfxlen = (uint32_t)plen;
-	it->pfx_end = e;
-	it->pfx_endlen = (uint32_t)elen;
-	iter_range(it);
-	return 0;
-}
-
-int flexdb_iter_seek(struct flexdb_iter *it, const void *key, size_t klen)
-{
-	if (!it || (klen && !key))
-		return -EINVAL;
-	if (klen > FLEXDB_MAX_KEY)
-		return FLEX_ETOOBIG;
-	it->err = 0;
-	return iter_fill(it, key, (uint32_t)klen, 1, 0);
-}
-
-int flexdb_iter_seek_for_prev(struct flexdb_iter *it, const void *key, size_t klen)
-{
-	if (!it || (klen && !key))
-		return -EINVAL;
-	if (klen > FLEXDB_MAX_KEY)
-		return FLEX_ETOOBIG;
-	it->err = 0;
-	return iter_fill(it, key, (uint32_t)klen, 1, 1);
-}
-
-int flexdb_iter_valid(const struct flexdb_iter *it)
-{
-	return it && it->pos < it->n;
-}
-
-static int iter_step(struct flexdb_iter *it, int reverse)
-{
-	if (!flexdb_iter_valid(it))
-		return -EINVAL;
-	if (it->reverse == reverse) {
-		if (++it->pos < it->n)
-			return 0;
-		if (it->exhausted) {
-			iter_reset(it);
-			return 0;
-		}
-		uint8_t *b = it->bound;
-		uint32_t bl = it->boundlen;
-		it->bound = NULL;
-		/* The bound itself was returned if it exists: go past it. */
-		int rc = iter_fill(it, b, bl, 0, reverse);
-		free(b);
-		return rc;
-	}
-	/* Turning around: continue from the current key the other way (it
-	 * stays valid until the new chunk is read). */
-	struct fdb_pair cur = it->pairs[it->pos];
-	return iter_fill(it, cur.key, cur.klen, 0, reverse);
-}
-
-int flexdb_iter_next(struct flexdb_iter *it)
-{
-	return iter_step(it, 0);
-}
-
-int flexdb_iter_prev(struct flexdb_iter *it)
-{
-	return iter_step(it, 1);
-}
-
-const void *flexdb_iter_key(const struct flexdb_iter *it, size_t *klen)
-{
-	if (!flexdb_iter_valid(it))
-		return NULL;
-	if (klen)
-		*klen = it->pairs[it->pos].klen;
-	return it->pairs[it->pos].key;
-}
-
-const void *flexdb_iter_value(const struct flexdb_iter *it, size_t *vlen)
-{
-	if (!flexdb_iter_valid(it))
-		return NULL;
-	const struct fdb_pair *p = &it->pairs[it->pos];
-	if (vlen)
-		*vlen = p->vlen;
-	return p->key + p->klen;
-}
-
-void flexdb_iter_close(struct flexdb_iter *it)
-{
-	if (!it)
-		return;
-	iter_reset(it);
-	fdb_ar_free(&it->ar);
-	fdb_ar_free(&it->spare);
-	free(it->src);
-	free(it->pairs);
-	free(it->lower);
-	free(it->upper);
-	free(it->pfx);
-	free(it->pfx_end);
-	free(it);
 }
 
 /* ---- open, close, recovery ---------------------------------------------------------- */
@@ -1354,8 +346,8 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 	/* A range delete goes straight into the memtable (its place among
 	 * the pairs is its sequence number); the record's earlier pairs it
 	 * covers are dropped, as db_write dropped them. */
-	struct batch_ranges br = {0};
-	rc = batch_ranges_get(payload, len, &br);
+	struct fdb_batch_ranges br = {0};
+	rc = fdb_batch_ranges_get(payload, len, &br);
 	while (!rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1) {
 		uint32_t i = seen++;
 		r->db->recovered_ops++;
@@ -1363,7 +355,7 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 			rc = fdb_mt_del_range(r->db->imm->mt, op.key, op.klen, op.val, op.vlen, seq);
 			continue;
 		}
-		if (br.n && batch_point_dead(&br, i, &op))
+		if (br.n && fdb_batch_point_dead(&br, i, &op))
 			continue;
 		if (flex_vec_reserve(&r->ops, &r->cap, r->n + 1, 4096)) {
 			rc = -ENOMEM;
@@ -1383,7 +375,7 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 		    .key = kv, .klen = op.klen, .vlen = vlen, .seq = seq, .ord = r->ord++, .tomb = tomb};
 		r->bytes += (size_t)op.klen + vlen;
 	}
-	batch_ranges_free(&br);
+	fdb_batch_ranges_free(&br);
 	if (!rc && more < 0)
 		rc = more;
 	if (!rc && seen != count)
@@ -1402,21 +394,17 @@ static int db_recover(struct flexdb *db)
 {
 	uint64_t *gens;
 	size_t n;
-	int rc = fdb_wal_list(db->dir, &gens, &n);
+	int rc = fdb_walset_list(&db->wals, &gens, &n);
 	if (rc)
 		return rc;
 	uint64_t last = 0;
-	if (n && !(db->imm = memref_bare()))
+	if (n && !(db->imm = fdb_memref_bare()))
 		rc = -ENOMEM;
 	uint64_t nrec = 0;
-	struct flexspace_stats st = {0};
-	if (!rc)
-		rc = flexspace_stats(db->fs, &st);
-	uint64_t space[2] = {st.recovered_version, st.recovered_batches};
 	struct replay r = {.db = db};
 	for (size_t i = 0; i < n && !rc; i++)
-		rc = fdb_wal_replay(db->io, db->dir, gens[i], i + 1 == n, space, db->read_only,
-				    replay_record, &r, &last, &nrec);
+		rc = fdb_walset_replay(&db->wals, gens[i], i + 1 == n, db->read_only, replay_record,
+				       &r, &last, &nrec);
 	if (!rc && r.n)
 		rc = replay_flush(&r);
 	free(r.ops);
@@ -1425,7 +413,7 @@ static int db_recover(struct flexdb *db)
 		/* The replayed writes stay in the memtable for the handle's
 		 * life, and the files stay for the next writable open. */
 		if (db->imm && fdb_mt_count(db->imm->mt) == 0) {
-			memref_put(db->imm);
+			fdb_memref_put(db->imm);
 			db->imm = NULL;
 		}
 		free(gens);
@@ -1437,31 +425,13 @@ static int db_recover(struct flexdb *db)
 		 * write); it goes now, and durably, before the next file is
 		 * created: a file older than another is never empty, which is
 		 * what lets replay tell a removed file from a missing one. */
-		char path[PATH_MAX];
-		snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
-			 (unsigned long long)gens[n - 1]);
-		if (unlink(path) && errno != ENOENT)
-			rc = -errno;
-		if (!rc)
-			rc = db->io->fsync(db->io, db->dir_fd);
+		rc = fdb_walset_remove(&db->wals, &gens[n - 1], 1, FDB_WAL_RM_QUIET);
 	}
 	if (!rc && db->imm && fdb_mt_count(db->imm->mt) == 0) {
 		/* Nothing to commit: the files can go now. */
-		memref_put(db->imm);
+		fdb_memref_put(db->imm);
 		db->imm = NULL;
-		char path[PATH_MAX];
-		for (size_t i = 0; i < n && !rc; i++) {
-			snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
-				 (unsigned long long)gens[i]);
-			if (unlink(path) && errno != ENOENT)
-				rc = -errno;
-		}
-		if (!rc) {
-			FLEX_KILLPOINT("fdb.recover.dir.sync.before");
-			rc = db->io->fsync(db->io, db->dir_fd);
-		}
-		if (!rc)
-			FLEX_KILLPOINT("fdb.recover.dir.sync.after");
+		rc = fdb_walset_remove(&db->wals, gens, n, FDB_WAL_RM_RECOVER);
 		free(gens);
 		gens = NULL;
 		n = 0;
@@ -1542,24 +512,25 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	if (!so.tree_cache_size)
 		so.tree_cache_size = cache / 4;
 	rc = flexspace_open(path, &so, &db->fs);
+	db->wals = (struct fdb_walset){.io = db->io, .dir = db->dir, .dir_fd = db->dir_fd, .fs = db->fs};
 	if (!rc)
 		rc = fdb_store_open(&db->store, db->fs, cache - so.tree_cache_size);
 	if (!rc)
 		rc = db_recover(db);
 	if (!rc && db->read_only) {
 		/* No WAL and no committer: nothing is ever written. */
-		db->active = memref_bare();
+		db->active = fdb_memref_bare();
 		return db->active ? 0 : -ENOMEM;
 	}
 	if (!rc) {
-		db->active = memref_new(db, db->wal_gen, &rc);
+		db->active = fdb_memref_new(db, db->wal_gen, &rc);
 		if (db->active)
 			db->wal_gen++;
 	}
 	if (!rc && ident == FLEX_IDENT_LEGACY && create)
 		rc = flex_ident_write(db->io, dir, db->dir_fd, FLEX_KIND_DB, partial);
 	if (!rc) {
-		rc = -pthread_create(&db->committer, NULL, committer_main, db);
+		rc = -pthread_create(&db->committer, NULL, fdb_committer_main, db);
 		db->committer_started = rc == 0;
 	}
 	return rc;
@@ -1637,9 +608,9 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 		if (db->active) {
 			if (db->active->wal)
 				unlink(db->active->wal->path);
-			memref_put(db->active);
+			fdb_memref_put(db->active);
 		}
-		memref_put(db->imm);
+		fdb_memref_put(db->imm);
 		db_free(db);
 		return rc;
 	}
@@ -1654,7 +625,7 @@ int flexdb_close(struct flexdb *db)
 	int rc = 0;
 	pthread_mutex_lock(&db->wmu);
 	if (!db->read_only && !atomic_load(&db->failed) && fdb_mt_count(db->active->mt) > 0)
-		rc = switch_memtable(db);
+		rc = fdb_switch_memtable(db);
 	pthread_mutex_lock(&db->mtmu);
 	/* A read-only handle's replayed memtable is simply dropped. */
 	while (db->imm && !db->read_only && !atomic_load(&db->failed))
@@ -1672,8 +643,8 @@ int flexdb_close(struct flexdb *db)
 		unlink(a->wal->path); /* empty: nothing to replay */
 		FLEX_KILLPOINT("fdb.close.wal_removed");
 	}
-	memref_put(a);
-	memref_put(i);
+	fdb_memref_put(a);
+	fdb_memref_put(i);
 	db->active = db->imm = NULL;
 	fdb_store_close(&db->store);
 	if (db->fs) {
@@ -1721,7 +692,7 @@ static int db_ckpt_at(void *arg)
 	c->active_gen = db->active->wal->gen;
 	c->active_size = atomic_load(&db->active->wal->size);
 	pthread_mutex_unlock(&db->mtmu);
-	int rc = fdb_wal_list(db->dir, &c->gens, &c->n);
+	int rc = fdb_walset_list(&db->wals, &c->gens, &c->n);
 	if (!rc && c->n && !(c->fds = malloc(c->n * sizeof(int))))
 		rc = -ENOMEM;
 	for (size_t i = 0; i < c->n && c->fds; i++)
@@ -1729,10 +700,7 @@ static int db_ckpt_at(void *arg)
 	for (size_t i = 0; i < c->n && !rc; i++) {
 		if (c->gens[i] > c->active_gen)
 			continue; /* being created for a later memtable */
-		char path[PATH_MAX];
-		snprintf(path, sizeof(path), "%s/WAL-%016llx", db->dir,
-			 (unsigned long long)c->gens[i]);
-		int fd = db->io->open(db->io, path, O_RDONLY | O_CLOEXEC, 0);
+		int fd = fdb_walset_open(&db->wals, c->gens[i]);
 		if (fd >= 0)
 			c->fds[i] = fd;
 		else if (fd != -ENOENT) /* gone: its memtable is in the space */
@@ -1754,8 +722,8 @@ static void db_ckpt_clean(const char *dest, const struct db_ckpt *c)
 		rmdir(path);
 	}
 	for (size_t i = 0; i < c->n; i++) {
-		char name[32];
-		snprintf(name, sizeof(name), "WAL-%016llx", (unsigned long long)c->gens[i]);
+		char name[FDB_WAL_NAME];
+		fdb_wal_name(name, c->gens[i]);
 		flex_ckpt_unlink(dest, name);
 	}
 	flex_ckpt_unlink(dest, "LOCK");
@@ -1841,13 +809,13 @@ int flexdb_stats(struct flexdb *db, struct flexdb_stats *st)
 		return -EINVAL;
 	memset(st, 0, sizeof(*st));
 	struct fdb_memref *a, *i;
-	memrefs_get(db, &a, &i);
+	fdb_memrefs_get(db, &a, &i);
 	st->memtable_bytes = fdb_mt_bytes(a->mt) + (i ? fdb_mt_bytes(i->mt) : 0);
 	st->memtable_entries = fdb_mt_count(a->mt) + (i ? fdb_mt_count(i->mt) : 0);
 	st->wal_bytes = (a->wal ? atomic_load(&a->wal->size) : 0) +
 			(i && i->wal ? atomic_load(&i->wal->size) : 0);
-	memref_put(a);
-	memref_put(i);
+	fdb_memref_put(a);
+	fdb_memref_put(i);
 	pthread_rwlock_rdlock(&db->lock);
 	fdb_store_counts(&db->store, &st->keys, &st->intervals_uncounted);
 	st->bytes = db->store.bytes;

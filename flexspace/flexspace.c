@@ -921,3 +921,22 @@ int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
 	flex_brlock_rdunlock(&fs->lock, ls);
 	return 0;
 }
+
+int flexspace_durable(struct flexspace *fs, struct flexspace_point *now,
+		      struct flexspace_point *recovered)
+{
+	if (!fs || (!now && !recovered))
+		return -EINVAL;
+	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	/* As in flexspace_stats. */
+	if (now) {
+		now->version = fs->log_base;
+		now->batches = fs->log_durable - 1;
+	}
+	if (recovered) {
+		recovered->version = fs->st.recovered_version;
+		recovered->batches = fs->st.recovered_batches;
+	}
+	flex_brlock_rdunlock(&fs->lock, ls);
+	return 0;
+}

@@ -111,7 +111,7 @@ struct flexspace_options {
 	 * missing or empty directory is -ENOENT).  A log left by a crash is
 	 * replayed into memory only, so the handle sees what a writable open
 	 * would recover; the files keep it for the next writable open.
-	 * Reads, flexspace_extents, tag_get, check and stats work; every
+	 * Reads, flexspace_extents, tag_get, check, stats and durable work; every
 	 * change, flexspace_sync and flexspace_maintain return
 	 * FLEX_EREADONLY.  docs/DURABILITY.md, "Read-only handles". */
 	int read_only;
@@ -383,6 +383,25 @@ FLEX_EXPORT int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t le
 FLEX_EXPORT int flexspace_check(struct flexspace *fs);
 
 FLEX_EXPORT int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st);
+
+/* A durable point (struct flexspace_stats, sync_* and recovered_*): the
+ * tree version the log applies to and the log batches synced on top of
+ * it, compared as a pair, version first. */
+struct flexspace_point {
+	uint64_t version;
+	uint64_t batches;
+};
+
+/* The durable point now, in *now: it moves forward with every sync and
+ * tree commit that makes changes durable, and never back.  The point
+ * flexspace_open recovered to, in *recovered: fixed for the handle's
+ * life.  Either may be NULL, not both.  The values of flexspace_stats'
+ * sync_* and recovered_* fields without the work of the other
+ * statistics, for a layer above that records the point with what it
+ * writes (FlexDB, in each WAL file).  Returns 0 or -EINVAL (NULL fs, or
+ * both NULL). */
+FLEX_EXPORT int flexspace_durable(struct flexspace *fs, struct flexspace_point *now,
+				  struct flexspace_point *recovered);
 
 #ifdef __cplusplus
 }

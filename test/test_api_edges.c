@@ -598,6 +598,10 @@ Test(api_edges, flexspace_null_handles)
 	cr_assert_eq(flexspace_defrag(NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_check(NULL), -EINVAL);
 	cr_assert_eq(flexspace_stats(NULL, &st), -EINVAL);
+	struct flexspace_point pt;
+	cr_assert_eq(flexspace_durable(NULL, &pt, NULL), -EINVAL);
+	cr_assert_eq(flexspace_durable(NULL, NULL, &pt), -EINVAL);
+	cr_assert_eq(flexspace_durable(NULL, NULL, NULL), -EINVAL);
 }
 
 static struct flexspace_options small_space(void)
@@ -635,6 +639,14 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_geq(flexspace_read_extent(fs, 0, NULL, 0, NULL, NULL), 0);
 	cr_assert_eq(flexspace_extents(fs, 0, 1, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_stats(fs, NULL), -EINVAL);
+	/* Nothing to report into; either output alone is fine. */
+	struct flexspace_point now, rec;
+	cr_assert_eq(flexspace_durable(fs, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_durable(fs, &now, NULL), 0);
+	cr_assert_eq(flexspace_durable(fs, NULL, &rec), 0);
+	cr_assert_eq(flexspace_stats(fs, &st), 0);
+	cr_assert(now.version == st.sync_version && now.batches == st.sync_batches);
+	cr_assert(rec.version == st.recovered_version && rec.batches == st.recovered_batches);
 	cr_assert_eq(flexspace_size(fs), 1000);
 	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX + 1];
 	size_t nl;
@@ -1514,7 +1526,8 @@ static const char *const exported_covered[] = {
     "flexspace_read_located",
     "flexspace_tag_get",     "flexspace_extents",
     "flexspace_defrag",	     "flexspace_check",
-    "flexspace_stats",	     "flexdb_open",
+    "flexspace_stats",	     "flexspace_durable",
+    "flexdb_open",
     "flexdb_close",	     "flexdb_put",
     "flexdb_delete",	     "flexdb_get",
     "flexdb_sync",	     "flexdb_batch_new",

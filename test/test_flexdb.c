@@ -48,6 +48,7 @@
 #include <xxhash.h>
 
 #include "../common/flex_ident.h"
+#include "../flexdb/fdb_int.h"
 #include "flexdb.h"
 #include "lib/flexdb_model.h"
 
@@ -2482,6 +2483,79 @@ Test(flexdb, iterator_skips_long_runs_of_deleted_keys)
 	expect_keys(t.db, keys, lens, 12, "tombstones in the memtable");
 	tdb_reopen(&t, NULL);
 	expect_keys(t.db, keys, lens, 12, "after commit");
+	tdb_done(&t);
+}
+
+/* Writes keys "r%07d" for i in [from, to) as puts (del 0) or deletes, a
+ * thousand to a batch. */
+static void run_write(struct flexdb *db, int from, int to, int del)
+{
+	struct flexdb_batch *b = flexdb_batch_new();
+	cr_assert_not_null(b);
+	char k[32];
+	for (int i = from; i < to; i++) {
+		snprintf(k, sizeof(k), "r%07d", i);
+		cr_assert_eq(del ? flexdb_batch_delete(b, k, strlen(k))
+				 : flexdb_batch_put(b, k, strlen(k), "v", 1),
+			     0);
+		if ((i - from) % 1000 == 999 || i == to - 1) {
+			cr_assert_eq(flexdb_write(db, b), 0);
+			flexdb_batch_clear(b);
+		}
+	}
+	flexdb_batch_free(b);
+}
+
+/* Steps over want[0..n) keys "r%07d" from the iterator's position
+ * (backwards with rev) and checks that nothing follows. */
+static void run_walk(struct flexdb_iter *it, const int *want, int n, int rev)
+{
+	char k[32];
+	for (int i = 0; i < n; i++) {
+		int w = want[rev ? n - 1 - i : i];
+		snprintf(k, sizeof(k), "r%07d", w);
+		size_t kn;
+		const char *got = flexdb_iter_key(it, &kn);
+		cr_assert(got && kn == strlen(k) && !memcmp(got, k, kn),
+			  "position %d: %.*s, expected %s", i, got ? (int)kn : 4,
+			  got ? got : "none", k);
+		cr_assert_eq(rev ? flexdb_iter_prev(it) : flexdb_iter_next(it), 0);
+	}
+	cr_assert_eq(flexdb_iter_valid(it), 0, "keys after the last");
+}
+
+/* 100k deleted keys between two runs of live ones, as tombstones in the
+ * memtable over the store's pairs: the iterator reads chunk after chunk
+ * of them in one refill, in both directions, and once it has read a few
+ * chunks its buffers stop growing. */
+Test(flexdb, iterator_crosses_100k_deleted_keys_without_growing)
+{
+	struct tdb t;
+	tdb_open(&t, "iterrun", NULL);
+	enum { LIVE = 300, DEAD = 100000 };
+	run_write(t.db, 0, 2 * LIVE + DEAD, 0);
+	tdb_reopen(&t, NULL); /* the pairs in the store */
+	run_write(t.db, LIVE, LIVE + DEAD, 1);
+	static int want[2 * LIVE];
+	for (int i = 0; i < LIVE; i++) {
+		want[i] = i;
+		want[LIVE + i] = LIVE + DEAD + i;
+	}
+	struct flexdb_iter *it;
+	cr_assert_eq(flexdb_iter_open(t.db, &it), 0);
+	cr_assert_eq(flexdb_iter_seek(it, NULL, 0), 0);
+	/* Warm up: a few refills that follow a bound allocate what every
+	 * later refill reuses. */
+	for (int i = 0; i < LIVE / 2; i++)
+		cr_assert_eq(flexdb_iter_next(it), 0);
+	uint64_t grown = fdb_iter_grows(it);
+	cr_assert_gt(grown, 0, "the first chunks allocated nothing: the count is broken");
+	run_walk(it, want + LIVE / 2, 2 * LIVE - LIVE / 2, 0);
+	cr_assert_eq(fdb_iter_grows(it), grown, "crossing the deleted keys grew the buffers");
+	cr_assert_eq(flexdb_iter_seek_for_prev(it, NULL, 0), 0);
+	run_walk(it, want, 2 * LIVE, 1);
+	cr_assert_eq(fdb_iter_grows(it), grown, "crossing them backwards grew the buffers");
+	flexdb_iter_close(it);
 	tdb_done(&t);
 }
 

@@ -420,6 +420,9 @@ Test(flexspace, null_handles_and_buffers_are_einval)
 	struct flexspace_stats st;
 	cr_assert_eq(flexspace_stats(NULL, &st), -EINVAL);
 	cr_assert_eq(flexspace_stats(fs, NULL), -EINVAL);
+	struct flexspace_point pt;
+	cr_assert_eq(flexspace_durable(NULL, &pt, &pt), -EINVAL);
+	cr_assert_eq(flexspace_durable(fs, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_write(fs, NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_insert(fs, NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_read(fs, NULL, 0, 1), -EINVAL);
@@ -431,6 +434,54 @@ Test(flexspace, null_handles_and_buffers_are_einval)
 	cr_assert_null(out, "a failed open must leave *out NULL");
 	cr_assert_eq(flexspace_open(dir, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_size(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+}
+
+static int point_cmp(const struct flexspace_point *a, const struct flexspace_point *b)
+{
+	if (a->version != b->version)
+		return a->version < b->version ? -1 : 1;
+	return a->batches < b->batches ? -1 : a->batches > b->batches;
+}
+
+/* flexspace_durable agrees with flexspace_stats, stays put while changes
+ * are only buffered, moves forward with each sync, and after a reopen the
+ * recovered point is no earlier than the last one seen. */
+Test(flexspace, durable_point_moves_with_syncs)
+{
+	char dir[PATH_MAX];
+	struct flexspace *fs = open_fresh(dir, sizeof(dir), NULL);
+	struct flexspace_point now, rec, prev;
+	struct flexspace_stats st;
+	cr_assert_eq(flexspace_durable(fs, &now, &rec), 0);
+	cr_assert_eq(flexspace_stats(fs, &st), 0);
+	cr_assert(now.version == st.sync_version && now.batches == st.sync_batches);
+	cr_assert(rec.version == st.recovered_version && rec.batches == st.recovered_batches);
+	uint8_t b[512];
+	memset(b, 3, sizeof(b));
+	for (int i = 0; i < 3; i++) {
+		prev = now;
+		cr_assert_eq(flexspace_write(fs, b, (uint64_t)i * sizeof(b), sizeof(b)),
+			     (ssize_t)sizeof(b));
+		cr_assert_eq(flexspace_durable(fs, &now, NULL), 0);
+		cr_assert_eq(point_cmp(&now, &prev), 0, "a write not synced moved the point");
+		cr_assert_eq(flexspace_sync(fs), 0);
+		cr_assert_eq(flexspace_durable(fs, &now, NULL), 0);
+		cr_assert_gt(point_cmp(&now, &prev), 0, "sync %d left the point at %" PRIu64 ".%" PRIu64,
+			     i, now.version, now.batches);
+		cr_assert_eq(flexspace_stats(fs, &st), 0);
+		cr_assert(now.version == st.sync_version && now.batches == st.sync_batches);
+	}
+	cr_assert_eq(flexspace_durable(fs, NULL, &prev), 0);
+	cr_assert_eq(point_cmp(&prev, &rec), 0, "the recovered point moved");
+	prev = now;
+	cr_assert_eq(flexspace_close(fs), 0);
+	int rc = flexspace_open(dir, NULL, &fs);
+	cr_assert_eq(rc, 0, "reopen: %s", flex_strerror(rc));
+	cr_assert_eq(flexspace_durable(fs, &now, &rec), 0);
+	cr_assert_geq(point_cmp(&rec, &prev), 0, "recovered to a point before the last sync");
+	cr_assert_geq(point_cmp(&now, &rec), 0);
 	cr_assert_eq(flexspace_close(fs), 0);
 	tmp_remove(dir);
 }

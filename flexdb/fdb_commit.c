@@ -1,0 +1,429 @@
+/*
+ * fdb_commit.c - FlexDB's write path below the API (a batch into the WAL
+ * and the active memtable), memtable references, committer thread and
+ * group commit (paper section 5.3).  Writes are described in flexdb.c.
+ *
+ * Durability (docs/DURABILITY.md): flexdb_sync(seq) returns once the WAL
+ * records up to the caller's sequence number are fdatasync'ed: one thread
+ * syncs for everyone waiting (group commit), and a sync never returns on
+ * the strength of a flush that started before the caller's write: that
+ * flush may have missed the write.
+ *
+ * The committer: syncs the immutable memtable's WAL (so the FlexSpace
+ * never holds a change the WAL could lose), applies its range deletes
+ * (each one collapse, fdb_store_delete_range), then its pairs in key order
+ * to the FlexSpace in chunks of FDB_COMMIT_CHUNK pairs (read under the
+ * shared lock first, then applied under the exclusive db->lock, which is
+ * let go every FDB_APPLY_BURST pairs so that no reader waits for more
+ * than a few pairs' work), runs the FlexSpace's maintenance after each
+ * chunk without db->lock (the space is opened with defer_maintenance, so
+ * no change made under db->lock commits the tree or collects garbage, and
+ * no reader waits for their fdatasyncs), syncs the FlexSpace without
+ * db->lock, and only then removes the WAL (syncing the directory, so that a removed
+ * WAL cannot come back and be replayed over newer data).
+ *
+ * Lock order: flexdb.c.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "../common/flex_killpoint.h"
+#include "../common/flex_vec.h"
+#include "fdb_db.h"
+
+#define FDB_COMMIT_CHUNK 1000
+/* Pairs applied per hold of the exclusive lock: a pair costs a few
+ * microseconds, so a reader arriving mid-chunk waits tens of microseconds
+ * instead of the whole chunk's milliseconds (the read latency's p99.9). */
+#define FDB_APPLY_BURST 16
+
+/* ---- memtable references ------------------------------------------------------ */
+
+/* A memtable without a WAL: the one rebuilt from the WALs at open, and a
+ * read-only handle's active one, which stays empty. */
+struct fdb_memref *fdb_memref_bare(void)
+{
+	struct fdb_memref *m = calloc(1, sizeof(*m));
+	if (!m)
+		return NULL;
+	m->mt = fdb_mt_new();
+	if (!m->mt) {
+		free(m);
+		return NULL;
+	}
+	atomic_init(&m->refs, 1);
+	return m;
+}
+
+struct fdb_memref *fdb_memref_new(struct flexdb *db, uint64_t gen, int *rc)
+{
+	struct fdb_memref *m = calloc(1, sizeof(*m));
+	*rc = -ENOMEM;
+	if (!m)
+		return NULL;
+	m->mt = fdb_mt_new();
+	if (!m->mt) {
+		free(m);
+		return NULL;
+	}
+	*rc = fdb_walset_create(&db->wals, gen, &m->wal);
+	if (*rc) {
+		fdb_mt_free(m->mt);
+		free(m);
+		return NULL;
+	}
+	atomic_init(&m->refs, 1);
+	return m;
+}
+
+void fdb_memref_put(struct fdb_memref *m)
+{
+	if (!m)
+		return;
+	FDB_HB_BEFORE(&m->refs);
+	if (atomic_fetch_sub(&m->refs, 1) == 1) {
+		FDB_HB_AFTER(&m->refs);
+		fdb_mt_free(m->mt);
+		fdb_wal_close(m->wal);
+		free(m);
+	}
+}
+
+/* References to the current memtables (either may be NULL for imm). */
+void fdb_memrefs_get(struct flexdb *db, struct fdb_memref **a, struct fdb_memref **i)
+{
+	pthread_mutex_lock(&db->mtmu);
+	*a = db->active;
+	*i = db->imm;
+	if (*a)
+		atomic_fetch_add(&(*a)->refs, 1);
+	if (*i)
+		atomic_fetch_add(&(*i)->refs, 1);
+	pthread_mutex_unlock(&db->mtmu);
+}
+
+/* ---- the committer -------------------------------------------------------------- */
+
+static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
+{
+	int rc = m->wal ? fdb_wal_sync(m->wal) : 0;
+	if (rc)
+		return rc;
+	struct fdb_batch_op *ops = malloc(FDB_COMMIT_CHUNK * sizeof(*ops));
+	struct fdb_cand *cv = malloc(FDB_COMMIT_CHUNK * sizeof(*cv));
+	if (!ops || !cv)
+		rc = -ENOMEM;
+	/* Range deletes first, each in one hold of the exclusive lock (one
+	 * collapse, and index work for the intervals it drops), then the
+	 * pairs written after them: a pair a range delete of this memtable
+	 * covers and is newer than is left out (fdb_mt_val).  Readers see
+	 * no difference meanwhile: the memtable's own range deletes hide
+	 * the store's pairs until it is dropped.  Applying them again after
+	 * a crash gives the same store. */
+	const struct fdb_mt_range *rd = fdb_mt_ranges(m->mt);
+	for (; rd && !rc; rd = rd->next) {
+		pthread_rwlock_wrlock(&db->lock);
+		rc = fdb_store_delete_range(&db->store, rd->start, rd->slen, rd->end, rd->elen);
+		pthread_rwlock_unlock(&db->lock);
+		atomic_fetch_add(&db->committed_pairs, 1);
+		if (!rc) {
+			FLEX_KILLPOINT("fdb.commit.range_applied");
+			rc = flexspace_maintain(db->fs);
+		}
+	}
+	struct fdb_mt_iter it;
+	fdb_mt_seek(&it, m->mt, NULL, 0);
+	while (fdb_mt_valid(&it) && !rc) {
+		/* A chunk of pairs (the memtable outlives the commit). */
+		int n = 0;
+		for (; n < FDB_COMMIT_CHUNK && fdb_mt_valid(&it); fdb_mt_next(&it)) {
+			const struct fdb_val *v = fdb_mt_val(&it, UINT64_MAX);
+			if (v->tomb == 2)
+				continue; /* removed by a range delete above */
+			ops[n].key = fdb_mt_key(&it, &ops[n].klen);
+			ops[n].op = v->tomb ? FDB_OP_DEL : FDB_OP_PUT;
+			ops[n].val = v->data;
+			ops[n].vlen = v->vlen;
+			n++;
+		}
+		/* Read the intervals it changes while readers go on; only the
+		 * committer changes the store, so they are still current when
+		 * the exclusive lock is taken. */
+		struct fdb_cands cands;
+		pthread_rwlock_rdlock(&db->lock);
+		fdb_cands_init(&db->store, &cands, cv, FDB_COMMIT_CHUNK);
+		rc = fdb_store_prefetch(&db->store, ops, n, &cands);
+		pthread_rwlock_unlock(&db->lock);
+		pthread_rwlock_wrlock(&db->lock);
+		fdb_store_admit(&db->store, &cands, 0);
+		/* One FlexSpace change per interval the chunk touches. */
+		for (int i = 0, burst = 0; i < n && !rc;) {
+			if (burst >= FDB_APPLY_BURST) {
+				/* Let the readers that queued behind this burst in. */
+				pthread_rwlock_unlock(&db->lock);
+				pthread_rwlock_wrlock(&db->lock);
+				burst = 0;
+			}
+			int done;
+			rc = fdb_store_apply_run(&db->store, ops + i, n - i, &done);
+			atomic_fetch_add(&db->committed_pairs, (uint64_t)done);
+			i += done;
+			burst += done;
+			/* Mid-commit: some pairs are in the FlexSpace, unsynced. */
+			if (!rc)
+				FLEX_KILLPOINT("fdb.commit.pair_applied");
+		}
+		pthread_rwlock_unlock(&db->lock);
+		fdb_cands_free(&cands); /* after a prefetch error */
+		if (!rc)
+			rc = flexspace_maintain(db->fs);
+	}
+	free(ops);
+	free(cv);
+	if (!rc)
+		rc = flexspace_sync(db->fs);
+	if (!rc) {
+		/* The WAL's records are durable in the FlexSpace now.  The
+		 * memtable rebuilt at open has the old WAL files instead. */
+		FLEX_KILLPOINT("fdb.commit.space_synced");
+		rc = fdb_walset_remove(&db->wals, m->wal ? &m->wal->gen : db->rec_gens,
+				       m->wal ? 1 : db->nrec_gens, FDB_WAL_RM_COMMIT);
+		if (!m->wal)
+			db->nrec_gens = 0;
+	}
+	if (!rc)
+		atomic_fetch_add(&db->committer_runs, 1);
+	return rc;
+}
+
+/* Any thread, after a read: frees the cache entries readers retired
+ * (fdb_store_reap) once they are worth it and nobody holds the lock:
+ * waiting for it would put the reader behind the committer's chunk or
+ * other readers.  Until then readers cache less (the retired bytes are
+ * charged to the cache); the committer frees them too. */
+void fdb_cache_reap(struct flexdb *db)
+{
+	if (!fdb_store_reap_due(&db->store) || pthread_rwlock_trywrlock(&db->lock) != 0)
+		return;
+	fdb_store_reap(&db->store);
+	pthread_rwlock_unlock(&db->lock);
+}
+
+void *fdb_committer_main(void *arg)
+{
+	struct flexdb *db = arg;
+	pthread_mutex_lock(&db->mtmu);
+	for (;;) {
+		while (!db->imm && !db->stop)
+			pthread_cond_wait(&db->mtcond, &db->mtmu);
+		if (!db->imm)
+			break;
+		struct fdb_memref *m = db->imm;
+		atomic_fetch_add(&m->refs, 1);
+		pthread_mutex_unlock(&db->mtmu);
+		int rc = atomic_load(&db->failed) ? FLEX_EFAILED : commit_memtable(db, m);
+		pthread_mutex_lock(&db->mtmu);
+		if (rc) {
+			/* Keep the memtable (readers still see it) and its WAL
+			 * (recovery replays it); refuse further writes. */
+			fdb_db_fail(db, rc);
+			pthread_cond_broadcast(&db->mtcond);
+			fdb_memref_put(m);
+			while (!db->stop)
+				pthread_cond_wait(&db->mtcond, &db->mtmu);
+			break;
+		}
+		pthread_mutex_unlock(&db->mtmu);
+		/* Point reads find the memtables under db->lock without a
+		 * reference (flexdb_get): the pairs are in the store now, and
+		 * once no reader holds the lock none can still be in m. */
+		pthread_rwlock_wrlock(&db->lock);
+		pthread_mutex_lock(&db->mtmu);
+		__atomic_store_n(&db->imm, NULL, __ATOMIC_RELEASE);
+		pthread_cond_broadcast(&db->mtcond);
+		pthread_mutex_unlock(&db->mtmu);
+		pthread_rwlock_unlock(&db->lock);
+		fdb_memref_put(m); /* ours */
+		fdb_memref_put(m); /* the db's */
+		pthread_mutex_lock(&db->mtmu);
+	}
+	pthread_mutex_unlock(&db->mtmu);
+	return NULL;
+}
+
+/* wmu held: hands the active memtable to the committer and starts a new
+ * one, waiting for the previous hand-over to finish. */
+int fdb_switch_memtable(struct flexdb *db)
+{
+	pthread_mutex_lock(&db->mtmu);
+	if (db->imm)
+		atomic_fetch_add(&db->writer_stalls, 1);
+	while (db->imm && !atomic_load(&db->failed))
+		pthread_cond_wait(&db->mtcond, &db->mtmu);
+	pthread_mutex_unlock(&db->mtmu);
+	if (atomic_load(&db->failed))
+		return FLEX_EFAILED;
+	/* The outgoing WAL is made durable before the next one can receive a
+	 * record: otherwise a power loss could keep a record of the new file
+	 * while losing the first records of this one, and replay (which has
+	 * no sequence number to check the first surviving record against)
+	 * would apply the later records without the earlier ones. */
+	int rc = fdb_wal_sync(db->active->wal);
+	if (rc)
+		return fdb_db_fail(db, rc);
+	FLEX_KILLPOINT("fdb.switch.wal_synced");
+	struct fdb_memref *n = fdb_memref_new(db, db->wal_gen, &rc);
+	if (!n) {
+		/* A failed write or sync of the new WAL or of the directory
+		 * is fatal like any other (docs/DURABILITY.md): retrying the
+		 * creation at the next write would trust a directory whose
+		 * failed fsync may have dropped earlier changes. */
+		return fdb_db_fail(db, rc);
+	}
+	db->wal_gen++;
+	pthread_mutex_lock(&db->mtmu);
+	/* imm first: a reader that sees the new active sees the old one as
+	 * imm (flexdb_get loads them in the other order). */
+	FDB_HB_BEFORE(&db->active);
+	__atomic_store_n(&db->imm, db->active, __ATOMIC_RELEASE);
+	__atomic_store_n(&db->active, n, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&db->mtcond);
+	pthread_mutex_unlock(&db->mtmu);
+	return 0;
+}
+
+/* Waits until every WAL record up to seq is durable; one waiter syncs for
+ * all (group commit). */
+int fdb_sync_to(struct flexdb *db, uint64_t seq)
+{
+	int rc = 0;
+	pthread_mutex_lock(&db->syncmu);
+	while (db->synced < seq && !rc) {
+		if (db->sync_busy) {
+			pthread_cond_wait(&db->synccond, &db->syncmu);
+			continue;
+		}
+		/* Lead: sync outside the lock, so that writers keep appending
+		 * and the next leader takes them all at once. */
+		db->sync_busy = 1;
+		uint64_t target = atomic_load(&db->written);
+		pthread_mutex_unlock(&db->syncmu);
+		struct fdb_memref *a, *i;
+		fdb_memrefs_get(db, &a, &i);
+		if (i && i->wal)
+			rc = fdb_wal_sync(i->wal);
+		if (!rc && a)
+			rc = fdb_wal_sync(a->wal);
+		fdb_memref_put(a);
+		fdb_memref_put(i);
+		atomic_fetch_add(&db->wal_syncs, 1);
+		pthread_mutex_lock(&db->syncmu);
+		if (!rc && target > db->synced)
+			db->synced = target;
+		db->sync_busy = 0;
+		pthread_cond_broadcast(&db->synccond);
+	}
+	pthread_mutex_unlock(&db->syncmu);
+	return rc ? fdb_db_fail(db, rc) : 0;
+}
+
+/* ---- the write path ------------------------------------------------------------- */
+
+void fdb_batch_ranges_free(struct fdb_batch_ranges *br)
+{
+	free(br->op);
+	free(br->at);
+	br->op = NULL;
+	br->at = NULL;
+	br->n = 0;
+}
+
+int fdb_batch_ranges_get(const uint8_t *payload, size_t len, struct fdb_batch_ranges *br)
+{
+	size_t pos = 0, opcap = 0, atcap = 0;
+	struct fdb_batch_op op;
+	int more;
+	br->n = 0;
+	br->op = NULL;
+	br->at = NULL;
+	for (uint32_t i = 0; (more = fdb_payload_next(payload, len, &pos, &op)) == 1; i++) {
+		if (op.op != FDB_OP_DEL_RANGE)
+			continue;
+		if (flex_vec_reserve(&br->op, &opcap, br->n + 1, 4) ||
+		    flex_vec_reserve(&br->at, &atcap, br->n + 1, 4)) {
+			fdb_batch_ranges_free(br);
+			return -ENOMEM;
+		}
+		br->op[br->n] = op;
+		br->at[br->n++] = i;
+	}
+	if (more < 0)
+		fdb_batch_ranges_free(br);
+	return more;
+}
+
+/* Whether op i, a put or delete, is covered by a later range delete. */
+int fdb_batch_point_dead(const struct fdb_batch_ranges *br, uint32_t i,
+			    const struct fdb_batch_op *op)
+{
+	for (uint32_t r = 0; r < br->n; r++) {
+		const struct fdb_batch_op *d = &br->op[r];
+		if (br->at[r] > i && fdb_keycmp(d->key, d->klen, op->key, op->klen) <= 0 &&
+		    fdb_keycmp(op->key, op->klen, d->val, d->vlen) < 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* Puts a batch's ops into a memtable with sequence number seq. */
+static int batch_to_mt(struct fdb_mt *mt, const uint8_t *payload, size_t len, int ranges,
+		       uint64_t seq)
+{
+	size_t pos = 0;
+	struct fdb_batch_op op;
+	int more, rc = 0;
+	struct fdb_batch_ranges br = {0};
+	if (ranges && (rc = fdb_batch_ranges_get(payload, len, &br)) != 0)
+		return rc;
+	for (uint32_t i = 0; !rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1; i++) {
+		if (op.op == FDB_OP_DEL_RANGE)
+			rc = fdb_mt_del_range(mt, op.key, op.klen, op.val, op.vlen, seq);
+		else if (!br.n || !fdb_batch_point_dead(&br, i, &op))
+			rc = fdb_mt_put(mt, op.key, op.klen, op.val, op.vlen, op.op == FDB_OP_DEL,
+					seq);
+	}
+	fdb_batch_ranges_free(&br);
+	return rc;
+}
+
+int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges)
+{
+	if (db->read_only)
+		return FLEX_EREADONLY;
+	pthread_mutex_lock(&db->wmu);
+	int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
+	if (!rc && fdb_mt_bytes(db->active->mt) >= db->memtable_size)
+		rc = fdb_switch_memtable(db);
+	uint64_t seq = db->seq + 1;
+	if (!rc) {
+		/* The WAL file is written (not synced) before the memtable
+		 * shows the change, so a returned write survives a crash of
+		 * the process. */
+		rc = fdb_wal_append(db->active->wal, seq, payload, len);
+		if (rc)
+			fdb_db_fail(db, rc);
+	}
+	if (!rc) {
+		db->seq = seq;
+		atomic_store(&db->written, seq);
+		rc = batch_to_mt(db->active->mt, payload, len, ranges, seq);
+		if (rc)
+			fdb_db_fail(db, rc);
+		else
+			atomic_store(&db->visible, seq); /* the whole batch at once */
+	}
+	pthread_mutex_unlock(&db->wmu);
+	if (!rc && db->sync_writes)
+		rc = fdb_sync_to(db, seq);
+	return rc;
+}

@@ -1,0 +1,124 @@
+/*
+ * fdb_db.h - the FlexDB handle, shared by the files that make up its
+ * front end (private):
+ *   flexdb.c       the API: open, close, recovery, batches, point reads,
+ *                  checkpoints, check and stats
+ *   fdb_commit.c   the write path, memtable references, the committer
+ *                  thread, memtable switches and group commit
+ *   fdb_iter.c     iterators
+ *
+ * Locking is described in fdb_int.h and flexdb.c.
+ */
+#ifndef FDB_DB_H
+#define FDB_DB_H
+
+#include "fdb_int.h"
+
+/* A memtable with the WAL that holds its records. */
+struct fdb_memref {
+	struct fdb_mt *mt;
+	struct fdb_wal *wal;
+	atomic_int refs;
+};
+
+struct flexdb {
+	const struct flex_io *io;
+	char *dir;
+	int dir_fd;
+	int lock_fd;
+	struct flexspace *fs;
+	struct fdb_walset wals; /* the WAL files of dir */
+	struct fdb_store store;
+	pthread_rwlock_t lock;
+
+	pthread_mutex_t wmu;
+	uint64_t seq;		  /* last assigned; under wmu */
+	_Atomic uint64_t written; /* last sequence number in a WAL */
+	_Atomic uint64_t visible; /* last batch fully in the memtable */
+	uint64_t wal_gen;	  /* next WAL generation; under wmu */
+
+	pthread_mutex_t mtmu;
+	pthread_cond_t mtcond;
+	struct fdb_memref *active, *imm;
+	int stop;
+
+	pthread_mutex_t syncmu;
+	pthread_cond_t synccond;
+	int sync_busy;
+	uint64_t synced;
+
+	uint64_t *rec_gens; /* WAL files replayed at open, removed once their */
+	size_t nrec_gens;   /* memtable is committed */
+
+	pthread_t committer;
+	int committer_started;
+	atomic_int failed;
+
+	uint64_t memtable_size;
+	int sync_writes;
+	int read_only; /* the option: no WAL, no committer, nothing written */
+
+	_Atomic uint64_t writer_stalls, wal_syncs, committer_runs, committed_pairs;
+	uint64_t recovered_ops;
+};
+
+/* Records the first failure: the handle refuses writes from then on
+ * (FLEX_EFAILED).  Returns rc. */
+static inline int fdb_db_fail(struct flexdb *db, int rc)
+{
+	int zero = 0;
+	if (rc)
+		atomic_compare_exchange_strong(&db->failed, &zero, rc);
+	return rc;
+}
+
+/* ---- memtable references (fdb_commit.c) ------------------------------------ */
+
+/* A memtable without a WAL: the one rebuilt from the WALs at open, and a
+ * read-only handle's active one, which stays empty.  NULL: no memory. */
+struct fdb_memref *fdb_memref_bare(void);
+/* A memtable with a new WAL of generation gen; NULL with *rc set on
+ * failure. */
+struct fdb_memref *fdb_memref_new(struct flexdb *db, uint64_t gen, int *rc);
+/* Drops a reference (NULL: nothing); the last one frees the memtable and
+ * closes its WAL. */
+void fdb_memref_put(struct fdb_memref *m);
+/* References to the current memtables (*i may be NULL). */
+void fdb_memrefs_get(struct flexdb *db, struct fdb_memref **a, struct fdb_memref **i);
+
+/* ---- the committer and group commit (fdb_commit.c) -------------------------- */
+
+/* The committer thread's body; arg is the handle. */
+void *fdb_committer_main(void *arg);
+/* wmu held: hands the active memtable to the committer and starts a new
+ * one, waiting for the previous hand-over to finish. */
+int fdb_switch_memtable(struct flexdb *db);
+/* Waits until every WAL record up to seq is durable (group commit). */
+int fdb_sync_to(struct flexdb *db, uint64_t seq);
+/* Any thread, after a read: frees the cache entries readers retired, if
+ * that is due and costs no wait. */
+void fdb_cache_reap(struct flexdb *db);
+
+/* ---- the write path (fdb_commit.c) ------------------------------------------ */
+
+/* The range deletes of a batch payload, with their places among its ops:
+ * a put or delete that a range delete after it in the same batch covers
+ * is dropped before it reaches a memtable, so that the range delete (of
+ * the same sequence number) is all that remains of it. */
+struct fdb_batch_ranges {
+	struct fdb_batch_op *op;
+	uint32_t *at;
+	uint32_t n;
+};
+/* The range deletes of a payload; 0, -ENOMEM or FLEX_ECORRUPT. */
+int fdb_batch_ranges_get(const uint8_t *payload, size_t len, struct fdb_batch_ranges *br);
+void fdb_batch_ranges_free(struct fdb_batch_ranges *br);
+/* Whether op i, a put or delete, is covered by a later range delete. */
+int fdb_batch_point_dead(const struct fdb_batch_ranges *br, uint32_t i,
+			 const struct fdb_batch_op *op);
+/* Writes a batch payload (`ranges`: it holds range deletes): one WAL
+ * record, then the active memtable, then with sync_writes a group
+ * commit. */
+int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges);
+
+#endif /* FDB_DB_H */
