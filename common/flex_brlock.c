@@ -40,22 +40,32 @@ unsigned flex_thread_slot(void)
 	return mine - 1;
 }
 
-unsigned flex_brlock_rdlock(struct flex_brlock *b)
+void flex_brlock_rdlock(struct flex_brlock *b)
 {
-	unsigned s = flex_thread_slot() % FLEX_BRLOCK_STRIPES;
-	pthread_rwlock_rdlock(&b->s[s].l);
-	return s;
+	pthread_rwlock_rdlock(&b->s[flex_thread_slot() % FLEX_BRLOCK_STRIPES].l);
 }
 
-void flex_brlock_rdunlock(struct flex_brlock *b, unsigned stripe)
+void flex_brlock_rdunlock(struct flex_brlock *b)
 {
-	pthread_rwlock_unlock(&b->s[stripe].l);
+	pthread_rwlock_unlock(&b->s[flex_thread_slot() % FLEX_BRLOCK_STRIPES].l);
 }
 
 void flex_brlock_wrlock(struct flex_brlock *b)
 {
 	for (int i = 0; i < FLEX_BRLOCK_STRIPES; i++)
 		pthread_rwlock_wrlock(&b->s[i].l);
+}
+
+int flex_brlock_trywrlock(struct flex_brlock *b)
+{
+	for (int i = 0; i < FLEX_BRLOCK_STRIPES; i++) {
+		if (pthread_rwlock_trywrlock(&b->s[i].l) != 0) {
+			while (--i >= 0)
+				pthread_rwlock_unlock(&b->s[i].l);
+			return EBUSY;
+		}
+	}
+	return 0;
 }
 
 void flex_brlock_wrunlock(struct flex_brlock *b)

@@ -33,10 +33,12 @@ unsigned flex_thread_slot(void);
 /* 0 or -errno (then nothing needs destroying). */
 int flex_brlock_init(struct flex_brlock *b);
 void flex_brlock_destroy(struct flex_brlock *b);
-/* Returns the stripe taken, for flex_brlock_rdunlock. */
-unsigned flex_brlock_rdlock(struct flex_brlock *b);
-void flex_brlock_rdunlock(struct flex_brlock *b, unsigned stripe);
+/* A thread unlocks the stripe it locked: its own. */
+void flex_brlock_rdlock(struct flex_brlock *b);
+void flex_brlock_rdunlock(struct flex_brlock *b);
 void flex_brlock_wrlock(struct flex_brlock *b);
+/* 0 with every stripe taken, or EBUSY (then none) without waiting. */
+int flex_brlock_trywrlock(struct flex_brlock *b);
 void flex_brlock_wrunlock(struct flex_brlock *b);
 
 #endif /* FLEX_BRLOCK_H */

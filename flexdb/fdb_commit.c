@@ -122,9 +122,9 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 	 * a crash gives the same store. */
 	const struct fdb_mt_range *rd = fdb_mt_ranges(m->mt);
 	for (; rd && !rc; rd = rd->next) {
-		pthread_rwlock_wrlock(&db->lock);
+		flex_brlock_wrlock(&db->lock);
 		rc = fdb_store_delete_range(&db->store, rd->start, rd->slen, rd->end, rd->elen);
-		pthread_rwlock_unlock(&db->lock);
+		flex_brlock_wrunlock(&db->lock);
 		atomic_fetch_add(&db->committed_pairs, 1);
 		if (!rc) {
 			FLEX_KILLPOINT("fdb.commit.range_applied");
@@ -150,18 +150,18 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 		 * committer changes the store, so they are still current when
 		 * the exclusive lock is taken. */
 		struct fdb_cands cands;
-		pthread_rwlock_rdlock(&db->lock);
+		flex_brlock_rdlock(&db->lock);
 		fdb_cands_init(&db->store, &cands, cv, FDB_COMMIT_CHUNK);
 		rc = fdb_store_prefetch(&db->store, ops, n, &cands);
-		pthread_rwlock_unlock(&db->lock);
-		pthread_rwlock_wrlock(&db->lock);
+		flex_brlock_rdunlock(&db->lock);
+		flex_brlock_wrlock(&db->lock);
 		fdb_store_admit(&db->store, &cands, 0);
 		/* One FlexSpace change per interval the chunk touches. */
 		for (int i = 0, burst = 0; i < n && !rc;) {
 			if (burst >= FDB_APPLY_BURST) {
 				/* Let the readers that queued behind this burst in. */
-				pthread_rwlock_unlock(&db->lock);
-				pthread_rwlock_wrlock(&db->lock);
+				flex_brlock_wrunlock(&db->lock);
+				flex_brlock_wrlock(&db->lock);
 				burst = 0;
 			}
 			int done;
@@ -173,7 +173,7 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 			if (!rc)
 				FLEX_KILLPOINT("fdb.commit.pair_applied");
 		}
-		pthread_rwlock_unlock(&db->lock);
+		flex_brlock_wrunlock(&db->lock);
 		fdb_cands_free(&cands); /* after a prefetch error */
 		if (!rc)
 			rc = flexspace_maintain(db->fs);
@@ -203,10 +203,10 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
  * charged to the cache); the committer frees them too. */
 void fdb_cache_reap(struct flexdb *db)
 {
-	if (!fdb_store_reap_due(&db->store) || pthread_rwlock_trywrlock(&db->lock) != 0)
+	if (!fdb_store_reap_due(&db->store) || flex_brlock_trywrlock(&db->lock) != 0)
 		return;
 	fdb_store_reap(&db->store);
-	pthread_rwlock_unlock(&db->lock);
+	flex_brlock_wrunlock(&db->lock);
 }
 
 void *fdb_committer_main(void *arg)
@@ -237,12 +237,12 @@ void *fdb_committer_main(void *arg)
 		/* Point reads find the memtables under db->lock without a
 		 * reference (flexdb_get): the pairs are in the store now, and
 		 * once no reader holds the lock none can still be in m. */
-		pthread_rwlock_wrlock(&db->lock);
+		flex_brlock_wrlock(&db->lock);
 		pthread_mutex_lock(&db->mtmu);
 		__atomic_store_n(&db->imm, NULL, __ATOMIC_RELEASE);
 		pthread_cond_broadcast(&db->mtcond);
 		pthread_mutex_unlock(&db->mtmu);
-		pthread_rwlock_unlock(&db->lock);
+		flex_brlock_wrunlock(&db->lock);
 		fdb_memref_put(m); /* ours */
 		fdb_memref_put(m); /* the db's */
 		pthread_mutex_lock(&db->mtmu);

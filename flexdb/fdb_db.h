@@ -12,6 +12,7 @@
 #ifndef FDB_DB_H
 #define FDB_DB_H
 
+#include "../common/flex_brlock.h"
 #include "fdb_int.h"
 
 /* A memtable with the WAL that holds its records. */
@@ -29,7 +30,7 @@ struct flexdb {
 	struct flexspace *fs;
 	struct fdb_walset wals; /* the WAL files of dir */
 	struct fdb_store store;
-	pthread_rwlock_t lock;
+	struct flex_brlock lock;
 
 	pthread_mutex_t wmu;
 	uint64_t seq;		  /* last assigned; under wmu */

@@ -24,8 +24,9 @@
  *               active memtable, memtable switches
  *   db->mtmu    the memtable pointers and their reference counts
  *   db->syncmu  WAL syncs (group commit) and WAL file lifetimes
- *   db->lock    rwlock over the sparse index, the cache and the FlexSpace
- *               contents: readers share it, and a cache miss attaches its
+ *   db->lock    rwlock (striped over threads: flex_brlock.h) over the
+ *               sparse index, the cache and the FlexSpace contents:
+ *               readers share it, and a cache miss attaches its
  *               interval under it and the store's cache_mu; the committer
  *               and flexdb_check take it exclusively, and fdb_cache_reap
  *               only tries to, without waiting, to free what readers

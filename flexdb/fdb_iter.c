@@ -258,12 +258,12 @@ static int iter_gather(struct flexdb_iter *it, struct iter_pass *p, const void *
 	    (p->ranges && !iter_store_from(p->a, p->im, reverse, p->vis, &sfrom, &sflen, &sinc)))
 		return rc;
 	struct fdb_cands cands;
-	pthread_rwlock_rdlock(&db->lock);
+	flex_brlock_rdlock(&db->lock);
 	fdb_cands_init(&db->store, &cands, NULL, 0);
 	rc = fdb_store_scan(&db->store, sfrom, sflen, sinc, reverse, lim, limlen, p->src[2],
 			    FDB_ITER_CHUNK, &p->cnt[2], &it->ar, &cands);
 	fdb_store_admit(&db->store, &cands, 1);
-	pthread_rwlock_unlock(&db->lock);
+	flex_brlock_rdunlock(&db->lock);
 	fdb_cache_reap(db);
 	return rc;
 }

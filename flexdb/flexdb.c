@@ -263,7 +263,7 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 	 * after its pairs reached the store (fdb_committer_main).  active is
 	 * loaded before imm: switch_memtable stores them the other way. */
 	uint64_t vis = atomic_load(&db->visible);
-	pthread_rwlock_rdlock(&db->lock);
+	flex_brlock_rdlock(&db->lock);
 	const struct fdb_memref *a = __atomic_load_n(&db->active, __ATOMIC_ACQUIRE);
 	const struct fdb_memref *i = __atomic_load_n(&db->imm, __ATOMIC_ACQUIRE);
 	FDB_HB_AFTER(&db->active);
@@ -272,7 +272,7 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 		v = fdb_mt_get(i->mt, key, (uint32_t)klen, vis);
 	if (v) {
 		rc = copy_val(v, buf, cap, vlen);
-		pthread_rwlock_unlock(&db->lock);
+		flex_brlock_rdunlock(&db->lock);
 		return rc;
 	}
 	struct fdb_cands cands;
@@ -280,7 +280,7 @@ int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_
 	rc = fdb_store_get(&db->store, key, (uint32_t)klen, buf, cap, vlen, &cands);
 	if (cands.n)
 		fdb_store_admit(&db->store, &cands, 1);
-	pthread_rwlock_unlock(&db->lock);
+	flex_brlock_rdunlock(&db->lock);
 	fdb_cache_reap(db);
 	return rc;
 }
@@ -461,7 +461,7 @@ static void db_free(struct flexdb *db)
 		close(db->lock_fd);
 	if (db->dir_fd >= 0)
 		db->io->close(db->io, db->dir_fd);
-	pthread_rwlock_destroy(&db->lock);
+	flex_brlock_destroy(&db->lock);
 	pthread_mutex_destroy(&db->wmu);
 	pthread_mutex_destroy(&db->mtmu);
 	pthread_cond_destroy(&db->mtcond);
@@ -592,12 +592,13 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	db->sync_writes = o.sync_writes;
 	db->read_only = o.read_only != 0;
 	db->dir = strdup(dir);
-	/* Writer preference: readers must not starve the committer. */
-	pthread_rwlockattr_t la;
-	pthread_rwlockattr_init(&la);
-	pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	pthread_rwlock_init(&db->lock, &la);
-	pthread_rwlockattr_destroy(&la);
+	/* Striped, writer-preferring: readers on two threads share no lock
+	 * word, and they do not starve the committer. */
+	if (flex_brlock_init(&db->lock) != 0) {
+		free(db->dir);
+		free(db);
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&db->wmu, NULL);
 	pthread_mutex_init(&db->mtmu, NULL);
 	pthread_cond_init(&db->mtcond, NULL);
@@ -797,9 +798,9 @@ int flexdb_check(struct flexdb *db)
 {
 	if (!db)
 		return -EINVAL;
-	pthread_rwlock_wrlock(&db->lock);
+	flex_brlock_wrlock(&db->lock);
 	int rc = fdb_store_check(&db->store);
-	pthread_rwlock_unlock(&db->lock);
+	flex_brlock_wrunlock(&db->lock);
 	return rc;
 }
 
@@ -816,13 +817,13 @@ int flexdb_stats(struct flexdb *db, struct flexdb_stats *st)
 			(i && i->wal ? atomic_load(&i->wal->size) : 0);
 	fdb_memref_put(a);
 	fdb_memref_put(i);
-	pthread_rwlock_rdlock(&db->lock);
+	flex_brlock_rdlock(&db->lock);
 	fdb_store_counts(&db->store, &st->keys, &st->intervals_uncounted);
 	st->bytes = db->store.bytes;
 	st->intervals = fdb_index_count(db->store.index);
 	st->cache_bytes = __atomic_load_n(&db->store.cache_bytes, __ATOMIC_RELAXED) +
 			  __atomic_load_n(&db->store.grave_bytes, __ATOMIC_RELAXED);
-	pthread_rwlock_unlock(&db->lock);
+	flex_brlock_rdunlock(&db->lock);
 	uint64_t cc[FDB_ST_N];
 	fdb_store_cache_counts(&db->store, cc);
 	st->cache_hits = cc[FDB_ST_HITS];

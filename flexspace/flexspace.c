@@ -766,11 +766,11 @@ ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len
 {
 	if (!fs || (!buf && len))
 		return -EINVAL;
-	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	flex_brlock_rdlock(&fs->lock);
 	uint64_t size = flextree_size(fs->tree);
 	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
 	int rc = n ? fs_read_mapped(fs, buf, off, n, NULL, NULL) : 0;
-	flex_brlock_rdunlock(&fs->lock, ls);
+	flex_brlock_rdunlock(&fs->lock);
 	return rc ? rc : (ssize_t)n;
 }
 
@@ -781,12 +781,12 @@ ssize_t flexspace_read_locate(struct flexspace *fs, void *buf, uint64_t off, siz
 		*nloc = 0;
 	if (!fs || (!buf && len) || !loc || !nloc || !stamp)
 		return -EINVAL;
-	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	flex_brlock_rdlock(&fs->lock);
 	uint64_t size = flextree_size(fs->tree);
 	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
 	int rc = n ? fs_read_mapped(fs, buf, off, n, loc, nloc) : 0;
 	*stamp = fs->free_seq;
-	flex_brlock_rdunlock(&fs->lock, ls);
+	flex_brlock_rdunlock(&fs->lock);
 	return rc ? rc : (ssize_t)n;
 }
 
@@ -797,12 +797,12 @@ int flexspace_locate(struct flexspace *fs, uint64_t off, uint64_t len,
 		*nloc = 0;
 	if (!fs || !loc || !nloc || !stamp)
 		return -EINVAL;
-	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	flex_brlock_rdlock(&fs->lock);
 	uint64_t size = flextree_size(fs->tree);
 	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
 	ssize_t got = n ? flextree_query(fs->tree, off, n, loc, FLEXSPACE_LOCATE_MAX) : 0;
 	*stamp = fs->free_seq;
-	flex_brlock_rdunlock(&fs->lock, ls);
+	flex_brlock_rdunlock(&fs->lock);
 	if (got < 0)
 		return (int)got;
 	if (got <= FLEXSPACE_LOCATE_MAX) {
@@ -820,9 +820,9 @@ int flexspace_read_located(struct flexspace *fs, void *buf, const struct flextre
 {
 	if (!fs || (!buf && nloc) || (!loc && nloc))
 		return -EINVAL;
-	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	flex_brlock_rdlock(&fs->lock);
 	int rc = fs_read_located(fs, buf, loc, nloc, stamp);
-	flex_brlock_rdunlock(&fs->lock, ls);
+	flex_brlock_rdunlock(&fs->lock);
 	return rc;
 }
 
@@ -831,7 +831,7 @@ ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf, siz
 {
 	if (!fs || (!buf && maxlen))
 		return -EINVAL;
-	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	flex_brlock_rdlock(&fs->lock);
 	uint64_t size = flextree_size(fs->tree), start = 0, run = 0;
 	int rc = off < size ? flextree_tag_get(fs->tree, off, NULL, &start) : -ERANGE;
 	if (!rc)
@@ -839,7 +839,7 @@ ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf, siz
 	uint64_t n = maxlen < size - start ? maxlen : size - start;
 	if (!rc && n)
 		rc = fs_read_mapped(fs, buf, start, n, NULL, NULL);
-	flex_brlock_rdunlock(&fs->lock, ls);
+	flex_brlock_rdunlock(&fs->lock);
 	if (rc)
 		return rc;
 	if (extent_off)
@@ -853,9 +853,9 @@ int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag, uint64_
 {
 	if (!fs)
 		return -EINVAL;
-	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	flex_brlock_rdlock(&fs->lock);
 	int rc = flextree_tag_get(fs->tree, off, tag, extent_off);
-	flex_brlock_rdunlock(&fs->lock, ls);
+	flex_brlock_rdunlock(&fs->lock);
 	return rc;
 }
 
@@ -864,9 +864,9 @@ int flexspace_extents(struct flexspace *fs, uint64_t off, uint64_t len,
 {
 	if (!fs || !fn)
 		return -EINVAL;
-	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	flex_brlock_rdlock(&fs->lock);
 	int rc = flextree_scan(fs->tree, off, len, fn, arg);
-	flex_brlock_rdunlock(&fs->lock, ls);
+	flex_brlock_rdunlock(&fs->lock);
 	return rc;
 }
 
@@ -874,9 +874,9 @@ uint64_t flexspace_size(struct flexspace *fs)
 {
 	if (!fs)
 		return 0;
-	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	flex_brlock_rdlock(&fs->lock);
 	uint64_t size = flextree_size(fs->tree);
-	flex_brlock_rdunlock(&fs->lock, ls);
+	flex_brlock_rdunlock(&fs->lock);
 	return size;
 }
 
@@ -884,13 +884,13 @@ int flexspace_check(struct flexspace *fs)
 {
 	if (!fs)
 		return -EINVAL;
-	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	flex_brlock_rdlock(&fs->lock);
 	int rc = flextree_check(fs->tree);
 	if (!rc)
 		rc = fs_check_segments(fs);
 	if (!rc && (fs->fill > fs->seg_size || fs->flushed > fs->fill))
 		rc = FLEX_ECORRUPT;
-	flex_brlock_rdunlock(&fs->lock, ls);
+	flex_brlock_rdunlock(&fs->lock);
 	return rc;
 }
 
@@ -898,7 +898,7 @@ int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
 {
 	if (!fs || !st)
 		return -EINVAL;
-	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	flex_brlock_rdlock(&fs->lock);
 	*st = fs->st;
 	st->size = fs->tree_st.size;
 	st->extents = fs->tree_st.extents;
@@ -918,7 +918,7 @@ int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
 	 * last phase, fs_log_reset after the commit). */
 	st->sync_version = fs->log_base;
 	st->sync_batches = fs->log_durable - 1;
-	flex_brlock_rdunlock(&fs->lock, ls);
+	flex_brlock_rdunlock(&fs->lock);
 	return 0;
 }
 
@@ -927,7 +927,7 @@ int flexspace_durable(struct flexspace *fs, struct flexspace_point *now,
 {
 	if (!fs || (!now && !recovered))
 		return -EINVAL;
-	unsigned ls = flex_brlock_rdlock(&fs->lock);
+	flex_brlock_rdlock(&fs->lock);
 	/* As in flexspace_stats. */
 	if (now) {
 		now->version = fs->log_base;
@@ -937,6 +937,6 @@ int flexspace_durable(struct flexspace *fs, struct flexspace_point *now,
 		recovered->version = fs->st.recovered_version;
 		recovered->batches = fs->st.recovered_batches;
 	}
-	flex_brlock_rdunlock(&fs->lock, ls);
+	flex_brlock_rdunlock(&fs->lock);
 	return 0;
 }
