@@ -443,6 +443,8 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 struct fdb_ar_blk;
 struct fdb_ar {
 	struct fdb_ar_blk *blk;
+	struct fdb_ar_blk *spare; /* kept by fdb_ar_reset for the next fill */
+	uint64_t mallocs;	  /* blocks it asked the allocator for */
 };
 void *fdb_ar_alloc(struct fdb_ar *a, size_t n);
 void fdb_ar_reset(struct fdb_ar *a);

@@ -344,7 +344,7 @@ static int iter_pass(struct flexdb_iter *it, const void *from, uint32_t flen, in
 	iter_reset(it);
 	it->reverse = reverse;
 	fdb_ar_reset(&it->ar);
-	const struct fdb_ar_blk *blk = it->ar.blk;
+	uint64_t mallocs = it->ar.mallocs;
 	int rc = iter_gather(it, &p, from, flen, inclusive, reverse);
 	const struct fdb_pair *bound = rc ? NULL : iter_bound(&p, reverse);
 	if (bound) {
@@ -356,9 +356,7 @@ static int iter_pass(struct flexdb_iter *it, const void *from, uint32_t flen, in
 	fdb_memref_put(p.a);
 	fdb_memref_put(p.im);
 	it->exhausted = bound == NULL;
-	/* A new block sits on top of the one the reset kept. */
-	if (it->ar.blk != blk)
-		it->grows++;
+	it->grows += it->ar.mallocs - mallocs;
 	return rc;
 }
 

@@ -263,6 +263,8 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 }
 
 #define FDB_AR_BLOCK (64u << 10)
+/* Blocks an emptied arena keeps, at most. */
+#define FDB_AR_KEEP (256u << 10)
 struct fdb_ar_blk {
 	struct fdb_ar_blk *prev;
 	size_t used, cap;
@@ -273,13 +275,21 @@ void *fdb_ar_alloc(struct fdb_ar *a, size_t n)
 {
 	struct fdb_ar_blk *b = a->blk;
 	if (!b || b->cap - b->used < n) {
-		size_t cap = n > FDB_AR_BLOCK ? n : FDB_AR_BLOCK;
-		struct fdb_ar_blk *nb = malloc(sizeof(*nb) + cap);
-		if (!nb)
-			return NULL;
+		/* A spare block that holds n, else a new one. */
+		struct fdb_ar_blk **sp = &a->spare, *nb;
+		while (*sp && (*sp)->cap < n)
+			sp = &(*sp)->prev;
+		if ((nb = *sp) != NULL) {
+			*sp = nb->prev;
+		} else {
+			size_t cap = n > FDB_AR_BLOCK ? n : FDB_AR_BLOCK;
+			if (!(nb = malloc(sizeof(*nb) + cap)))
+				return NULL;
+			nb->cap = cap;
+			a->mallocs++;
+		}
 		nb->prev = b;
 		nb->used = 0;
-		nb->cap = cap;
 		a->blk = b = nb;
 	}
 	void *p = b->data + b->used;
@@ -287,37 +297,43 @@ void *fdb_ar_alloc(struct fdb_ar *a, size_t n)
 	return p;
 }
 
-/* Empties the arena but keeps one block of the default size, so that a
- * reader refilling chunk after chunk does not ask the allocator (and the
- * kernel) for fresh pages each time. */
-void fdb_ar_reset(struct fdb_ar *a)
+static void ar_blocks_free(struct fdb_ar_blk *b)
 {
-	struct fdb_ar_blk *b = a->blk, *keep = NULL;
-	while (b) {
-		struct fdb_ar_blk *p = b->prev;
-		if (!keep && b->cap == FDB_AR_BLOCK) {
-			keep = b;
-		} else {
-			free(b);
-		}
-		b = p;
-	}
-	if (keep) {
-		keep->prev = NULL;
-		keep->used = 0;
-	}
-	a->blk = keep;
-}
-
-void fdb_ar_free(struct fdb_ar *a)
-{
-	struct fdb_ar_blk *b = a->blk;
 	while (b) {
 		struct fdb_ar_blk *p = b->prev;
 		free(b);
 		b = p;
 	}
+}
+
+/* Empties the arena but keeps up to FDB_AR_KEEP bytes of its blocks, so
+ * that a reader refilling chunk after chunk, even of large pairs, does
+ * not ask the allocator (and the kernel) for fresh pages each time. */
+void fdb_ar_reset(struct fdb_ar *a)
+{
+	size_t kept = 0;
+	for (struct fdb_ar_blk *s = a->spare; s; s = s->prev)
+		kept += s->cap;
+	struct fdb_ar_blk *b = a->blk;
+	while (b) {
+		struct fdb_ar_blk *p = b->prev;
+		if (kept + b->cap <= FDB_AR_KEEP) {
+			kept += b->cap;
+			b->prev = a->spare;
+			a->spare = b;
+		} else {
+			free(b);
+		}
+		b = p;
+	}
 	a->blk = NULL;
+}
+
+void fdb_ar_free(struct fdb_ar *a)
+{
+	ar_blocks_free(a->blk);
+	ar_blocks_free(a->spare);
+	a->blk = a->spare = NULL;
 }
 
 static int pair_set(struct fdb_pair *out, const uint8_t *key, uint32_t klen, const uint8_t *val,

@@ -2528,6 +2528,40 @@ static void run_walk(struct flexdb_iter *it, const int *want, int n, int rev)
  * memtable over the store's pairs: the iterator reads chunk after chunk
  * of them in one refill, in both directions, and once it has read a few
  * chunks its buffers stop growing. */
+/* Chunks of large pairs take several arena blocks; a reset keeps them for
+ * the next refill, so a walk over such pairs stops allocating too. */
+Test(flexdb, iterator_over_large_values_stops_allocating)
+{
+	struct tdb t;
+	tdb_open(&t, "iterbig", NULL);
+	static uint8_t v[3000];
+	memset(v, 'b', sizeof(v));
+	char k[16];
+	for (int i = 0; i < 3000; i++) {
+		snprintf(k, sizeof(k), "big%05d", i);
+		cr_assert_eq(flexdb_put(t.db, k, strlen(k), v, sizeof(v)), 0);
+	}
+	tdb_reopen(&t, NULL);
+	struct flexdb_iter *it;
+	cr_assert_eq(flexdb_iter_open(t.db, &it), 0);
+	cr_assert_eq(flexdb_iter_seek(it, NULL, 0), 0);
+	int n = 0;
+	uint64_t grown = 0;
+	for (; flexdb_iter_valid(it); n++) {
+		if (n == 500)
+			grown = fdb_iter_grows(it);
+		size_t vl;
+		cr_assert_not_null(flexdb_iter_value(it, &vl));
+		cr_assert_eq(vl, sizeof(v));
+		cr_assert_eq(flexdb_iter_next(it), 0);
+	}
+	cr_assert_eq(n, 3000);
+	cr_assert_gt(grown, 0);
+	cr_expect_eq(fdb_iter_grows(it), grown, "refills of large pairs kept allocating");
+	flexdb_iter_close(it);
+	tdb_done(&t);
+}
+
 Test(flexdb, iterator_crosses_100k_deleted_keys_without_growing)
 {
 	struct tdb t;
