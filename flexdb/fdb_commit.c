@@ -57,22 +57,16 @@ struct fdb_memref *fdb_memref_bare(void)
 
 struct fdb_memref *fdb_memref_new(struct flexdb *db, uint64_t gen, int *rc)
 {
-	struct fdb_memref *m = calloc(1, sizeof(*m));
+	struct fdb_memref *m = fdb_memref_bare();
 	*rc = -ENOMEM;
 	if (!m)
 		return NULL;
-	m->mt = fdb_mt_new();
-	if (!m->mt) {
-		free(m);
-		return NULL;
-	}
 	*rc = fdb_walset_create(&db->wals, gen, &m->wal);
 	if (*rc) {
 		fdb_mt_free(m->mt);
 		free(m);
 		return NULL;
 	}
-	atomic_init(&m->refs, 1);
 	return m;
 }
 

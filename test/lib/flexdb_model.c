@@ -158,16 +158,7 @@ uint32_t val_len(uint64_t *r, int bigpm)
 
 void val_fill(uint64_t vseed, uint8_t *buf, uint32_t len)
 {
-	uint64_t s = vseed;
-	uint32_t i = 0;
-	for (; i + 8 <= len; i += 8) {
-		uint64_t v = rnd(&s);
-		memcpy(buf + i, &v, 8);
-	}
-	if (i < len) {
-		uint64_t v = rnd(&s);
-		memcpy(buf + i, &v, len - i);
-	}
+	op_data(vseed, buf, len); /* the same bytes for the same seed */
 }
 
 uint64_t pair_hash(const void *k, uint32_t kn, const void *v, uint32_t vn)
