@@ -558,7 +558,8 @@ static int run_pieces(struct fdb_store *s, struct fdb_ival *iv, const struct fdb
 	int rc = run_room(r, c->size);
 	if (rc)
 		return rc;
-	memcpy(r->buf, c->raw, c->size);
+	if (c->size)
+		memcpy(r->buf, c->raw, c->size);
 	run_add(r, FLEXSPACE_OP_REPLACE, off0, size0, c->size, 0);
 	iv->pieces = 1;
 	return c->n ? set_tag(s, off0, FDB_ANCHOR) : 0;
