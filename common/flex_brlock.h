@@ -10,11 +10,14 @@
  * with one rwlock; a write costs a lock per stripe.  The stripes prefer
  * writers, so a steady stream of readers does not starve one; as with
  * any rwlock, a thread must not take it again while it holds it.
+ * Exported from libflextree for the layers above, not installed.
  */
 #ifndef FLEX_BRLOCK_H
 #define FLEX_BRLOCK_H
 
 #include <pthread.h>
+
+#include "flex_common.h"
 
 #define FLEX_BRLOCK_STRIPES 8
 
@@ -28,17 +31,17 @@ struct flex_brlock {
 /* The calling thread's slot: 0 for the first thread to ask, 1 for the
  * next, and so on; what spreads threads over stripes (here and for the
  * libraries' striped counters). */
-unsigned flex_thread_slot(void);
+FLEX_EXPORT unsigned flex_thread_slot(void);
 
 /* 0 or -errno (then nothing needs destroying). */
-int flex_brlock_init(struct flex_brlock *b);
-void flex_brlock_destroy(struct flex_brlock *b);
+FLEX_EXPORT int flex_brlock_init(struct flex_brlock *b);
+FLEX_EXPORT void flex_brlock_destroy(struct flex_brlock *b);
 /* A thread unlocks the stripe it locked: its own. */
-void flex_brlock_rdlock(struct flex_brlock *b);
-void flex_brlock_rdunlock(struct flex_brlock *b);
-void flex_brlock_wrlock(struct flex_brlock *b);
+FLEX_EXPORT void flex_brlock_rdlock(struct flex_brlock *b);
+FLEX_EXPORT void flex_brlock_rdunlock(struct flex_brlock *b);
+FLEX_EXPORT void flex_brlock_wrlock(struct flex_brlock *b);
 /* 0 with every stripe taken, or EBUSY (then none) without waiting. */
-int flex_brlock_trywrlock(struct flex_brlock *b);
-void flex_brlock_wrunlock(struct flex_brlock *b);
+FLEX_EXPORT int flex_brlock_trywrlock(struct flex_brlock *b);
+FLEX_EXPORT void flex_brlock_wrunlock(struct flex_brlock *b);
 
 #endif /* FLEX_BRLOCK_H */

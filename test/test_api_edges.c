@@ -40,6 +40,7 @@
 #include "flexspace.h"
 #include "flextree.h"
 #include "../flexspace/fs_ckpt.h"
+#include "../common/flex_brlock.h"
 #include "../common/flex_ckpt.h"
 #include "../common/flex_ident.h"
 #include "../common/flex_killpoint.h"
@@ -306,6 +307,48 @@ Test(api_edges, ident_probe_write_and_encode_edges)
 }
 
 /* ---- flex_io ------------------------------------------------------------------------ */
+
+/* The striped lock: a thread's slot is stable, a writer excludes readers
+ * of every stripe and trywrlock gives up without waiting while any
+ * reader holds one. */
+static struct flex_brlock edge_brl;
+static volatile int edge_brl_held, edge_brl_go;
+
+static void *edge_brl_reader(void *arg)
+{
+	(void)arg;
+	flex_brlock_rdlock(&edge_brl);
+	edge_brl_held = 1;
+	while (!edge_brl_go)
+		usleep(1000);
+	flex_brlock_rdunlock(&edge_brl);
+	return NULL;
+}
+
+Test(api_edges, brlock_slots_readers_and_writers)
+{
+	unsigned slot = flex_thread_slot();
+	cr_assert_eq(flex_thread_slot(), slot, "a thread's slot changed");
+	cr_assert_eq(flex_brlock_init(&edge_brl), 0);
+	flex_brlock_rdlock(&edge_brl);
+	flex_brlock_rdunlock(&edge_brl);
+	cr_assert_eq(flex_brlock_trywrlock(&edge_brl), 0);
+	flex_brlock_wrunlock(&edge_brl);
+	flex_brlock_wrlock(&edge_brl);
+	flex_brlock_wrunlock(&edge_brl);
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, edge_brl_reader, NULL), 0);
+	while (!edge_brl_held)
+		usleep(1000);
+	cr_assert_eq(flex_brlock_trywrlock(&edge_brl), EBUSY, "a writer passed a reader");
+	flex_brlock_rdlock(&edge_brl); /* readers share it */
+	flex_brlock_rdunlock(&edge_brl);
+	edge_brl_go = 1;
+	pthread_join(th, NULL);
+	cr_assert_eq(flex_brlock_trywrlock(&edge_brl), 0, "a trywrlock that failed kept a stripe");
+	flex_brlock_wrunlock(&edge_brl);
+	flex_brlock_destroy(&edge_brl);
+}
 
 Test(api_edges, io_table_bad_descriptors_and_lengths)
 {
@@ -1549,6 +1592,10 @@ static const char *const exported_covered[] = {
     "flexspace_ckpt_begin",  "flexspace_ckpt_end",
     "flex_ckpt_dest",	     "flex_ckpt_copy",
     "flex_ckpt_unlink",
+    "flex_thread_slot",	     "flex_brlock_init",
+    "flex_brlock_destroy",   "flex_brlock_rdlock",
+    "flex_brlock_rdunlock",  "flex_brlock_wrlock",
+    "flex_brlock_trywrlock", "flex_brlock_wrunlock",
 };
 
 static int covered(const char *name)
