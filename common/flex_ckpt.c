@@ -2,12 +2,10 @@
  * flex_ckpt.c - the destination checks and the file copy that
  * flexspace_checkpoint and flexdb_checkpoint share (flex_ckpt.h).
  *
- * The copy goes through the store's flex_io table, so the tests' fault
- * and power-loss tables see it like any other write; only the directory
- * operations (mkdir, rename, unlink) are plain system calls, as they are
- * at store creation.
+ * Everything goes through the store's flex_io table, names too, so the
+ * tests' fault and power-loss tables see a checkpoint like any other
+ * change; only stat and realpath, which change nothing, do not.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -50,22 +48,17 @@ static int under(const char *p, const struct stat *st)
 	}
 }
 
-static int is_empty_dir(const char *path)
+static int any_entry(void *arg, const char *name)
 {
-	DIR *d = opendir(path);
-	if (!d)
-		return -errno;
-	struct dirent *e;
-	int empty = 1;
-	errno = 0;
-	while ((e = readdir(d)) != NULL)
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-			empty = 0;
-			break;
-		}
-	int err = errno;
-	closedir(d);
-	return err && empty ? -err : empty;
+	(void)arg, (void)name;
+	return 1;
+}
+
+/* 1 when the directory is empty, 0 when not, or -errno. */
+static int is_empty_dir(const struct flex_io *io, const char *path)
+{
+	int rc = io->list(io, path, any_entry, NULL);
+	return rc < 0 ? rc : !rc;
 }
 
 int flex_ckpt_dest(const struct flex_io *io, int src_dir_fd, const char *dest, int *created,
@@ -89,7 +82,7 @@ int flex_ckpt_dest(const struct flex_io *io, int src_dir_fd, const char *dest, i
 			return -errno;
 		if (under(canon, &src))
 			return -EINVAL;
-		int e = is_empty_dir(dest);
+		int e = is_empty_dir(io, dest);
 		if (e < 0)
 			return e;
 		if (!e)
@@ -121,15 +114,16 @@ int flex_ckpt_dest(const struct flex_io *io, int src_dir_fd, const char *dest, i
 			return -ENOTDIR;
 		if (under(canon, &src))
 			return -EINVAL;
-		if (mkdir(dest, 0755) != 0)
-			return -errno;
+		int rc = io->mkdir(io, dest, 0755);
+		if (rc)
+			return rc;
 		*created = 1;
 		int pfd = io->open(io, canon, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-		int rc = pfd < 0 ? pfd : io->fsync(io, pfd);
+		rc = pfd < 0 ? pfd : io->fsync(io, pfd);
 		if (pfd >= 0)
 			io->close(io, pfd);
 		if (rc) {
-			rmdir(dest);
+			io->rmdir(io, dest);
 			*created = 0;
 			return rc;
 		}
@@ -137,7 +131,7 @@ int flex_ckpt_dest(const struct flex_io *io, int src_dir_fd, const char *dest, i
 	int fd = io->open(io, dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
 	if (fd < 0) {
 		if (*created)
-			rmdir(dest);
+			io->rmdir(io, dest);
 		*created = 0;
 		return fd;
 	}
@@ -181,9 +175,9 @@ int flex_ckpt_copy(const struct flex_io *io, int src_fd, const char *dir, const 
 	return rc;
 }
 
-void flex_ckpt_unlink(const char *dir, const char *name)
+void flex_ckpt_unlink(const struct flex_io *io, const char *dir, const char *name)
 {
 	char path[PATH_MAX];
-	if (dir && name && join(path, dir, name) == 0)
-		unlink(path);
+	if (io && dir && name && join(path, dir, name) == 0)
+		io->unlink(io, path);
 }

@@ -41,7 +41,7 @@ FLEX_EXPORT int flex_ckpt_copy(const struct flex_io *io, int src_fd, const char 
 			       uint64_t size);
 
 /* Removes dir/name if present (a checkpoint that failed takes back what
- * it made); NULL dir or name: nothing. */
-FLEX_EXPORT void flex_ckpt_unlink(const char *dir, const char *name);
+ * it made); NULL io, dir or name: nothing. */
+FLEX_EXPORT void flex_ckpt_unlink(const struct flex_io *io, const char *dir, const char *name);
 
 #endif /* FLEX_CKPT_H */

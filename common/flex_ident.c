@@ -27,7 +27,6 @@
  * legacy signatures are the one place where this module knows the upper
  * layers' formats: a magic and a checksum of the header, nothing more.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -173,6 +172,21 @@ static int legacy(const struct flex_io *io, const char *dir, int kind)
 	return kind == FLEX_KIND_SPACE ? legacy_space(io, dir) : legacy_db(io, dir);
 }
 
+/* What a directory holds, as far as probing goes. */
+struct census {
+	int ident, others;
+};
+
+static int census_add(void *arg, const char *name)
+{
+	struct census *c = arg;
+	if (!strcmp(name, FLEX_IDENT_NAME))
+		c->ident = 1;
+	else
+		c->others++;
+	return 0;
+}
+
 int flex_ident_probe(const struct flex_io *io, const char *dir, int kind, int create, int *state,
 		     int *partial)
 {
@@ -180,30 +194,15 @@ int flex_ident_probe(const struct flex_io *io, const char *dir, int kind, int cr
 		return -EINVAL;
 	*state = 0;
 	*partial = 0;
-	DIR *d = opendir(dir);
-	if (!d) {
-		int err = errno;
-		if (err == ENOENT && create) {
-			*state = FLEX_IDENT_NEW;
-			return 0;
-		}
-		return -err;
+	struct census c = {0};
+	int err = io->list(io, dir, census_add, &c);
+	if (err == -ENOENT && create) {
+		*state = FLEX_IDENT_NEW;
+		return 0;
 	}
-	int has_ident = 0, others = 0;
-	struct dirent *e;
-	errno = 0;
-	while ((e = readdir(d)) != NULL) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		if (!strcmp(e->d_name, FLEX_IDENT_NAME))
-			has_ident = 1;
-		else
-			others++;
-	}
-	int err = errno;
-	closedir(d);
 	if (err)
-		return -err;
+		return err;
+	int has_ident = c.ident, others = c.others;
 
 	int other = kind == FLEX_KIND_SPACE ? FLEX_KIND_DB : FLEX_KIND_SPACE;
 	int other_status = other == FLEX_KIND_SPACE ? FLEX_EKIND_SPACE : FLEX_EKIND_DB;
@@ -278,5 +277,36 @@ int flex_ident_write(const struct flex_io *io, const char *dir, int dir_fd, int 
 		FLEX_KILLPOINT("id.dir.sync.before");
 		rc = io->fsync(io, dir_fd);
 	}
+	return rc;
+}
+
+int flex_ident_mkdir(const struct flex_io *io, const char *dir)
+{
+	if (!io || !dir)
+		return -EINVAL;
+	int rc = io->mkdir(io, dir, 0755);
+	if (rc == -EEXIST)
+		return 0;
+	if (rc)
+		return rc;
+	char parent[PATH_MAX];
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	while (n > 0 && dir[n - 1] != '/')
+		n--;
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	if (n >= sizeof(parent))
+		return -ENAMETOOLONG;
+	if (n == 0)
+		strcpy(parent, ".");
+	else
+		memcpy(parent, dir, n), parent[n] = 0;
+	int fd = io->open(io, parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return fd;
+	rc = io->fsync(io, fd);
+	io->close(io, fd);
 	return rc;
 }

@@ -62,6 +62,12 @@ FLEX_EXPORT int flex_ident_probe(const struct flex_io *io, const char *dir, int 
 FLEX_EXPORT int flex_ident_write(const struct flex_io *io, const char *dir, int dir_fd, int kind,
 				 int partial);
 
+/* Makes directory dir for a store flex_ident_probe called new, and makes
+ * its entry durable (the parent directory is synced).  A directory that
+ * already exists (empty, or holding an IDENTITY cut short) is left as it
+ * is.  Returns 0, -EINVAL (NULL io or dir) or -errno. */
+FLEX_EXPORT int flex_ident_mkdir(const struct flex_io *io, const char *dir);
+
 /* The IDENTITY bytes of `kind`, for tests and tools. */
 FLEX_EXPORT void flex_ident_encode(uint8_t out[FLEX_IDENT_BYTES], int kind);
 

@@ -33,15 +33,18 @@
  * set after fork.  Rings of other parent threads are not reachable in the
  * child and are left to the kernel at the child's exit.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -542,6 +545,65 @@ static int px_read_batch(const struct flex_io *io, int fd, const struct flex_iov
 	return batch(fd, v, n, 0);
 }
 
+/* ---- names ------------------------------------------------------------- */
+
+static int px_mkdir(const struct flex_io *io, const char *path, mode_t mode)
+{
+	(void)io;
+	return mkdir(path, mode) ? -errno : 0;
+}
+
+static int px_rmdir(const struct flex_io *io, const char *path)
+{
+	(void)io;
+	return rmdir(path) ? -errno : 0;
+}
+
+static int px_unlink(const struct flex_io *io, const char *path)
+{
+	(void)io;
+	return unlink(path) ? -errno : 0;
+}
+
+static int px_rename(const struct flex_io *io, const char *from, const char *to)
+{
+	(void)io;
+	return rename(from, to) ? -errno : 0;
+}
+
+static int px_list(const struct flex_io *io, const char *dir,
+		   int (*fn)(void *arg, const char *name), void *arg)
+{
+	(void)io;
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	int rc = 0;
+	struct dirent *e;
+	for (;;) {
+		errno = 0;
+		if ((e = readdir(d)) == NULL) {
+			rc = -errno;
+			break;
+		}
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		    (rc = fn(arg, e->d_name)) != 0)
+			break;
+	}
+	closedir(d);
+	return rc;
+}
+
+static int px_lock(const struct flex_io *io, int fd, int exclusive)
+{
+	(void)io;
+	int rc;
+	do
+		rc = flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB);
+	while (rc && errno == EINTR);
+	return rc ? -errno : 0;
+}
+
 static const struct flex_io px_io = {
 	.open = px_open,
 	.close = px_close,
@@ -554,10 +616,26 @@ static const struct flex_io px_io = {
 	.fsize = px_fsize,
 	.write_batch = px_write_batch,
 	.read_batch = px_read_batch,
+	.mkdir = px_mkdir,
+	.rmdir = px_rmdir,
+	.unlink = px_unlink,
+	.rename = px_rename,
+	.list = px_list,
+	.lock = px_lock,
 	.ctx = NULL,
 };
 
 FLEX_EXPORT const struct flex_io *flex_io_posix(void)
 {
 	return &px_io;
+}
+
+FLEX_EXPORT int flex_io_check(const struct flex_io *io)
+{
+	if (!io || !io->open || !io->close || !io->pread || !io->pwrite || !io->fsync ||
+	    !io->fdatasync || !io->ftruncate || !io->fallocate || !io->fsize ||
+	    !io->write_batch || !io->read_batch || !io->mkdir || !io->rmdir || !io->unlink ||
+	    !io->rename || !io->list || !io->lock)
+		return FLEX_EOPTION;
+	return 0;
 }

@@ -37,7 +37,6 @@
  * (an older copy of its LOG, say) whose WAL files are gone, so that too
  * is FLEX_ECORRUPT.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -116,7 +115,7 @@ int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64
 		FLEX_KILLPOINT("fdb.walnew.dir.sync.after");
 	if (rc) {
 		io->close(io, w->fd);
-		unlink(w->path);
+		io->unlink(io, w->path);
 		free(w);
 		return rc;
 	}
@@ -223,34 +222,40 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+struct gen_list {
+	uint64_t *gens;
+	size_t n, cap;
+};
+
+static int gen_add(void *arg, const char *name)
+{
+	struct gen_list *l = arg;
+	char *end;
+	if (strncmp(name, "WAL-", 4) != 0 || strlen(name) != FDB_WAL_NAME - 1)
+		return 0;
+	uint64_t g = strtoull(name + 4, &end, 16);
+	if (*end)
+		return 0;
+	if (flex_vec_reserve(&l->gens, &l->cap, l->n + 1, 8))
+		return -ENOMEM;
+	l->gens[l->n++] = g;
+	return 0;
+}
+
 int fdb_walset_list(const struct fdb_walset *ws, uint64_t **gens, size_t *n)
 {
-	*gens = NULL;
-	*n = 0;
-	DIR *d = opendir(ws->dir);
-	if (!d)
-		return -errno;
-	size_t cap = 0;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		char *end;
-		if (strncmp(e->d_name, "WAL-", 4) != 0 || strlen(e->d_name) != FDB_WAL_NAME - 1)
-			continue;
-		uint64_t g = strtoull(e->d_name + 4, &end, 16);
-		if (*end)
-			continue;
-		if (flex_vec_reserve(gens, &cap, *n + 1, 8)) {
-			closedir(d);
-			free(*gens);
-			*gens = NULL;
-			return -ENOMEM;
-		}
-		(*gens)[(*n)++] = g;
+	struct gen_list l = {0};
+	int rc = ws->io->list(ws->io, ws->dir, gen_add, &l);
+	if (rc) {
+		free(l.gens);
+		l.gens = NULL;
+		l.n = 0;
 	}
-	closedir(d);
-	if (*n > 1)
-		qsort(*gens, *n, sizeof(uint64_t), cmp_u64);
-	return 0;
+	if (l.n > 1)
+		qsort(l.gens, l.n, sizeof(uint64_t), cmp_u64);
+	*gens = l.gens;
+	*n = l.n;
+	return rc;
 }
 
 /* Replay reads the file through a window of WAL_WINDOW bytes (or one
@@ -449,8 +454,8 @@ int fdb_walset_remove(const struct fdb_walset *ws, const uint64_t *gens, size_t 
 	for (size_t i = 0; i < n && !rc; i++) {
 		char path[PATH_MAX];
 		rc = fdb_walset_path(ws, gens[i], path, sizeof(path));
-		if (!rc && unlink(path) && errno != ENOENT)
-			rc = -errno;
+		if (!rc && (rc = ws->io->unlink(ws->io, path)) == -ENOENT)
+			rc = 0;
 	}
 	/* Removed, but the removal is not durable yet. */
 	if (!rc)

@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -458,7 +457,7 @@ static void db_free(struct flexdb *db)
 	if (db->fs)
 		flexspace_close(db->fs);
 	if (db->lock_fd >= 0)
-		close(db->lock_fd);
+		db->io->close(db->io, db->lock_fd);
 	if (db->dir_fd >= 0)
 		db->io->close(db->io, db->dir_fd);
 	flex_brlock_destroy(&db->lock);
@@ -483,8 +482,8 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	int rc = flex_ident_probe(db->io, dir, FLEX_KIND_DB, create, &ident, &partial);
 	if (rc)
 		return rc;
-	if (ident == FLEX_IDENT_NEW && mkdir(dir, 0755) != 0 && errno != EEXIST)
-		return -errno;
+	if (ident == FLEX_IDENT_NEW && (rc = flex_ident_mkdir(db->io, dir)) != 0)
+		return rc;
 	db->dir_fd = db->io->open(db->io, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
 	if (db->dir_fd < 0)
 		return db->dir_fd;
@@ -495,11 +494,11 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	snprintf(path, sizeof(path), "%s/LOCK", dir);
 	/* Readers share the lock, a writer holds it alone (flexdb.h). */
 	int rw = o->read_only ? O_RDONLY : O_RDWR | (create ? O_CREAT : 0);
-	db->lock_fd = open(path, rw | O_CLOEXEC, 0644);
+	db->lock_fd = db->io->open(db->io, path, rw | O_CLOEXEC, 0644);
 	if (db->lock_fd < 0)
-		return -errno;
-	if (flock(db->lock_fd, (o->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
-		return errno == EWOULDBLOCK ? FLEX_EBUSY : -errno;
+		return db->lock_fd;
+	if ((rc = db->io->lock(db->io, db->lock_fd, !o->read_only)) != 0)
+		return rc == -EWOULDBLOCK ? FLEX_EBUSY : rc;
 	snprintf(path, sizeof(path), "%s/space", dir);
 	struct flexspace_options so = o->space;
 	so.create = create;
@@ -544,6 +543,7 @@ int flexdb_options_check(const struct flexdb_options *opt, const char **field)
 	    {"log_limit", "space.log_limit"},
 	    {"gc_ratio", "space.gc_ratio"},
 	    {"max_data_size", "space.max_data_size"},
+	    {"io", "space.io"},
 	};
 	const char *f = NULL, *sf = NULL;
 	if (opt) {
@@ -608,7 +608,7 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	if (rc) {
 		if (db->active) {
 			if (db->active->wal)
-				unlink(db->active->wal->path);
+				db->io->unlink(db->io, db->active->wal->path);
 			fdb_memref_put(db->active);
 		}
 		fdb_memref_put(db->imm);
@@ -641,7 +641,7 @@ int flexdb_close(struct flexdb *db)
 		rc = atomic_load(&db->failed);
 	struct fdb_memref *a = db->active, *i = db->imm;
 	if (!rc && a && a->wal && fdb_mt_count(a->mt) == 0) {
-		unlink(a->wal->path); /* empty: nothing to replay */
+		db->io->unlink(db->io, a->wal->path); /* empty: nothing to replay */
 		FLEX_KILLPOINT("fdb.close.wal_removed");
 	}
 	fdb_memref_put(a);
@@ -711,7 +711,7 @@ static int db_ckpt_at(void *arg)
 }
 
 /* Takes back what a failed checkpoint made in dest. */
-static void db_ckpt_clean(const char *dest, const struct db_ckpt *c)
+static void db_ckpt_clean(const struct flex_io *io, const char *dest, const struct db_ckpt *c)
 {
 	static const char *const names[] = {"IDENTITY", "LOG", "LOG.ckpt", "TREE", "DATA", "LOCK"};
 	const char *const subs[] = {"space", "space.ckpt"};
@@ -719,16 +719,16 @@ static void db_ckpt_clean(const char *dest, const struct db_ckpt *c)
 	for (size_t d = 0; d < 2; d++) {
 		snprintf(path, sizeof(path), "%s/%s", dest, subs[d]);
 		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-			flex_ckpt_unlink(path, names[i]);
-		rmdir(path);
+			flex_ckpt_unlink(io, path, names[i]);
+		io->rmdir(io, path);
 	}
 	for (size_t i = 0; i < c->n; i++) {
 		char name[FDB_WAL_NAME];
 		fdb_wal_name(name, c->gens[i]);
-		flex_ckpt_unlink(dest, name);
+		flex_ckpt_unlink(io, dest, name);
 	}
-	flex_ckpt_unlink(dest, "LOCK");
-	flex_ckpt_unlink(dest, "IDENTITY");
+	flex_ckpt_unlink(io, dest, "LOCK");
+	flex_ckpt_unlink(io, dest, "IDENTITY");
 }
 
 /* The space is copied into space.ckpt and renamed to space only once the
@@ -775,8 +775,8 @@ int flexdb_checkpoint(struct flexdb *db, const char *dest_dir)
 	/* The space whole under its temporary name, the WALs durable. */
 	if (!rc)
 		FLEX_KILLPOINT("ckpt.db.copied");
-	if (!rc && rename(from, to) != 0)
-		rc = -errno;
+	if (!rc)
+		rc = db->io->rename(db->io, from, to);
 	if (!rc)
 		rc = db->io->fsync(db->io, dfd);
 	/* space/ durable, no IDENTITY yet. */
@@ -785,10 +785,10 @@ int flexdb_checkpoint(struct flexdb *db, const char *dest_dir)
 	if (!rc)
 		rc = flex_ident_write(db->io, dest_dir, dfd, FLEX_KIND_DB, 0);
 	if (rc)
-		db_ckpt_clean(dest_dir, &c);
+		db_ckpt_clean(db->io, dest_dir, &c);
 	db->io->close(db->io, dfd);
 	if (rc && created)
-		rmdir(dest_dir);
+		db->io->rmdir(db->io, dest_dir);
 	free(c.gens);
 	free(c.fds);
 	return rc;

@@ -31,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,6 +67,8 @@ int flexspace_options_check(const struct flexspace_options *opt, const char **fi
 			f = "gc_ratio";
 		else if (opt->max_data_size > FLEXSPACE_MAX_SIZE)
 			f = "max_data_size";
+		else if (opt->io && flex_io_check(opt->io))
+			f = "io";
 	}
 	if (field)
 		*field = f;
@@ -116,9 +117,14 @@ static int fs_tree_torn(struct flexspace *fs, const char *path)
 	}
 	if (rc != FLEX_ECORRUPT && rc != -ENOENT)
 		return rc;
-	if (truncate(path, 0) != 0 && errno != ENOENT)
-		return -errno;
-	return 0;
+	int fd = fs->io->open(fs->io, path, O_WRONLY | O_CLOEXEC, 0);
+	if (fd == -ENOENT)
+		return 0;
+	if (fd < 0)
+		return fd;
+	rc = fs->io->ftruncate(fs->io, fd, 0);
+	int crc = fs->io->close(fs->io, fd);
+	return rc ? rc : crc;
 }
 
 /* The sequence is: identity (flex_ident.h: nothing is created or written
@@ -133,8 +139,8 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 	int rc = flex_ident_probe(fs->io, dir, FLEX_KIND_SPACE, create, &ident, &partial);
 	if (rc)
 		return rc;
-	if (ident == FLEX_IDENT_NEW && mkdir(dir, 0755) != 0 && errno != EEXIST)
-		return -errno;
+	if (ident == FLEX_IDENT_NEW && (rc = flex_ident_mkdir(fs->io, dir)) != 0)
+		return rc;
 	fs->dir_fd = fs->io->open(fs->io, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
 	if (fs->dir_fd < 0)
 		return fs->dir_fd;
@@ -150,8 +156,8 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 	fs->lock_fd = fs->io->open(fs->io, path, rw | O_CLOEXEC, 0644);
 	if (fs->lock_fd < 0)
 		return fs->lock_fd;
-	if (flock(fs->lock_fd, (fs->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
-		return errno == EWOULDBLOCK ? FLEX_EBUSY : -errno;
+	if ((rc = fs->io->lock(fs->io, fs->lock_fd, !fs->read_only)) != 0)
+		return rc == -EWOULDBLOCK ? FLEX_EBUSY : rc;
 
 	/* The segment size of an existing space is the one in its log. */
 	if ((rc = fs_path(path, dir, "LOG")) != 0)

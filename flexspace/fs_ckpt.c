@@ -87,9 +87,9 @@ static void ckpt_clean(struct fs_ckpt *ck)
 	static const char *const names[] = {FLEX_IDENT_NAME, "LOG",  CKPT_LOG,
 					    "TREE",	     "DATA", "LOCK"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		flex_ckpt_unlink(ck->dest, names[i]);
+		flex_ckpt_unlink(ck->fs->io, ck->dest, names[i]);
 	if (ck->created)
-		rmdir(ck->dest);
+		ck->fs->io->rmdir(ck->fs->io, ck->dest);
 }
 
 static void ckpt_free(struct fs_ckpt *ck)
@@ -231,8 +231,8 @@ int flexspace_ckpt_end(struct fs_ckpt *ck, int abort)
 		rc = ckpt_path(from, ck->dest, CKPT_LOG);
 		if (!rc)
 			rc = ckpt_path(to, ck->dest, "LOG");
-		if (!rc && rename(from, to) != 0)
-			rc = -errno;
+		if (!rc)
+			rc = fs->io->rename(fs->io, from, to);
 		/* LOG in place, the rename not durable, no IDENTITY. */
 		if (!rc)
 			FLEX_KILLPOINT("ckpt.space.renamed");

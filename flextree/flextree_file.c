@@ -29,7 +29,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -556,6 +555,8 @@ int ft_file_open(struct flextree *t, const char *path, const struct flextree_opt
 	t->read_only = opt && opt->read_only;
 	t->volatile_changes = t->read_only && opt->volatile_changes;
 	t->lock_fd = -1;
+	if (flex_io_check(t->io))
+		return FLEX_EOPTION;
 	int flags = (t->read_only ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC;
 	int fd = t->io->open(t->io, path, flags, 0644);
 	if (fd < 0)
@@ -568,10 +569,11 @@ int ft_file_open(struct flextree *t, const char *path, const struct flextree_opt
 	t->lock_fd = t->io->open(t->io, path, O_RDONLY | O_CLOEXEC, 0);
 	if (t->lock_fd < 0)
 		return t->lock_fd;
-	if (flock(t->lock_fd, (t->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
-		return errno == EWOULDBLOCK ? FLEX_EBUSY : -errno;
+	int rc = t->io->lock(t->io, t->lock_fd, !t->read_only);
+	if (rc)
+		return rc == -EWOULDBLOCK ? FLEX_EBUSY : rc;
 	uint64_t fsize;
-	int rc = t->io->fsize(t->io, fd, &fsize);
+	rc = t->io->fsize(t->io, fd, &fsize);
 	if (rc)
 		return rc;
 	if (fsize == 0) {

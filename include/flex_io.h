@@ -9,10 +9,16 @@
  *
  * Tests install their own table through the `io` field of the options
  * structs to fail the Nth call with EIO or ENOSPC, write short, or drop and
- * tear writes that were never synced (a simulated power loss).
+ * tear writes and directory entries that were never synced (a simulated
+ * power loss).  Names go through the table too (create, list, remove,
+ * rename, lock), so that such a table sees every change a handle makes to
+ * a directory; only queries that change nothing (stat, realpath) do not.
  *
  * Every operation returns >= 0 on success and -errno on failure; none
  * sets errno for the caller.  A table must be usable from many threads.
+ * Every entry but ctx must be set: build a table from a copy of
+ * *flex_io_posix() and replace what you need (an incomplete table is
+ * refused with FLEX_EOPTION when a handle opens).
  */
 #ifndef FLEX_IO_H
 #define FLEX_IO_H
@@ -54,12 +60,34 @@ struct flex_io {
 	 * of file returns -ENODATA.  Batched through io_uring when available. */
 	int (*write_batch)(const struct flex_io *io, int fd, const struct flex_iovec *v, int n);
 	int (*read_batch)(const struct flex_io *io, int fd, const struct flex_iovec *v, int n);
+
+	/* Names.  A directory entry made or removed by these (or by open with
+	 * O_CREAT) is durable only once its directory is fsynced (open it
+	 * with O_DIRECTORY). */
+	int (*mkdir)(const struct flex_io *io, const char *path, mode_t mode);
+	int (*rmdir)(const struct flex_io *io, const char *path);
+	int (*unlink)(const struct flex_io *io, const char *path);
+	/* rename(2): replaces `to` if it exists. */
+	int (*rename)(const struct flex_io *io, const char *from, const char *to);
+	/* Calls fn(arg, name) for each entry of directory dir but "." and
+	 * "..", in no particular order, and stops at the first nonzero
+	 * return of fn, which it returns; else 0 or -errno. */
+	int (*list)(const struct flex_io *io, const char *dir,
+		    int (*fn)(void *arg, const char *name), void *arg);
+	/* An advisory lock on an open file, shared or exclusive, taken
+	 * without waiting (flock(2)): 0, or -EWOULDBLOCK while a handle
+	 * holds it in a conflicting mode.  Closing the descriptor drops it. */
+	int (*lock)(const struct flex_io *io, int fd, int exclusive);
+
 	/* Free for the table's owner (tests keep their state here). */
 	void *ctx;
 };
 
 /* The default table.  Never NULL; static storage. */
 FLEX_EXPORT const struct flex_io *flex_io_posix(void);
+
+/* 0 when every operation of the table is set, else FLEX_EOPTION. */
+FLEX_EXPORT int flex_io_check(const struct flex_io *io);
 
 /* Whether the default table's batch calls use io_uring in this process
  * (1) or fell back to pread/pwrite (0).  io_uring is probed once; setting

@@ -45,7 +45,8 @@ extern "C" {
 struct flexspace;
 
 struct flexspace_options {
-	/* File operations; NULL means flex_io_posix(). Not owned. */
+	/* File operations; NULL means flex_io_posix().  Not owned.  A table
+	 * with an operation unset is refused (FLEX_EOPTION, flex_io_check). */
 	const struct flex_io *io;
 	/* Segment size of the data file in bytes: a power of two from 64 KiB
 	 * to 256 MiB.  0 means 4 MiB.  Fixed when the space is created; later

@@ -57,7 +57,8 @@ extern "C" {
 struct flextree;
 
 struct flextree_options {
-	/* File operations; NULL means flex_io_posix(). Not owned. */
+	/* File operations; NULL means flex_io_posix().  Not owned.  A table
+	 * with an operation unset is refused (FLEX_EOPTION, flex_io_check). */
 	const struct flex_io *io;
 	/* Longest extent, in bytes, that flextree_insert produces by merging
 	 * a new extent into a physically contiguous neighbour.  0 means

@@ -273,6 +273,16 @@ Test(api_edges, ident_probe_write_and_encode_edges)
 	cr_assert_eq(flex_ident_write(NULL, d.path, -1, FLEX_KIND_SPACE, 0), -EINVAL);
 	cr_assert_eq(flex_ident_write(io, NULL, -1, FLEX_KIND_SPACE, 0), -EINVAL);
 	cr_assert_eq(flex_ident_write(io, d.path, -1, 7, 0), -EINVAL);
+	cr_assert_eq(flex_ident_mkdir(NULL, d.path), -EINVAL);
+	cr_assert_eq(flex_ident_mkdir(io, NULL), -EINVAL);
+	/* Made (its parent synced), or found there; a missing parent is
+	 * not made. */
+	join(p, sizeof(p), d.path, "made/");
+	cr_assert_eq(flex_ident_mkdir(io, p), 0);
+	cr_assert_eq(flex_ident_mkdir(io, p), 0);
+	cr_assert_eq(rmdir(p), 0);
+	join(p, sizeof(p), d.path, "no/such");
+	cr_assert_eq(flex_ident_mkdir(io, p), -ENOENT);
 	/* An empty directory: new with create, -ENOENT without; a missing one
 	 * likewise; a regular file is no directory. */
 	cr_assert_eq(flex_ident_probe(io, d.path, FLEX_KIND_SPACE, 1, &state, &partial), 0);
@@ -873,6 +883,9 @@ static const char *fname(const char *f)
 	return f ? f : "(none)";
 }
 
+/* A table with no operation set: refused, never called. */
+static const struct flex_io empty_io;
+
 Test(api_edges, flexspace_options_check_names_the_field)
 {
 	const char *f = "unset";
@@ -913,6 +926,7 @@ Test(api_edges, flexspace_options_check_names_the_field)
 	    {{.max_data_size = UINT64_MAX}, "max_data_size"},
 	    {{.max_data_size = FLEXSPACE_MAX_SIZE}, NULL},
 	    {{.max_data_size = 1}, NULL},
+	    {{.io = &empty_io}, "io"},
 	    /* The first field out of range is the one named. */
 	    {{.segment_size = 3, .gc_ratio = 0.5}, "segment_size"},
 	    {{.log_limit = 3, .max_data_size = UINT64_MAX}, "log_limit"},
@@ -979,6 +993,7 @@ Test(api_edges, flexdb_options_check_names_the_field)
 	    {{.space.log_limit = 1}, "space.log_limit"},
 	    {{.space.gc_ratio = 1000.0}, "space.gc_ratio"},
 	    {{.space.max_data_size = UINT64_MAX}, "space.max_data_size"},
+	    {{.space.io = &empty_io}, "space.io"},
 	    {{.space.segment_size = 64u << 10, .space.gc_ratio = 1.1}, NULL},
 	    /* The first field out of range is the one named. */
 	    {{.cache_size = 1, .memtable_size = 1}, "cache_size"},
@@ -1482,8 +1497,9 @@ Test(api_edges, checkpoint_bad_arguments_and_destinations)
 	cr_assert_eq(flex_ckpt_copy(NULL, 0, d.path, "x", NULL, 0, 0), -EINVAL);
 	cr_assert_eq(flex_ckpt_copy(flex_io_posix(), 0, NULL, "x", NULL, 0, 0), -EINVAL);
 	cr_assert_eq(flex_ckpt_copy(flex_io_posix(), 0, d.path, "x", NULL, 1, 0), -EINVAL);
-	flex_ckpt_unlink(NULL, "x");
-	flex_ckpt_unlink(d.path, NULL);
+	flex_ckpt_unlink(NULL, d.path, "x");
+	flex_ckpt_unlink(flex_io_posix(), NULL, "x");
+	flex_ckpt_unlink(flex_io_posix(), d.path, NULL);
 
 	join(src, sizeof(src), d.path, "space");
 	struct flexspace_options so = small_space();
@@ -1588,6 +1604,7 @@ static const char *const exported_covered[] = {
     "flexdb_check",	     "flexdb_stats",
     "flex_killpoint",	     "flex_ident_probe",
     "flex_ident_write",	     "flex_ident_encode",
+    "flex_ident_mkdir",	     "flex_io_check",
     "flexspace_checkpoint",  "flexdb_checkpoint",
     "flexspace_ckpt_begin",  "flexspace_ckpt_end",
     "flex_ckpt_dest",	     "flex_ckpt_copy",

@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -632,12 +633,75 @@ Test(flex_io, posix_table_is_static_and_complete)
 	const struct flex_io *io = flex_io_posix();
 	cr_assert_not_null(io);
 	cr_assert_eq(io, flex_io_posix());
-	cr_assert(io->open && io->close && io->pread && io->pwrite && io->fsync &&
-		  io->fdatasync && io->ftruncate && io->fallocate && io->fsize &&
-		  io->write_batch && io->read_batch);
+	cr_assert_eq(flex_io_check(io), 0);
 	int a = flex_io_uring_active();
 	cr_assert(a == 0 || a == 1);
 	cr_assert_eq(a, flex_io_uring_active(), "probed once");
+	/* A table missing any one operation is incomplete. */
+	cr_assert_eq(flex_io_check(NULL), FLEX_EOPTION);
+	size_t nops = offsetof(struct flex_io, ctx) / sizeof(void (*)(void));
+	for (size_t i = 0; i < nops; i++) {
+		struct flex_io t = *io;
+		memset((char *)&t + i * sizeof(void (*)(void)), 0, sizeof(void (*)(void)));
+		cr_assert_eq(flex_io_check(&t), FLEX_EOPTION, "operation %zu unset", i);
+	}
+}
+
+static int count_names(void *arg, const char *name)
+{
+	cr_assert(strcmp(name, ".") && strcmp(name, ".."));
+	return ++*(int *)arg == 100 ? 7 : 0;
+}
+
+Test(flex_io, names_make_list_rename_remove_and_lock)
+{
+	const struct flex_io *io = flex_io_posix();
+	char d[300], f[320], g[320];
+	snprintf(d, sizeof(d), "%s/sub", tmpdir);
+	snprintf(f, sizeof(f), "%s/a", d);
+	snprintf(g, sizeof(g), "%s/b", d);
+	cr_assert_eq(io->mkdir(io, d, 0755), 0);
+	cr_assert_eq(io->mkdir(io, d, 0755), -EEXIST);
+	int n = 0;
+	cr_assert_eq(io->list(io, d, count_names, &n), 0);
+	cr_assert_eq(n, 0, "an empty directory lists nothing");
+	int fd = io->open(io, f, O_RDWR | O_CREAT, 0644);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(io->list(io, d, count_names, &n), 0);
+	cr_assert_eq(n, 1);
+	/* Locks: exclusive once; a second descriptor is refused either way. */
+	int fd2 = io->open(io, f, O_RDONLY, 0);
+	cr_assert_geq(fd2, 0);
+	cr_assert_eq(io->lock(io, fd, 1), 0);
+	cr_assert_eq(io->lock(io, fd2, 0), -EWOULDBLOCK);
+	cr_assert_eq(io->lock(io, fd2, 1), -EWOULDBLOCK);
+	io->close(io, fd);
+	cr_assert_eq(io->lock(io, fd2, 0), 0, "closing drops the lock");
+	io->close(io, fd2);
+	cr_assert_eq(io->lock(io, -1, 0), -EBADF);
+	cr_assert_eq(io->rename(io, f, g), 0);
+	cr_assert_eq(access(f, F_OK), -1);
+	cr_assert_eq(io->rename(io, f, g), -ENOENT);
+	cr_assert_eq(io->rmdir(io, d), -ENOTEMPTY);
+	cr_assert_eq(io->unlink(io, g), 0);
+	cr_assert_eq(io->unlink(io, g), -ENOENT);
+	/* fn's nonzero return stops the listing and is returned. */
+	for (int i = 0; i < 150; i++) {
+		char p[340];
+		snprintf(p, sizeof(p), "%s/n%d", d, i);
+		cr_assert_eq(io->mkdir(io, p, 0755), 0);
+	}
+	n = 0;
+	cr_assert_eq(io->list(io, d, count_names, &n), 7);
+	cr_assert_eq(n, 100);
+	for (int i = 0; i < 150; i++) {
+		char p[340];
+		snprintf(p, sizeof(p), "%s/n%d", d, i);
+		cr_assert_eq(io->rmdir(io, p), 0);
+	}
+	cr_assert_eq(io->rmdir(io, d), 0);
+	cr_assert_eq(io->list(io, d, count_names, &n), -ENOENT);
+	cr_assert_eq(io->rmdir(io, d), -ENOENT);
 }
 
 /* ---- status text and version -------------------------------------------- */

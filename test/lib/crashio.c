@@ -1,6 +1,8 @@
 /*
  * crashio.c - the code of crashio.h.
  */
+#include <dirent.h>
+
 #include "crashio.h"
 
 uint64_t test_seed(const char *name)
@@ -570,32 +572,37 @@ static void cio_img_write(struct cio_file *f, const uint8_t *d, uint64_t off, ui
 	memcpy(f->img + off, d, len);
 }
 
+static void cio_record_locked(struct cio_file *f, int trunc, const void *data, uint64_t off,
+			      uint64_t len)
+{
+	if (f->nch == f->chcap) {
+		size_t cap = f->chcap ? f->chcap * 2 : 64;
+		struct cio_change *p = realloc(f->ch, cap * sizeof(*p));
+		if (!p)
+			abort();
+		f->ch = p;
+		f->chcap = cap;
+	}
+	struct cio_change *ch = &f->ch[f->nch++];
+	ch->trunc = trunc;
+	ch->off = off;
+	ch->len = len;
+	ch->data = NULL;
+	if (!trunc && len) {
+		ch->data = malloc(len);
+		if (!ch->data)
+			abort();
+		memcpy(ch->data, data, len);
+	}
+}
+
 static void cio_record(struct cio *c, int fd, int trunc, const void *data, uint64_t off,
 		       uint64_t len)
 {
 	pthread_mutex_lock(&c->mu);
 	struct cio_file *f = cio_file_of(c, fd);
-	if (f) {
-		if (f->nch == f->chcap) {
-			size_t cap = f->chcap ? f->chcap * 2 : 64;
-			struct cio_change *p = realloc(f->ch, cap * sizeof(*p));
-			if (!p)
-				abort();
-			f->ch = p;
-			f->chcap = cap;
-		}
-		struct cio_change *ch = &f->ch[f->nch++];
-		ch->trunc = trunc;
-		ch->off = off;
-		ch->len = len;
-		ch->data = NULL;
-		if (!trunc && len) {
-			ch->data = malloc(len);
-			if (!ch->data)
-				abort();
-			memcpy(ch->data, data, len);
-		}
-	}
+	if (f)
+		cio_record_locked(f, trunc, data, off, len);
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -632,6 +639,222 @@ static void cio_synced(struct cio *c, int fd, size_t upto)
 	pthread_mutex_unlock(&c->mu);
 }
 
+/* ---- names ---------------------------------------------------------------- */
+
+static char *cio_strdup(const char *s)
+{
+	char *d = strdup(s);
+	if (!d)
+		abort();
+	return d;
+}
+
+/* path without repeated or trailing slashes (malloc'd). */
+static char *cio_norm(const char *path)
+{
+	char *s = cio_strdup(path), *q = s;
+	for (const char *p = path; *p; p++)
+		if (!(*p == '/' && q > s && q[-1] == '/'))
+			*q++ = *p;
+	while (q > s + 1 && q[-1] == '/')
+		q--;
+	*q = 0;
+	return s;
+}
+
+/* The directory holding a normalised path (malloc'd). */
+static char *cio_parent(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return cio_strdup(".");
+	if (slash == path)
+		return cio_strdup("/");
+	char *d = strndup(path, (size_t)(slash - path));
+	if (!d)
+		abort();
+	return d;
+}
+
+/* Whether path is dir or lies below it. */
+static int cio_under(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+	return !strncmp(path, dir, n) && (path[n] == 0 || path[n] == '/');
+}
+
+static struct cio_name *cio_name_find(struct cio_name *v, size_t n, const char *path)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(v[i].path, path))
+			return &v[i];
+	return NULL;
+}
+
+static void cio_name_set(struct cio_name **v, size_t *n, size_t *cap, const char *path, int file)
+{
+	struct cio_name *e = cio_name_find(*v, *n, path);
+	if (e) {
+		e->file = file;
+		return;
+	}
+	if (*n == *cap) {
+		*cap = *cap ? *cap * 2 : 16;
+		*v = realloc(*v, *cap * sizeof(**v));
+		if (!*v)
+			abort();
+	}
+	(*v)[(*n)++] = (struct cio_name){cio_strdup(path), file};
+}
+
+/* Removes path and, with subtree, everything below it. */
+static void cio_name_del(struct cio_name *v, size_t *n, const char *path, int subtree)
+{
+	for (size_t i = 0; i < *n;) {
+		if (subtree ? cio_under(v[i].path, path) : !strcmp(v[i].path, path)) {
+			free(v[i].path);
+			v[i] = v[--*n];
+		} else {
+			i++;
+		}
+	}
+}
+
+/* rename(2) over a set of names: `to` (and what is below it) goes, and
+ * `from` and everything below it move there. */
+static void cio_name_rename(struct cio_name *v, size_t *n, const char *from, const char *to)
+{
+	if (!cio_name_find(v, *n, from))
+		return; /* its creation is not in the image */
+	cio_name_del(v, n, to, 1);
+	size_t fl = strlen(from), tl = strlen(to);
+	for (size_t i = 0; i < *n; i++) {
+		if (!cio_under(v[i].path, from))
+			continue;
+		char *p = malloc(tl + strlen(v[i].path) - fl + 1);
+		if (!p)
+			abort();
+		memcpy(p, to, tl);
+		strcpy(p + tl, v[i].path + fl);
+		free(v[i].path);
+		v[i].path = p;
+	}
+}
+
+static void cio_name_apply(struct cio_name **v, size_t *n, size_t *cap, const struct cio_nsop *op)
+{
+	if (op->kind == CIO_NS_ADD)
+		cio_name_set(v, n, cap, op->path, op->file);
+	else if (op->kind == CIO_NS_DEL)
+		cio_name_del(*v, n, op->path, 0);
+	else
+		cio_name_rename(*v, n, op->path, op->to);
+}
+
+/* The tracked file that has this name now, or -1. */
+static int cio_file_at(struct cio *c, const char *path)
+{
+	for (size_t i = 0; i < c->nfiles; i++)
+		if (c->files[i].path && !strcmp(c->files[i].path, path))
+			return (int)i;
+	return -1;
+}
+
+static int cio_file_new(struct cio *c, const char *path)
+{
+	if (c->nfiles == c->fcap) {
+		size_t cap = c->fcap ? c->fcap * 2 : 8;
+		struct cio_file *nf = realloc(c->files, cap * sizeof(*nf));
+		if (!nf)
+			abort();
+		c->files = nf;
+		c->fcap = cap;
+	}
+	struct cio_file *nf = &c->files[c->nfiles];
+	memset(nf, 0, sizeof(*nf));
+	nf->path = cio_strdup(path);
+	return (int)c->nfiles++;
+}
+
+/* Whether the table has met the name: a tracked file's name now, a
+ * durable name, or one a pending change names. */
+static int cio_known(struct cio *c, const char *path)
+{
+	if (cio_file_at(c, path) >= 0 || cio_name_find(c->names, c->nnames, path))
+		return 1;
+	for (size_t i = 0; i < c->nops; i++)
+		if (!strcmp(c->ops[i].path, path) || (c->ops[i].to && !strcmp(c->ops[i].to, path)))
+			return 1;
+	return 0;
+}
+
+/* A name the table meets for the first time was there before it began
+ * to watch: durable, and a file's content with it. */
+static void cio_seed(struct cio *c, const char *path)
+{
+	struct stat st;
+	if (cio_known(c, path) || lstat(path, &st) != 0)
+		return;
+	if (S_ISDIR(st.st_mode)) {
+		cio_name_set(&c->names, &c->nnames, &c->namecap, path, CIO_DIR);
+		return;
+	}
+	if (!S_ISREG(st.st_mode))
+		return;
+	int i = cio_file_new(c, path);
+	struct cio_file *f = &c->files[i];
+	cio_img_resize(f, (uint64_t)st.st_size);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || (st.st_size && pread(fd, f->img, (size_t)st.st_size, 0) != st.st_size))
+		abort();
+	close(fd);
+	cio_name_set(&c->names, &c->nnames, &c->namecap, path, i);
+}
+
+static void cio_nsop_add(struct cio *c, int kind, const char *path, const char *to, int file)
+{
+	if (c->nops == c->opcap) {
+		c->opcap = c->opcap ? c->opcap * 2 : 16;
+		c->ops = realloc(c->ops, c->opcap * sizeof(*c->ops));
+		if (!c->ops)
+			abort();
+	}
+	c->ops[c->nops++] = (struct cio_nsop){.kind = kind,
+					      .path = cio_strdup(path),
+					      .to = to ? cio_strdup(to) : NULL,
+					      .dir = cio_parent(to ? to : path),
+					      .file = file,
+					      .seq = c->opseq++};
+}
+
+static void cio_nsop_free(struct cio_nsop *op)
+{
+	free(op->path);
+	free(op->to);
+	free(op->dir);
+}
+
+/* An fsync of directory dir made durable the changes of its names made
+ * before the sync began (sequence numbers below seq). */
+static void cio_names_synced(struct cio *c, const char *dir, long seq)
+{
+	pthread_mutex_lock(&c->mu);
+	size_t k = 0;
+	for (size_t i = 0; i < c->nops; i++) {
+		struct cio_nsop *op = &c->ops[i];
+		if (op->seq < seq && !strcmp(op->dir, dir)) {
+			cio_name_apply(&c->names, &c->nnames, &c->namecap, op);
+			cio_nsop_free(op);
+		} else {
+			c->ops[k++] = *op;
+		}
+	}
+	c->nops = k;
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- the table ------------------------------------------------------------- */
+
 static int cio_open(const struct flex_io *io, const char *path, int flags, mode_t mode)
 {
 	struct cio *c = cio_of(io);
@@ -639,35 +862,32 @@ static int cio_open(const struct flex_io *io, const char *path, int flags, mode_
 	if (f < 0)
 		return f;
 	const struct flex_io *p = flex_io_posix();
-	int fd = p->open(p, path, flags, mode);
-	if (fd < 0 || !c->track)
-		return fd;
-	struct stat st;
-	if (fd >= CIO_MAXFD || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-		return fd;
+	if (!c->track)
+		return p->open(p, path, flags, mode);
 	pthread_mutex_lock(&c->mu);
-	size_t i;
-	for (i = 0; i < c->nfiles; i++)
-		if (!strcmp(c->files[i].path, path))
-			break;
-	if (i == c->nfiles) {
-		if (c->nfiles == c->fcap) {
-			size_t cap = c->fcap ? c->fcap * 2 : 8;
-			struct cio_file *nf = realloc(c->files, cap * sizeof(*nf));
-			if (!nf)
-				abort();
-			c->files = nf;
-			c->fcap = cap;
+	char *np = cio_norm(path);
+	struct stat st;
+	int existed = stat(np, &st) == 0;
+	if (existed && S_ISREG(st.st_mode))
+		cio_seed(c, np);
+	int fd = p->open(p, path, flags, mode);
+	if (fd >= 0 && fd < CIO_MAXFD && fstat(fd, &st) == 0) {
+		if (S_ISDIR(st.st_mode)) {
+			free(c->dirfd[fd]);
+			c->dirfd[fd] = np;
+			np = NULL;
+		} else if (S_ISREG(st.st_mode)) {
+			int i = cio_file_at(c, np);
+			if (i < 0) { /* made by this open */
+				i = cio_file_new(c, np);
+				cio_nsop_add(c, CIO_NS_ADD, np, NULL, i);
+			} else if (existed && (flags & O_TRUNC)) {
+				cio_record_locked(&c->files[i], 1, NULL, 0, 0);
+			}
+			c->fdmap[fd] = i + 1;
 		}
-		struct cio_file *nf = &c->files[c->nfiles++];
-		memset(nf, 0, sizeof(*nf));
-		nf->path = strdup(path);
-		/* What is already there counts as durable. */
-		cio_img_resize(nf, (uint64_t)st.st_size);
-		if (st.st_size && pread(fd, nf->img, (size_t)st.st_size, 0) != st.st_size)
-			abort();
 	}
-	c->fdmap[fd] = (int)i + 1;
+	free(np);
 	pthread_mutex_unlock(&c->mu);
 	return fd;
 }
@@ -677,8 +897,11 @@ static int cio_close(const struct flex_io *io, int fd)
 	struct cio *c = cio_of(io);
 	int f = cio_fault(c, CIO_CLOSE);
 	pthread_mutex_lock(&c->mu);
-	if (fd >= 0 && fd < CIO_MAXFD)
+	if (fd >= 0 && fd < CIO_MAXFD) {
 		c->fdmap[fd] = 0;
+		free(c->dirfd[fd]);
+		c->dirfd[fd] = NULL;
+	}
 	pthread_mutex_unlock(&c->mu);
 	const struct flex_io *p = flex_io_posix();
 	int rc = p->close(p, fd); /* the descriptor goes whatever the fault */
@@ -722,10 +945,17 @@ static int cio_sync_common(const struct flex_io *io, int fd, int op)
 	if (c->before_sync)
 		c->before_sync(c, c->hook_arg);
 	size_t upto = cio_pending(c, fd);
+	pthread_mutex_lock(&c->mu);
+	char *dir = fd >= 0 && fd < CIO_MAXFD && c->dirfd[fd] ? cio_strdup(c->dirfd[fd]) : NULL;
+	long seq = c->opseq;
+	pthread_mutex_unlock(&c->mu);
 	const struct flex_io *p = flex_io_posix();
 	int rc = op == CIO_FSYNC ? p->fsync(p, fd) : p->fdatasync(p, fd);
 	if (!rc)
 		cio_synced(c, fd, upto);
+	if (!rc && dir)
+		cio_names_synced(c, dir, seq);
+	free(dir);
 	return rc;
 }
 
@@ -804,6 +1034,123 @@ static int cio_read_batch(const struct flex_io *io, int fd, const struct flex_io
 	return p->read_batch(p, fd, v, n);
 }
 
+static int cio_mkdir(const struct flex_io *io, const char *path, mode_t mode)
+{
+	struct cio *c = cio_of(io);
+	int f = cio_fault(c, CIO_MKDIR);
+	if (f < 0)
+		return f;
+	const struct flex_io *p = flex_io_posix();
+	pthread_mutex_lock(&c->mu);
+	int rc = p->mkdir(p, path, mode);
+	if (!rc && c->track) {
+		char *np = cio_norm(path);
+		cio_nsop_add(c, CIO_NS_ADD, np, NULL, CIO_DIR);
+		free(np);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+/* unlink and rmdir: the name goes, and comes back in an image that drops
+ * the change. */
+static int cio_remove(const struct flex_io *io, const char *path, int op)
+{
+	struct cio *c = cio_of(io);
+	int f = cio_fault(c, op);
+	if (f < 0)
+		return f;
+	const struct flex_io *p = flex_io_posix();
+	pthread_mutex_lock(&c->mu);
+	char *np = cio_norm(path);
+	if (c->track)
+		cio_seed(c, np);
+	int rc = op == CIO_UNLINK ? p->unlink(p, path) : p->rmdir(p, path);
+	if (!rc && c->track) {
+		int i = cio_file_at(c, np);
+		if (i >= 0) {
+			free(c->files[i].path);
+			c->files[i].path = NULL;
+		}
+		cio_nsop_add(c, CIO_NS_DEL, np, NULL, 0);
+	}
+	free(np);
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+static int cio_unlink(const struct flex_io *io, const char *path)
+{
+	return cio_remove(io, path, CIO_UNLINK);
+}
+
+static int cio_rmdir(const struct flex_io *io, const char *path)
+{
+	return cio_remove(io, path, CIO_RMDIR);
+}
+
+static int cio_rename(const struct flex_io *io, const char *from, const char *to)
+{
+	struct cio *c = cio_of(io);
+	int f = cio_fault(c, CIO_RENAME);
+	if (f < 0)
+		return f;
+	const struct flex_io *p = flex_io_posix();
+	pthread_mutex_lock(&c->mu);
+	char *nf = cio_norm(from), *nt = cio_norm(to);
+	if (c->track) {
+		cio_seed(c, nf);
+		cio_seed(c, nt);
+	}
+	int rc = p->rename(p, from, to);
+	if (!rc && c->track) {
+		size_t fl = strlen(nf), tl = strlen(nt);
+		for (size_t i = 0; i < c->nfiles; i++) {
+			char **q = &c->files[i].path;
+			if (*q && cio_under(*q, nt) && !cio_under(*q, nf)) {
+				free(*q); /* replaced */
+				*q = NULL;
+			}
+		}
+		for (size_t i = 0; i < c->nfiles + CIO_MAXFD; i++) {
+			char **q = i < c->nfiles ? &c->files[i].path : &c->dirfd[i - c->nfiles];
+			if (!*q || !cio_under(*q, nf))
+				continue;
+			char *np = malloc(tl + strlen(*q) - fl + 1);
+			if (!np)
+				abort();
+			memcpy(np, nt, tl);
+			strcpy(np + tl, *q + fl);
+			free(*q);
+			*q = np;
+		}
+		cio_nsop_add(c, CIO_NS_RENAME, nf, nt, 0);
+	}
+	free(nf);
+	free(nt);
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+static int cio_list(const struct flex_io *io, const char *dir,
+		    int (*fn)(void *arg, const char *name), void *arg)
+{
+	int f = cio_fault(cio_of(io), CIO_LIST);
+	if (f < 0)
+		return f;
+	const struct flex_io *p = flex_io_posix();
+	return p->list(p, dir, fn, arg);
+}
+
+static int cio_lock(const struct flex_io *io, int fd, int exclusive)
+{
+	int f = cio_fault(cio_of(io), CIO_LOCK);
+	if (f < 0)
+		return f;
+	const struct flex_io *p = flex_io_posix();
+	return p->lock(p, fd, exclusive);
+}
+
 void cio_init(struct cio *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -819,6 +1166,12 @@ void cio_init(struct cio *c)
 				 .fsize = cio_fsize,
 				 .write_batch = cio_write_batch,
 				 .read_batch = cio_read_batch,
+				 .mkdir = cio_mkdir,
+				 .rmdir = cio_rmdir,
+				 .unlink = cio_unlink,
+				 .rename = cio_rename,
+				 .list = cio_list,
+				 .lock = cio_lock,
 				 .ctx = c};
 }
 
@@ -833,22 +1186,176 @@ void cio_destroy(struct cio *c)
 		free(f->path);
 	}
 	free(c->files);
+	for (size_t i = 0; i < c->nnames; i++)
+		free(c->names[i].path);
+	free(c->names);
+	for (size_t i = 0; i < c->nops; i++)
+		cio_nsop_free(&c->ops[i]);
+	free(c->ops);
+	for (int fd = 0; fd < CIO_MAXFD; fd++)
+		free(c->dirfd[fd]);
 	pthread_mutex_destroy(&c->mu);
 	memset(c, 0, sizeof(*c));
+}
+
+/* The names of a power-loss image: the durable ones, then a prefix of
+ * each directory's pending changes, in order. */
+static struct cio_name *cio_image_names(struct cio *c, uint64_t *r, int how, size_t *n)
+{
+	size_t cap = 0;
+	struct cio_name *v = NULL;
+	*n = 0;
+	for (size_t i = 0; i < c->nnames; i++)
+		cio_name_set(&v, n, &cap, c->names[i].path, c->names[i].file);
+	size_t *keep = calloc(c->nops + 1, sizeof(*keep));
+	size_t *first = calloc(c->nops + 1, sizeof(*first)); /* the op opening its directory's run */
+	if (!keep || !first)
+		abort();
+	for (size_t i = 0; i < c->nops; i++) {
+		size_t j = 0;
+		while (j < i && strcmp(c->ops[j].dir, c->ops[i].dir))
+			j++;
+		first[i] = j;
+		keep[j]++; /* first count the directory's changes */
+	}
+	for (size_t i = 0; i < c->nops; i++)
+		if (first[i] == i)
+			keep[i] = how == CIO_ALL_APPLIED    ? keep[i]
+				  : how == CIO_NONE_APPLIED ? 0
+							    : (size_t)rnd_below(r, keep[i] + 1);
+	for (size_t i = 0; i < c->nops; i++) {
+		size_t *k = &keep[first[i]];
+		if (*k) { /* within its directory's prefix */
+			cio_name_apply(&v, n, &cap, &c->ops[i]);
+			(*k)--;
+		}
+	}
+	free(keep);
+	free(first);
+	return v;
+}
+
+/* Whether every directory between srcroot and path that the table has
+ * seen made or named is in the image. */
+static int cio_parents_in(struct cio *c, const struct cio_name *v, size_t n, const char *path,
+			  const char *srcroot)
+{
+	char *p = cio_strdup(path);
+	size_t rl = strlen(srcroot);
+	int ok = 1;
+	for (char *s = strrchr(p, '/'); ok && s && (size_t)(s - p) > rl; s = strrchr(p, '/')) {
+		*s = 0;
+		if (cio_known(c, p)) {
+			const struct cio_name *e = cio_name_find((struct cio_name *)v, n, p);
+			ok = e && e->file == CIO_DIR;
+		}
+	}
+	free(p);
+	return ok;
+}
+
+static int cio_write_file(const char *path, const uint8_t *b, uint64_t size)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	int rc = 0;
+	uint64_t done = 0;
+	while (done < size) {
+		ssize_t k = write(fd, b + done, size - done);
+		if (k <= 0) {
+			rc = -EIO;
+			break;
+		}
+		done += (uint64_t)k;
+	}
+	close(fd);
+	return rc;
+}
+
+/* dst, the place of src under dstdir, with its directories made. */
+static int cio_dst_path(char *dst, size_t cap, const char *src, const char *srcroot,
+			const char *dstdir)
+{
+	int pn;
+	if (srcroot) {
+		pn = snprintf(dst, cap, "%s%s", dstdir, src + strlen(srcroot));
+	} else {
+		const char *base = strrchr(src, '/');
+		pn = snprintf(dst, cap, "%s/%s", dstdir, base ? base + 1 : src);
+	}
+	if (pn < 0 || (size_t)pn >= cap)
+		return -ENAMETOOLONG;
+	for (char *q = dst + strlen(dstdir) + 1; srcroot && (q = strchr(q, '/')); q++) {
+		*q = 0;
+		mkdir(dst, 0755);
+		*q = '/';
+	}
+	return 0;
+}
+
+/* Copies, as they are, the files under dir the table never met. */
+static int cio_copy_unseen(struct cio *c, const struct cio_name *v, size_t n, const char *dir,
+			   const char *srcroot, const char *dstdir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int rc = 0;
+	struct dirent *e;
+	while (!rc && (e = readdir(d)) != NULL) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		char path[PATH_MAX], dst[PATH_MAX];
+		struct stat st;
+		if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path) ||
+		    lstat(path, &st) != 0)
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			rc = cio_copy_unseen(c, v, n, path, srcroot, dstdir);
+			continue;
+		}
+		if (!S_ISREG(st.st_mode) || cio_known(c, path) ||
+		    !cio_parents_in(c, v, n, path, srcroot))
+			continue;
+		uint8_t *b = malloc(st.st_size ? (size_t)st.st_size : 1);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (!b || fd < 0 || pread(fd, b, (size_t)st.st_size, 0) != st.st_size)
+			rc = -EIO;
+		if (fd >= 0)
+			close(fd);
+		if (!rc)
+			rc = cio_dst_path(dst, sizeof(dst), path, srcroot, dstdir);
+		if (!rc)
+			rc = cio_write_file(dst, b, (uint64_t)st.st_size);
+		free(b);
+	}
+	closedir(d);
+	return rc;
 }
 
 int cio_materialise(struct cio *c, const char *srcroot, const char *dstdir, uint64_t *r, int how,
 		    long *changes)
 {
 	int rc = 0;
-	long nch = 0;
-	size_t sl = srcroot ? strlen(srcroot) : 0;
 	mkdir(dstdir, 0755);
 	pthread_mutex_lock(&c->mu);
-	for (size_t i = 0; i < c->nfiles && !rc; i++) {
-		struct cio_file *f = &c->files[i];
-		if (srcroot && (strncmp(f->path, srcroot, sl) != 0 || access(f->path, F_OK) != 0))
-			continue; /* elsewhere, or unlinked */
+	char *root = srcroot ? cio_norm(srcroot) : NULL;
+	size_t nn;
+	struct cio_name *v = cio_image_names(c, r, how, &nn);
+	long nch = (long)c->nops;
+	for (size_t i = 0; i < nn && !rc; i++) {
+		const struct cio_name *e = &v[i];
+		char path[PATH_MAX];
+		if (root && (!cio_under(e->path, root) || !strcmp(e->path, root) ||
+			     !cio_parents_in(c, v, nn, e->path, root)))
+			continue;
+		if (e->file == CIO_DIR) {
+			if (root && !(rc = cio_dst_path(path, sizeof(path), e->path, root, dstdir)))
+				mkdir(path, 0755);
+			continue;
+		}
+		struct cio_file *f = &c->files[e->file];
 		struct cio_file t = {0};
 		cio_img_resize(&t, f->img_size);
 		if (f->img_size)
@@ -877,37 +1384,17 @@ int cio_materialise(struct cio *c, const char *srcroot, const char *dstdir, uint
 			if (len)
 				cio_img_write(&t, ch->data, ch->off, len);
 		}
-		const char *base = strrchr(f->path, '/');
-		base = base ? base + 1 : f->path;
-		char path[PATH_MAX];
-		int pn = srcroot ? snprintf(path, sizeof(path), "%s%s", dstdir, f->path + sl)
-				 : snprintf(path, sizeof(path), "%s/%s", dstdir, base);
-		/* Parent directories below dstdir. */
-		for (char *q = path + strlen(dstdir) + 1; srcroot && pn > 0 && (q = strchr(q, '/'));
-		     q++) {
-			*q = 0;
-			mkdir(path, 0755);
-			*q = '/';
-		}
-		int fd = pn < 0 || (size_t)pn >= sizeof(path)
-			     ? -1
-			     : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd < 0) {
-			rc = -errno;
-		} else {
-			uint64_t done = 0;
-			while (done < t.img_size) {
-				ssize_t n = write(fd, t.img + done, t.img_size - done);
-				if (n <= 0) {
-					rc = -EIO;
-					break;
-				}
-				done += (uint64_t)n;
-			}
-			close(fd);
-		}
+		rc = cio_dst_path(path, sizeof(path), e->path, root, dstdir);
+		if (!rc)
+			rc = cio_write_file(path, t.img, t.img_size);
 		free(t.img);
 	}
+	if (!rc && root)
+		rc = cio_copy_unseen(c, v, nn, root, root, dstdir);
+	for (size_t i = 0; i < nn; i++)
+		free(v[i].path);
+	free(v);
+	free(root);
 	pthread_mutex_unlock(&c->mu);
 	if (changes)
 		*changes = nch;
@@ -1003,6 +1490,51 @@ static int roio_read_batch(const struct flex_io *io, int fd, const struct flex_i
 	return p->read_batch(p, fd, v, n);
 }
 
+static int roio_mkdir(const struct flex_io *io, const char *path, mode_t mode)
+{
+	(void)mode;
+	roio_note(io, "mkdir", path);
+	return -EROFS;
+}
+
+static int roio_rmdir(const struct flex_io *io, const char *path)
+{
+	roio_note(io, "rmdir", path);
+	return -EROFS;
+}
+
+static int roio_unlink(const struct flex_io *io, const char *path)
+{
+	roio_note(io, "unlink", path);
+	return -EROFS;
+}
+
+static int roio_rename(const struct flex_io *io, const char *from, const char *to)
+{
+	(void)to;
+	roio_note(io, "rename", from);
+	return -EROFS;
+}
+
+static int roio_list(const struct flex_io *io, const char *dir,
+		     int (*fn)(void *arg, const char *name), void *arg)
+{
+	(void)io;
+	const struct flex_io *p = flex_io_posix();
+	return p->list(p, dir, fn, arg);
+}
+
+/* A shared lock changes nothing; an exclusive one is a writer's. */
+static int roio_lock(const struct flex_io *io, int fd, int exclusive)
+{
+	if (exclusive) {
+		roio_note(io, "exclusive lock", NULL);
+		return -EROFS;
+	}
+	const struct flex_io *p = flex_io_posix();
+	return p->lock(p, fd, 0);
+}
+
 void roio_init(struct roio *r)
 {
 	memset(r, 0, sizeof(*r));
@@ -1017,6 +1549,12 @@ void roio_init(struct roio *r)
 				 .fsize = roio_fsize,
 				 .write_batch = roio_write_batch,
 				 .read_batch = roio_read_batch,
+				 .mkdir = roio_mkdir,
+				 .rmdir = roio_rmdir,
+				 .unlink = roio_unlink,
+				 .rename = roio_rename,
+				 .list = roio_list,
+				 .lock = roio_lock,
 				 .ctx = r};
 }
 

@@ -16,8 +16,12 @@
  *     (a prefix of it applied), independently and in order.  A sync
  *     makes durable the changes recorded before it began, not those
  *     another thread makes while it waits (they may or may not reach the
- *     disk, so they stay in play).  Directory durability is not modelled
- *     (files never vanish).
+ *     disk, so they stay in play);
+ *   - track the names made and removed through it (open with O_CREAT,
+ *     mkdir, rmdir, unlink, rename): such a change is durable only once
+ *     its directory is fsynced, and until then a power-loss image has a
+ *     prefix of each directory's pending changes, in order (a created
+ *     file may vanish, a removed one come back, a rename be undone).
  * A hook called before every fsync/fdatasync lets a test materialise and
  * check a crash image at every durability point of a workload while the
  * workload itself goes on.
@@ -196,7 +200,14 @@ enum {
 	CIO_FSIZE = 1 << 8,
 	CIO_WRITE_BATCH = 1 << 9,
 	CIO_READ_BATCH = 1 << 10,
-	CIO_ALL = (1 << 11) - 1,
+	CIO_MKDIR = 1 << 11,
+	CIO_RMDIR = 1 << 12,
+	CIO_UNLINK = 1 << 13,
+	CIO_RENAME = 1 << 14,
+	CIO_LIST = 1 << 15,
+	CIO_LOCK = 1 << 16,
+	CIO_ALL = (1 << 17) - 1,
+	CIO_NAMES = CIO_MKDIR | CIO_RMDIR | CIO_UNLINK | CIO_RENAME,
 	CIO_WRITES = CIO_PWRITE | CIO_WRITE_BATCH,
 	CIO_SYNCS = CIO_FSYNC | CIO_FDATASYNC,
 	CIO_READS = CIO_PREAD | CIO_READ_BATCH,
@@ -213,11 +224,29 @@ struct cio_change {
 };
 
 struct cio_file {
-	char *path;
+	char *path; /* its name now; NULL once unlinked */
 	uint8_t *img; /* durable image */
 	uint64_t img_size, img_cap;
 	struct cio_change *ch; /* since the last sync, in order */
 	size_t nch, chcap;
+};
+
+/* A name: a tracked file's index, or CIO_DIR. */
+#define CIO_DIR (-1)
+struct cio_name {
+	char *path;
+	int file;
+};
+
+/* A change of names not yet durable, in the order made.  `dir` is the
+ * directory whose fsync makes it durable. */
+enum { CIO_NS_ADD, CIO_NS_DEL, CIO_NS_RENAME };
+struct cio_nsop {
+	int kind;
+	char *path, *to; /* to: rename only */
+	char *dir;
+	int file; /* ADD: the file index, or CIO_DIR */
+	long seq;
 };
 
 struct cio {
@@ -242,6 +271,13 @@ struct cio {
 	struct cio_file *files;
 	size_t nfiles, fcap;
 	int fdmap[CIO_MAXFD]; /* file index + 1; 0 = untracked */
+	char *dirfd[CIO_MAXFD]; /* the path of a directory descriptor */
+	/* Names: those known durable, and the changes since. */
+	struct cio_name *names;
+	size_t nnames, namecap;
+	struct cio_nsop *ops;
+	size_t nops, opcap;
+	long opseq;
 	void (*before_sync)(struct cio *c, void *arg);
 	void *hook_arg;
 	long nsyncs;
@@ -257,19 +293,23 @@ enum { CIO_RANDOM = 0, CIO_ALL_APPLIED = 1, CIO_NONE_APPLIED = 2 };
 /* Writes every tracked file into dstdir as it could be after a power loss
  * now: the durable image, then each later change applied, dropped or torn
  * (a prefix of 512-byte sectors, or of bytes), independently and in order.
- * With srcroot NULL, files keep their base names; otherwise only files
- * under srcroot that still exist are written, at the same place under
- * dstdir (subdirectories made as needed).  Returns 0 or -errno; *changes
- * gets how many unsynced changes were in play. */
+ * Names: each directory keeps a prefix of its pending changes (all of
+ * them, none, or a random prefix, by `how`), so only the files whose name
+ * the image keeps are written.  With srcroot NULL, files keep their base
+ * names; otherwise the files under srcroot are written at the same place
+ * under dstdir (subdirectories made as needed), with the files the table
+ * never saw copied as they are.  Returns 0 or -errno; *changes gets how
+ * many unsynced changes (of contents and of names) were in play. */
 int cio_materialise(struct cio *c, const char *srcroot, const char *dstdir, uint64_t *r, int how,
 		    long *changes);
 
 /* ---- the read-only watch -------------------------------------------------- */
 
 /* An I/O table for read-only handles: it passes reads through and refuses
- * (-EROFS) and counts every call that could change a file: pwrite,
- * write_batch, fsync, fdatasync, ftruncate, fallocate, and an open asking
- * for write access, creation or truncation.  `bad` names the first. */
+ * (-EROFS) and counts every call that could change a file or a name:
+ * pwrite, write_batch, fsync, fdatasync, ftruncate, fallocate, mkdir,
+ * rmdir, unlink, rename, an exclusive lock, and an open asking for write
+ * access, creation or truncation.  `bad` names the first. */
 struct roio {
 	struct flex_io io; /* io.ctx points back here */
 	atomic_long changes;
