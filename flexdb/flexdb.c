@@ -35,7 +35,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../flexspace/fs_ckpt.h"
 #include "../common/flex_ckpt.h"
 #include "../common/flex_ident.h"
 #include "../common/flex_killpoint.h"
@@ -753,7 +752,7 @@ int flexdb_checkpoint(struct flexdb *db, const char *dest_dir)
 	if (n1 < 0 || n1 >= (int)sizeof(from) || n2 < 0 || n2 >= (int)sizeof(to))
 		rc = -ENAMETOOLONG;
 	struct db_ckpt c = {.db = db};
-	struct fs_ckpt *ck;
+	struct flexspace_ckpt *ck;
 	if (!rc)
 		rc = flexspace_ckpt_begin(db->fs, from, db_ckpt_at, &c, &ck);
 	if (!rc)

@@ -1,7 +1,8 @@
 /*
  * flexspace_int.h - FlexSpace's private state, shared by flexspace.c (the
  * API and the open/recovery sequence), fs_seg.c (segments, the segment
- * buffer, garbage collection) and fs_log.c (the logical log).
+ * buffer), fs_read.c (reads), fs_gc.c (garbage collection and the checks
+ * of the segment table) and fs_log.c (the logical log).
  *
  * Locking: three locks, always taken in this order, so that no reader
  * ever waits for the disk to acknowledge a write:
@@ -132,7 +133,7 @@ struct flexspace {
 	uint32_t flushed;
 	int data_unsynced; /* DATA written since its last fdatasync */
 
-	/* DATA mapped read-only (fs_seg.c, "reads"): bytes below map_end are
+	/* DATA mapped read-only (fs_read.c): bytes below map_end are
 	 * copied from the mapping, without a system call when the kernel has
 	 * the page.  map is NULL when the I/O table is not the POSIX one (a
 	 * test's table must see every read), when no_mmap is set, or when
@@ -146,7 +147,7 @@ struct flexspace {
 	uint64_t map_end;
 	/* Whether the last probe of DATA's mapping found a piece not in
 	 * memory, and the count of reads that decides when to probe again
-	 * (fs_seg.c, FS_PROBE_PIECES); relaxed atomics, any reader. */
+	 * (fs_read.c, FS_PROBE_PIECES); relaxed atomics, any reader. */
 	int map_cold;
 	unsigned map_probes;
 	int in_gc;
@@ -184,15 +185,20 @@ int fs_sync_data(struct flexspace *fs);
 void fs_seg_drop(struct flexspace *fs, uint64_t poff, uint64_t len);
 void fs_seg_mark_pending(struct flexspace *fs);
 void fs_seg_release(struct flexspace *fs, int all);
-int fs_rebuild_valid(struct flexspace *fs);
-int fs_gc_due(const struct flexspace *fs);
-int fs_gc_run(struct flexspace *fs, int may_release);
+uint64_t fs_space_avail(const struct flexspace *fs);
 int fs_reserve_space(struct flexspace *fs, uint64_t len);
 void fs_trim_data(struct flexspace *fs);
+
+/* fs_read.c */
 int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len,
 		   struct flextree_mapping *loc, size_t *nloc);
 int fs_read_located(struct flexspace *fs, uint8_t *buf, const struct flextree_mapping *m,
 		    size_t n, uint64_t stamp);
+
+/* fs_gc.c */
+int fs_rebuild_valid(struct flexspace *fs);
+int fs_gc_due(const struct flexspace *fs);
+int fs_gc_run(struct flexspace *fs, int may_release);
 int fs_check_segments(struct flexspace *fs);
 int fs_check_overlap(struct flexspace *fs);
 

@@ -34,11 +34,10 @@
 #include "../common/flex_ident.h"
 #include "../common/flex_killpoint.h"
 #include "flexspace_int.h"
-#include "fs_ckpt.h"
 
 #define CKPT_LOG "LOG.ckpt"
 
-struct fs_ckpt {
+struct flexspace_ckpt {
 	struct flexspace *fs;
 	char *dest;
 	int dest_fd;
@@ -82,7 +81,7 @@ static int ckpt_copy_file(struct flexspace *fs, const char *name, uint64_t len, 
 
 /* Takes back what the checkpoint made: the known names, and dest itself
  * when the checkpoint created it. */
-static void ckpt_clean(struct fs_ckpt *ck)
+static void ckpt_clean(struct flexspace_ckpt *ck)
 {
 	static const char *const names[] = {FLEX_IDENT_NAME, "LOG",  CKPT_LOG,
 					    "TREE",	     "DATA", "LOCK"};
@@ -92,7 +91,7 @@ static void ckpt_clean(struct fs_ckpt *ck)
 		ck->fs->io->rmdir(ck->fs->io, ck->dest);
 }
 
-static void ckpt_free(struct fs_ckpt *ck)
+static void ckpt_free(struct flexspace_ckpt *ck)
 {
 	if (ck->dest_fd >= 0)
 		ck->fs->io->close(ck->fs->io, ck->dest_fd);
@@ -101,7 +100,7 @@ static void ckpt_free(struct fs_ckpt *ck)
 	free(ck);
 }
 
-static void ckpt_unpin(struct fs_ckpt *ck)
+static void ckpt_unpin(struct flexspace_ckpt *ck)
 {
 	struct flexspace *fs = ck->fs;
 	pthread_mutex_lock(&fs->change_mu);
@@ -114,7 +113,7 @@ static void ckpt_unpin(struct fs_ckpt *ck)
 }
 
 int flexspace_ckpt_begin(struct flexspace *fs, const char *dest, int (*at)(void *arg), void *arg,
-			 struct fs_ckpt **out)
+			 struct flexspace_ckpt **out)
 {
 	if (!out)
 		return -EINVAL;
@@ -123,7 +122,7 @@ int flexspace_ckpt_begin(struct flexspace *fs, const char *dest, int (*at)(void 
 		return -EINVAL;
 	if (fs->read_only)
 		return FLEX_EREADONLY;
-	struct fs_ckpt *ck = calloc(1, sizeof(*ck));
+	struct flexspace_ckpt *ck = calloc(1, sizeof(*ck));
 	if (!ck)
 		return -ENOMEM;
 	ck->fs = fs;
@@ -183,7 +182,7 @@ int flexspace_ckpt_begin(struct flexspace *fs, const char *dest, int (*at)(void 
 	return 0;
 }
 
-int flexspace_ckpt_end(struct fs_ckpt *ck, int abort)
+int flexspace_ckpt_end(struct flexspace_ckpt *ck, int abort)
 {
 	if (!ck)
 		return -EINVAL;
@@ -247,7 +246,7 @@ int flexspace_ckpt_end(struct fs_ckpt *ck, int abort)
 
 int flexspace_checkpoint(struct flexspace *fs, const char *dest_dir)
 {
-	struct fs_ckpt *ck;
+	struct flexspace_ckpt *ck;
 	int rc = flexspace_ckpt_begin(fs, dest_dir, NULL, NULL, &ck);
 	return rc ? rc : flexspace_ckpt_end(ck, 0);
 }

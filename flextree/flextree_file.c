@@ -14,7 +14,7 @@
  * header carries the root's, so a stale copy of a node (an old version of
  * the same slot) is detected just like a flipped bit.  Open picks the valid
  * header with the highest version and reads the internal nodes it names,
- * verifying each checksum.  Leaves are read by the leaf cache (flextree.c)
+ * verifying each checksum.  Leaves are read by the leaf cache (ft_cache.c)
  * when first needed, from the slot their parent names, and verified the
  * same way plus against the range their parent gives them; by default
  * open reads each once through the cache to check the whole tree.  A clean

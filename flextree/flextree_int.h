@@ -1,6 +1,8 @@
 /*
- * flextree_int.h - FlexTree's private structures, shared by the in-memory
- * operations (flextree.c) and the persistent file code (flextree_file.c).
+ * flextree_int.h - FlexTree's private structures and functions, shared by
+ * the public API (flextree.c), the nodes and structural changes
+ * (ft_node.c), the leaf cache (ft_cache.c), the deep check (ft_check.c)
+ * and the persistent file code (flextree_file.c).
  *
  * Invariants (checked by flextree_check):
  *  - Every node has a base: the sum of the shifts on the pointers from the
@@ -185,13 +187,78 @@ static inline uint64_t ft_pt_make(uint64_t poff, uint16_t tag)
 	return (poff & FT_POFF_MASK) | ((uint64_t)tag << 48);
 }
 
-/* flextree.c */
+/* The path of a descent: node[d] is the internal node at depth d, idx[d]
+ * the child taken and base[d] the node's own base offset (the leaf cache
+ * derives a leaf's expected span from them, and cursors move with them). */
+struct ft_path {
+	int depth;
+	struct ft_internal *node[FT_MAX_HEIGHT];
+	int idx[FT_MAX_HEIGHT];
+	int64_t base[FT_MAX_HEIGHT];
+	struct ft_leaf *leaf;
+	int64_t leaf_base;
+};
+
+/* The searches are branch-free binary searches: random offsets make every
+ * step of a branching search a coin toss for the predictor, and the
+ * mispredictions cost more than the comparisons.  They first test the last
+ * key, so that an append (always past the last key) takes one comparison.
+ *
+ * Number of leaf entries whose partial offset is <= y. */
+static inline int ft_leaf_upper(const struct ft_leaf *l, uint64_t y)
+{
+	int n = l->h.count;
+	if (n == 0 || l->b->loff[n - 1] <= y)
+		return n;
+	const uint64_t *b = l->b->loff;
+	while (n > 1) {
+		int half = n >> 1;
+		b = b[half] <= y ? b + half : b;
+		n -= half;
+	}
+	return (int)(b - l->b->loff) + (*b <= y);
+}
+
+/* ft_node.c */
 struct ft_node *ft_node_new(const struct flextree *t, int leaf);
 struct ft_leaf *ft_leaf_stub_new(void);
+void ft_leaf_free(struct ft_leaf *l);
 void ft_node_free_tree(struct ft_node *n);
 void ft_release_slot(struct flextree *t, struct ft_node *n);
+int ft_reserve_slow(struct flextree *t);
+int ft_find(const struct flextree *t, uint64_t x, struct ft_path *p);
+int ft_find_mut(struct flextree *t, uint64_t x, struct ft_path *p);
+void ft_leaf_split_extent(struct ft_leaf *l, int k, uint64_t y);
+int ft_insert_one(struct flextree *t, uint64_t x, uint64_t pt, uint32_t len);
+int ft_collapse_leaf(struct flextree *t, uint64_t x, uint64_t d, uint64_t *removed);
+
+/* Makes sure the spare pools can cover one descent: a new root and a split
+ * on every level.  The pools are almost always full already (only a split
+ * takes from them), so the check is inline and the refill is not. */
+static inline int ft_reserve(struct flextree *t)
+{
+	int want = (int)t->height + 2;
+	if (__builtin_expect(t->nspare_leaf >= 2 && t->nspare_internal >= want, 1))
+		return 0;
+	return ft_reserve_slow(t);
+}
+
+/* ft_cache.c */
+struct ft_leaf_body *ft_body_take_locked(struct flextree *t);
 void ft_cache_trim(struct flextree *t);
 void ft_cache_add(struct flextree *t, struct ft_leaf *l);
+void ft_cache_del(struct flextree *t, struct ft_leaf *l);
+int ft_leaf_get(const struct flextree *ct, struct ft_leaf *l, const struct ft_span *sp,
+		const struct ft_path *p, int lv, int i, int pin);
+void ft_leaf_unpin(const struct flextree *ct, struct ft_leaf *l);
+
+/* Ends a reader's use of a leaf pinned by ft_leaf_get.  Every lookup ends
+ * here, and a volatile tree pins nothing: the test stays inline. */
+static inline void ft_leaf_put(const struct flextree *t, struct ft_leaf *l)
+{
+	if (t->paged)
+		ft_leaf_unpin(t, l);
+}
 
 /* flextree_file.c */
 int ft_file_open(struct flextree *t, const char *path, const struct flextree_options *opt);

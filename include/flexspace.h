@@ -338,6 +338,36 @@ FLEX_EXPORT int flexspace_sync(struct flexspace *fs);
  *                  handle stays usable) */
 FLEX_EXPORT int flexspace_checkpoint(struct flexspace *fs, const char *dest_dir);
 
+/* A checkpoint in two halves, for a caller that keeps files of its own
+ * beside a space and must copy them at the very point the space's copy
+ * is taken (FlexDB copies its write-ahead logs there).
+ * flexspace_checkpoint(fs, d) is flexspace_ckpt_begin(fs, d, NULL, NULL,
+ * &ck) followed by flexspace_ckpt_end(ck, 0). */
+struct flexspace_ckpt;
+
+/* Starts a checkpoint into dest_dir, with the rules and errors of
+ * flexspace_checkpoint: syncs the space, copies TREE and the synced part
+ * of LOG (under a temporary name) while holding off syncs, tree commits
+ * and collections, and keeps the segments of DATA the copy needs from
+ * reuse.  at(arg), when not NULL, runs while that hold is still on: no
+ * sync, tree commit or collection of this space happens between the
+ * copied point and its return.  A nonzero return of at ends the
+ * checkpoint with that status.  On success *out is set, and must be
+ * passed to flexspace_ckpt_end exactly once; until then, another
+ * checkpoint of the handle waits.  On an error *out is NULL and nothing
+ * is left of the copy.  Also -EINVAL for a NULL out. */
+FLEX_EXPORT int flexspace_ckpt_begin(struct flexspace *fs, const char *dest_dir,
+				     int (*at)(void *arg), void *arg,
+				     struct flexspace_ckpt **out);
+
+/* Ends a checkpoint and frees ck: copies DATA (with no lock held), lets
+ * the kept segments be reused, and completes the copy -- LOG under its
+ * name, then IDENTITY, each step durable before the next.  With abort
+ * set, or on an error, removes what the checkpoint made instead (dest_dir
+ * too, if the checkpoint created it).  Returns 0, -EINVAL for a NULL ck,
+ * or an error of flexspace_checkpoint's from writing the copy. */
+FLEX_EXPORT int flexspace_ckpt_end(struct flexspace_ckpt *ck, int abort);
+
 /* Runs the maintenance changes have made due and deferred (see
  * defer_maintenance): commits the tree if the log is over log_limit, then
  * collects garbage if the data file is over gc_ratio (which ends with a

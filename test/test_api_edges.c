@@ -39,7 +39,6 @@
 #include "flexdb.h"
 #include "flexspace.h"
 #include "flextree.h"
-#include "../flexspace/fs_ckpt.h"
 #include "../common/flex_brlock.h"
 #include "../common/flex_ckpt.h"
 #include "../common/flex_ident.h"
@@ -1487,7 +1486,7 @@ Test(api_edges, checkpoint_bad_arguments_and_destinations)
 	char src[PATH_MAX], p[PATH_MAX];
 	cr_assert_eq(flexspace_checkpoint(NULL, "x"), -EINVAL);
 	cr_assert_eq(flexdb_checkpoint(NULL, "x"), -EINVAL);
-	struct fs_ckpt *ck = (struct fs_ckpt *)&d;
+	struct flexspace_ckpt *ck = (struct flexspace_ckpt *)&d;
 	cr_assert_eq(flexspace_ckpt_begin(NULL, "x", NULL, NULL, &ck), -EINVAL);
 	cr_assert_null(ck);
 	cr_assert_eq(flexspace_ckpt_end(NULL, 0), -EINVAL);
@@ -1555,6 +1554,72 @@ Test(api_edges, checkpoint_bad_arguments_and_destinations)
 	cr_assert_eq(flexdb_checkpoint(db, q), FLEX_EREADONLY);
 	cr_assert_neq(access(q, F_OK), 0);
 	cr_assert_eq(flexdb_close(db), 0);
+	tmp_free(&d);
+}
+
+/* at() of flexspace_ckpt_begin: counts its calls and returns *arg. */
+static int ckpt_at_calls;
+
+static int ckpt_at(void *arg)
+{
+	ckpt_at_calls++;
+	return *(const int *)arg;
+}
+
+/* The two halves of a checkpoint: a NULL out, a read-only handle, an
+ * error from at(), and an abort leave no copy; a begun checkpoint that
+ * ends opens as the space. */
+Test(api_edges, space_checkpoint_halves)
+{
+	struct tmpdir d;
+	tmp_make(&d, "ckhalf");
+	char src[PATH_MAX], p[PATH_MAX];
+	join(src, sizeof(src), d.path, "space");
+	join(p, sizeof(p), d.path, "copy");
+	struct flexspace_options so = small_space();
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(src, &so, &fs), 0);
+	cr_assert_eq(flexspace_write(fs, "kept", 0, 4), 4);
+	cr_expect_eq(flexspace_ckpt_begin(fs, p, NULL, NULL, NULL), -EINVAL);
+	cr_expect_neq(access(p, F_OK), 0);
+
+	struct flexspace_ckpt *ck = (struct flexspace_ckpt *)&d;
+	int status = -EIO;
+	ckpt_at_calls = 0;
+	cr_expect_eq(flexspace_ckpt_begin(fs, p, ckpt_at, &status, &ck), -EIO);
+	cr_expect_null(ck);
+	cr_expect_eq(ckpt_at_calls, 1);
+	cr_expect_neq(access(p, F_OK), 0, "a failed begin left its copy");
+
+	cr_assert_eq(flexspace_ckpt_begin(fs, p, NULL, NULL, &ck), 0);
+	cr_assert_not_null(ck);
+	cr_expect_eq(flexspace_ckpt_end(ck, 1), 0);
+	cr_expect_neq(access(p, F_OK), 0, "an aborted checkpoint left its copy");
+
+	status = 0;
+	cr_assert_eq(flexspace_ckpt_begin(fs, p, ckpt_at, &status, &ck), 0);
+	cr_expect_eq(ckpt_at_calls, 2);
+	/* Written after the copied point: not in the copy. */
+	cr_assert_eq(flexspace_write(fs, "late", 4, 4), 4);
+	cr_assert_eq(flexspace_ckpt_end(ck, 0), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+
+	so.create = 0;
+	cr_assert_eq(flexspace_open(p, &so, &fs), 0);
+	char b[8] = {0};
+	cr_expect_eq(flexspace_size(fs), 4);
+	cr_expect_eq(flexspace_read(fs, b, 0, sizeof(b)), 4);
+	cr_expect_str_eq(b, "kept");
+	cr_assert_eq(flexspace_close(fs), 0);
+
+	so.read_only = 1;
+	join(p, sizeof(p), d.path, "from-read-only");
+	cr_assert_eq(flexspace_open(src, &so, &fs), 0);
+	ck = (struct flexspace_ckpt *)&d;
+	cr_expect_eq(flexspace_ckpt_begin(fs, p, NULL, NULL, &ck), FLEX_EREADONLY);
+	cr_expect_null(ck);
+	cr_expect_neq(access(p, F_OK), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
 	tmp_free(&d);
 }
 

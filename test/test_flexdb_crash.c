@@ -406,11 +406,11 @@ static int kp_has(char names[][128], int n, const char *name)
  * source tree (make test runs from it); skipped elsewhere. */
 Test(flexdb_crash, kill_point_table_matches_sources_and_docs)
 {
-	static const char *const srcs[] = {"common/flex_ident.c",
-					   "flextree/flextree_file.c", "flexspace/flexspace.c",
-					   "flexspace/fs_log.c",       "flexspace/fs_seg.c",
-					   "flexspace/fs_ckpt.c",      "flexdb/fdb_wal.c",
-					   "flexdb/flexdb.c",	       "flexdb/fdb_commit.c"};
+	static const char *const srcs[] = {"common/flex_ident.c",   "flextree/flextree_file.c",
+					   "flexspace/flexspace.c", "flexspace/fs_log.c",
+					   "flexspace/fs_seg.c",    "flexspace/fs_gc.c",
+					   "flexspace/fs_ckpt.c",   "flexdb/fdb_wal.c",
+					   "flexdb/flexdb.c",	    "flexdb/fdb_commit.c"};
 	static char src[128][128], doc[128][128];
 	int ns = 0, nd = 0;
 	for (size_t i = 0; i < sizeof(srcs) / sizeof(srcs[0]); i++) {

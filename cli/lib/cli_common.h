@@ -3,7 +3,8 @@
  * syntax, the output escaping, number parsing, and the REPL / script /
  * -c driver with readline, history, completion and .timer.
  *
- * Compiled once (cli_common.c) into an archive that every tool links.
+ * Compiled once (cli_parse.c, cli_run.c, cli_main.c) into an archive that
+ * every tool links.
  *
  * Argument syntax (docs/CLI.md):
  *   bare word   any run of bytes other than blanks, '"' , ';' and '\';

@@ -68,7 +68,7 @@ build_lib() {
 # What the targets and gen_corpus share besides the library: the scratch
 # directory and checksum fix-ups, and the tools' parser, which
 # fuzz_cli_parser drives; compiled the same way.
-SUPPORT_SRC="test/fuzz/fuzz_common.c cli/lib/cli_common.c"
+SUPPORT_SRC="test/fuzz/fuzz_common.c cli/lib/cli_parse.c cli/lib/cli_run.c cli/lib/cli_main.c"
 build_support() {
 	lib=$OUT/libfuzz_support.a
 	# shellcheck disable=SC2086

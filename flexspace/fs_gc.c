@@ -1,0 +1,404 @@
+/*
+ * fs_gc.c - FlexSpace's garbage collection and the checks of its segment
+ * table (paper section 4.1).
+ *
+ * When the file holds more than gc_ratio bytes per live byte, garbage
+ * collection picks the least-live segments, copies their extents to the
+ * open segment and re-points the tree at the copies (logged as remap
+ * records); the emptied segments are reused once that log is durable.
+ * Extents are at most a 32nd of a segment and live data is capped at 30/32
+ * of max_data_size, so the least-live segment always frees room for at
+ * least one extent.
+ *
+ * The live bytes of each segment are recounted from the tree at open, and
+ * checked against it by flexspace_check, together with the rule that no
+ * physical byte is mapped twice.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/flex_killpoint.h"
+#include "../common/flex_vec.h"
+#include "flexspace_int.h"
+
+/* ---- no physical byte mapped twice ---------------------------------------- */
+
+/* Two logical ranges mapping the same physical bytes -- possible only
+ * with a damaged or crafted tree or log, since every change writes fresh
+ * bytes -- would let a write through one change the other, and garbage
+ * collection would count the bytes twice.  Checked at open and by
+ * flexspace_check.  The extents are bucketed by segment (a counting sort:
+ * every extent lies within one segment), then each bucket's ranges are
+ * marked in a bitmap of one segment, which must not have a bit marked
+ * twice, and cleared again for the next bucket.  Linear: two tree scans
+ * (at open the first is the one that counts live bytes), 8 bytes per extent and a bit per byte of one segment; about 40 ms per
+ * million extents (docs/DURABILITY.md).  Sorting each bucket instead cost
+ * five times that. */
+struct fs_ov_scan {
+	struct flexspace *fs;
+	uint32_t *pos; /* per segment: next free index in ent */
+	uint64_t *ent; /* offset in its segment << 32 | length */
+	int fill;      /* 0: counting pass, 1: filling pass */
+};
+
+static int fs_ov_extent(void *arg, const struct flextree_extent *e)
+{
+	struct fs_ov_scan *o = arg;
+	if (e->poff == FLEXTREE_HOLE)
+		return 0;
+	uint64_t seg = e->poff / o->fs->seg_size;
+	if (seg >= o->fs->nsegs || e->poff % o->fs->seg_size + e->len > o->fs->seg_size)
+		return 1; /* reported by the callers' own checks */
+	if (!o->fill)
+		o->pos[seg + 1]++;
+	else
+		o->ent[o->pos[seg]++] = (e->poff % o->fs->seg_size) << 32 | e->len;
+	return 0;
+}
+
+/* Sets (set = 1) or clears bits [a, b) of map; when setting, returns 1 if
+ * one of them was set already. */
+static int fs_ov_mark(uint64_t *map, uint64_t a, uint64_t b, int set)
+{
+	int hit = 0;
+	while (a < b) {
+		uint64_t w = a / 64, lo = a % 64;
+		uint64_t n = b - a < 64 - lo ? b - a : 64 - lo;
+		uint64_t m = (n == 64 ? ~0ull : ((1ull << n) - 1)) << lo;
+		if (set) {
+			hit |= (map[w] & m) != 0;
+			map[w] |= m;
+		} else {
+			map[w] &= ~m;
+		}
+		a += n;
+	}
+	return hit;
+}
+
+/* counted: the extents per segment at [seg + 1] (nsegs + 1 entries, taken
+ * over), as fs_rebuild_valid's scan counts them; NULL: counted here. */
+static int fs_check_overlap_counted(struct flexspace *fs, uint32_t *counted)
+{
+	struct fs_ov_scan o = {.fs = fs};
+	uint64_t *map = calloc(fs->seg_size / 64, sizeof(uint64_t));
+	o.pos = counted ? counted : calloc((size_t)fs->nsegs + 1, sizeof(uint32_t));
+	int rc = !map || !o.pos ? -ENOMEM
+		 : counted	? 0
+				: flextree_scan(fs->tree, 0, UINT64_MAX, fs_ov_extent, &o);
+	uint64_t n = 0;
+	for (uint32_t s = 0; !rc && s < fs->nsegs; s++) {
+		n += o.pos[s + 1];
+		o.pos[s + 1] = (uint32_t)n; /* start of segment s + 1's bucket */
+	}
+	if (!rc && n > UINT32_MAX)
+		rc = -ENOMEM;
+	if (!rc && !(o.ent = malloc((n ? n : 1) * sizeof(uint64_t))))
+		rc = -ENOMEM;
+	if (!rc) {
+		o.fill = 1;
+		rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_ov_extent, &o);
+	}
+	/* Bucket s is now [pos[s - 1], pos[s]) (pos[-1] = 0). */
+	for (uint32_t s = 0, from = 0; !rc && s < fs->nsegs; from = o.pos[s++]) {
+		for (uint32_t i = from; i < o.pos[s] && !rc; i++)
+			if (fs_ov_mark(map, o.ent[i] >> 32, (o.ent[i] >> 32) + (uint32_t)o.ent[i],
+				       1))
+				rc = FLEX_ECORRUPT;
+		for (uint32_t i = from; i < o.pos[s]; i++)
+			fs_ov_mark(map, o.ent[i] >> 32, (o.ent[i] >> 32) + (uint32_t)o.ent[i], 0);
+	}
+	free(o.ent);
+	free(o.pos);
+	free(map);
+	return rc > 0 ? FLEX_ECORRUPT : rc;
+}
+
+int fs_check_overlap(struct flexspace *fs)
+{
+	return fs_check_overlap_counted(fs, NULL);
+}
+
+
+/* ---- live bytes per segment ---------------------------------------------- */
+
+struct fs_valid_scan {
+	struct flexspace *fs;
+	uint64_t data_size;
+	uint32_t *count; /* extents per segment, at [seg + 1] (fs_check_overlap) */
+	int bad;
+};
+
+static int fs_count_extent(void *arg, const struct flextree_extent *e)
+{
+	struct fs_valid_scan *vs = arg;
+	struct flexspace *fs = vs->fs;
+	if (e->poff == FLEXTREE_HOLE)
+		return 0;
+	uint64_t seg = e->poff / fs->seg_size;
+	/* An extent never crosses a segment, is never longer than the
+	 * maximum, and lies inside the file: its bytes were synced before
+	 * anything durable referred to them, so one past the end of DATA
+	 * means DATA lost bytes. */
+	if (seg >= fs->nsegs || (e->poff + e->len - 1) / fs->seg_size != seg ||
+	    e->len > fs->max_extent || e->poff + e->len > vs->data_size) {
+		vs->bad = 1;
+		return 1;
+	}
+	fs->valid[seg] += e->len;
+	fs->live += e->len;
+	if (vs->count)
+		vs->count[seg + 1]++;
+	return 0;
+}
+
+/* Recomputes live bytes per segment from the tree (at open). */
+int fs_rebuild_valid(struct flexspace *fs)
+{
+	struct fs_valid_scan vs = {.fs = fs};
+	int rc = fs->io->fsize(fs->io, fs->data_fd, &vs.data_size);
+	if (rc)
+		return rc;
+	memset(fs->valid, 0, (size_t)fs->seg_cap * sizeof(uint32_t));
+	fs->live = 0;
+	/* The overlap check's counting pass rides along (one scan less). */
+	vs.count = calloc((size_t)fs->nsegs + 1, sizeof(uint32_t));
+	if (!vs.count)
+		return -ENOMEM;
+	rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_count_extent, &vs);
+	if (vs.bad || rc) {
+		free(vs.count);
+		return vs.bad ? FLEX_ECORRUPT : rc;
+	}
+	rc = fs_check_overlap_counted(fs, vs.count);
+	if (rc)
+		return rc;
+	fs->npending = 0;
+	fs->nfree = 0;
+	fs->free_hint = 0;
+	for (uint32_t s = 0; s < fs->nsegs; s++) {
+		fs->state[s] = fs->valid[s] ? SEG_USED : SEG_FREE;
+		fs->nfree += !fs->valid[s];
+	}
+	return 0;
+}
+
+/* ---- garbage collection -------------------------------------------------- */
+
+struct fs_victim_scan {
+	struct flexspace *fs;
+	const uint8_t *victim; /* per segment */
+	struct flextree_extent *ext;
+	size_t n, cap;
+	int err;
+};
+
+static int fs_collect_victim_extent(void *arg, const struct flextree_extent *e)
+{
+	struct fs_victim_scan *vs = arg;
+	if (e->poff == FLEXTREE_HOLE || !vs->victim[e->poff / vs->fs->seg_size])
+		return 0;
+	if (flex_vec_reserve(&vs->ext, &vs->cap, vs->n + 1, 256)) {
+		vs->err = -ENOMEM;
+		return 1;
+	}
+	vs->ext[vs->n++] = *e;
+	return 0;
+}
+
+static int fs_cmp_seg_live(const void *a, const void *b, void *arg)
+{
+	const uint32_t *valid = arg;
+	uint32_t x = valid[*(const uint32_t *)a], y = valid[*(const uint32_t *)b];
+	return x < y ? -1 : x > y;
+}
+
+/* Moves one extent (already read into data) to the open segment, in as
+ * many pieces as segment boundaries require. */
+static int fs_relocate(struct flexspace *fs, const struct flextree_extent *e, const uint8_t *data)
+{
+	uint32_t done = 0;
+	while (done < e->len) {
+		uint64_t poff;
+		uint32_t got;
+		int rc = fs_append(fs, data + done, e->len - done, &poff, &got);
+		if (rc)
+			return rc;
+		if ((rc = flextree_remap(fs->tree, e->loff + done, got, poff)) != 0 ||
+		    (rc = fs_log_add(fs, FS_OP_REMAP, e->loff + done, got, poff)) != 0)
+			return rc;
+		fs_seg_drop(fs, e->poff + done, got);
+		done += got;
+	}
+	fs->st.gc_bytes_moved += e->len;
+	return 0;
+}
+
+/* One collection run: relocates the live extents of up to FS_GC_BATCH
+ * least-live segments, then makes the log durable so they can be reused.
+ * The caller holds sync_mu and change_mu, not the rwlock: the victims are
+ * found and read with readers going on (no other change can move them),
+ * and each extent is re-pointed under the exclusive lock on its own, so
+ * a reader waits for one extent's copy at most.  may_release lets the
+ * closing sync give up change_mu while it waits for the disk. */
+int fs_gc_run(struct flexspace *fs, int may_release)
+{
+	uint32_t *cand = malloc((size_t)fs->nsegs * sizeof(*cand));
+	uint8_t *victim = calloc(fs->nsegs, 1);
+	struct fs_victim_scan vs = {.fs = fs, .victim = victim};
+	uint8_t *data = NULL;
+	int rc = 0;
+	if (!cand || !victim) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	uint32_t nc = 0;
+	for (uint32_t s = 0; s < fs->nsegs; s++)
+		if (fs->state[s] == SEG_USED && fs->valid[s] <= fs->seg_size / 32 * 30)
+			cand[nc++] = s;
+	qsort_r(cand, nc, sizeof(*cand), fs_cmp_seg_live, fs->valid);
+	/* Enough victims to bring the file back under the ratio, each
+	 * freeing at least a 32nd of a segment. */
+	uint64_t used = (uint64_t)(fs->nsegs - fs->npending) * fs->seg_size;
+	uint64_t target = (uint64_t)((double)fs->live * fs->gc_ratio * 0.8);
+	uint64_t reclaim = 0, need = used > target ? used - target : fs->seg_size;
+	/* The copies must fit in the space available now: the victims are
+	 * reusable only after this run's log is durable. */
+	uint64_t avail = fs_space_avail(fs), moved = 0;
+	uint32_t nv = 0;
+	for (uint32_t i = 0; i < nc && nv < FS_GC_BATCH && reclaim < need; i++) {
+		if (moved + fs->valid[cand[i]] > avail)
+			break;
+		victim[cand[i]] = 1;
+		reclaim += fs->seg_size - fs->valid[cand[i]];
+		moved += fs->valid[cand[i]];
+		nv++;
+	}
+	if (!nv)
+		goto out;
+	rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_collect_victim_extent, &vs);
+	if (vs.err)
+		rc = vs.err;
+	if (rc)
+		goto out;
+	data = malloc((size_t)fs->max_extent * FS_GC_BATCH);
+	if (!data) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	fs->in_gc = 1;
+	for (size_t i = 0; i < vs.n && !rc; i += FS_GC_BATCH) {
+		size_t k = vs.n - i < FS_GC_BATCH ? vs.n - i : FS_GC_BATCH;
+		struct flex_iovec v[FS_GC_BATCH];
+		for (size_t j = 0; j < k; j++)
+			v[j] = (struct flex_iovec){.buf = data + j * fs->max_extent,
+						   .len = vs.ext[i + j].len,
+						   .off = vs.ext[i + j].poff};
+		rc = fs->io->read_batch(fs->io, fs->data_fd, v, (int)k);
+		if (rc == -ENODATA)
+			rc = FLEX_ECORRUPT;
+		for (size_t j = 0; j < k && !rc; j++) {
+			if ((rc = fs_preflush(fs, vs.ext[i + j].len)) != 0)
+				break;
+			fs_excl_lock(fs);
+			rc = fs_relocate(fs, &vs.ext[i + j], data + j * fs->max_extent);
+			fs_excl_unlock(fs);
+			/* Part of the victims' extents moved, none of it
+			 * logged: the n-th hit is mid-collection. */
+			if (!rc)
+				FLEX_KILLPOINT("fs.gc.moved");
+		}
+	}
+	fs->in_gc = 0;
+	if (!rc) {
+		fs_excl_lock(fs);
+		fs->st.gc_runs++;
+		fs_excl_unlock(fs);
+		rc = fs_log_sync(fs, may_release);
+	}
+out:
+	free(cand);
+	free(victim);
+	free(vs.ext);
+	free(data);
+	return rc;
+}
+
+/* Whether the data file holds enough garbage for a collection. */
+int fs_gc_due(const struct flexspace *fs)
+{
+	if (fs->in_gc)
+		return 0;
+	uint64_t used = (uint64_t)(fs->nsegs - fs->npending) * fs->seg_size;
+	uint64_t garbage = used > fs->live ? used - fs->live : 0;
+	if (garbage < (uint64_t)FS_GC_MIN_SEGMENTS * fs->seg_size)
+		return 0;
+	return (double)used > (double)fs->live * fs->gc_ratio;
+}
+
+/* ---- check -------------------------------------------------------------- */
+
+struct fs_check_scan {
+	struct flexspace *fs;
+	uint32_t *valid;
+	uint64_t data_size;
+	int bad;
+};
+
+static int fs_check_extent(void *arg, const struct flextree_extent *e)
+{
+	struct fs_check_scan *cs = arg;
+	struct flexspace *fs = cs->fs;
+	if (e->poff == FLEXTREE_HOLE)
+		return 0;
+	uint64_t s = e->poff / fs->seg_size;
+	if (s >= fs->nsegs || (e->poff + e->len - 1) / fs->seg_size != s ||
+	    e->len > fs->max_extent || fs->state[s] == SEG_FREE) {
+		cs->bad = 1;
+		return 1;
+	}
+	if (s == fs->open_seg && e->poff % fs->seg_size + e->len > fs->fill) {
+		cs->bad = 1;
+		return 1;
+	}
+	/* Bytes not in the open segment's buffer must be in DATA. */
+	uint64_t end = e->poff + e->len;
+	if (s == fs->open_seg && end > s * fs->seg_size + fs->flushed)
+		end = s * fs->seg_size + fs->flushed;
+	if (end > e->poff && end > cs->data_size) {
+		cs->bad = 1;
+		return 1;
+	}
+	cs->valid[s] += e->len;
+	return 0;
+}
+
+/* Live-byte counts and segment states agree with the tree's extents. */
+int fs_check_segments(struct flexspace *fs)
+{
+	struct fs_check_scan cs = {.fs = fs};
+	int rc = fs->io->fsize(fs->io, fs->data_fd, &cs.data_size);
+	if (rc)
+		return rc;
+	cs.valid = calloc(fs->nsegs + 1, sizeof(uint32_t));
+	if (!cs.valid)
+		return -ENOMEM;
+	rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_check_extent, &cs);
+	uint64_t live = 0;
+	uint32_t pending = 0;
+	for (uint32_t s = 0; !rc && !cs.bad && s < fs->nsegs; s++) {
+		live += cs.valid[s];
+		pending += fs->state[s] == SEG_PENDING || fs->state[s] == SEG_RELEASE;
+		if (cs.valid[s] != fs->valid[s] ||
+		    (fs->state[s] == SEG_USED && !fs->valid[s]) ||
+		    (fs->state[s] == SEG_OPEN && s != fs->open_seg))
+			cs.bad = 1;
+	}
+	if (!rc && !cs.bad && (live != fs->live || pending != fs->npending))
+		cs.bad = 1;
+	if (!rc && !cs.bad)
+		rc = fs_check_overlap(fs);
+	free(cs.valid);
+	return rc ? rc : cs.bad ? FLEX_ECORRUPT : 0;
+}

@@ -1,0 +1,241 @@
+/*
+ * fs_read.c - FlexSpace's reads: a logical range is mapped through the
+ * extent tree, then its pieces are copied from the read-only mapping of
+ * DATA when it is in memory, from the open segment's buffer when they are
+ * not yet in DATA, and otherwise read in one batch, neighbouring pieces
+ * coalesced into spans.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "flexspace_int.h"
+
+#define FS_READ_BATCH FLEXSPACE_LOCATE_MAX
+/* Pieces of DATA closer than this are read as one span: a few hundred
+ * bytes more of a cached page costs far less than another system call or
+ * submission.  The pieces a commit appended in key order lie back to back
+ * in DATA even when other pairs separate them logically, so a read of a
+ * randomly built range needs about one span per commit, not one per
+ * extent. */
+#define FS_READ_GAP 2048
+#define FS_READ_SPAN (256u << 10)
+
+/* Reads pieces v[0..n) of DATA (destinations disjoint), coalescing pieces
+ * that lie close together.  The pieces come in logical order; those of one
+ * commit come in rising address order, so a piece extends the span that
+ * ends just before it, found through a small table by end address (a
+ * span's slot is rewritten as it grows; a stale or colliding slot only
+ * costs a separate span). */
+/* A span at least this long is announced to the kernel before it is
+ * copied from the mapping (MADV_WILLNEED), so that a cold scan reads it in
+ * a few large requests instead of one page fault at a time. */
+#define FS_MAP_WILLNEED (32u << 10)
+/* A read of at least this many pieces copies from the mapping only while
+ * DATA seems to be in memory: otherwise each piece would be a page fault,
+ * waited for one after the other, where a batch of reads (io_uring) waits
+ * for them together.  One such read in FS_PROBE_EVERY asks the kernel
+ * (mincore) whether three of its pieces are in memory, and the answer
+ * holds for the next ones (a probe per read cost in-memory scans 15 %). */
+#define FS_PROBE_PIECES 4
+#define FS_PROBE_EVERY 16
+
+/* Whether the page of DATA holding offset off is in memory (1 when the
+ * kernel does not say). */
+static int fs_map_resident(const struct flexspace *fs, uint64_t off)
+{
+	unsigned char vec = 1;
+	uintptr_t page = ((uintptr_t)fs->map + off) & ~(uintptr_t)4095;
+	return mincore((void *)page, 1, &vec) != 0 || (vec & 1);
+}
+
+/* Whether a read of pieces v[0..n) should copy from the mapping: a probe
+ * looks at the first, middle and last pieces. */
+static int fs_map_warm(struct flexspace *fs, const struct flex_iovec *v, int n)
+{
+	unsigned t = __atomic_fetch_add(&fs->map_probes, 1, __ATOMIC_RELAXED);
+	if (t % FS_PROBE_EVERY == 0) {
+		int cold = !fs_map_resident(fs, v[0].off) || !fs_map_resident(fs, v[n / 2].off) ||
+			   !fs_map_resident(fs, v[n - 1].off);
+		__atomic_store_n(&fs->map_cold, cold, __ATOMIC_RELAXED);
+		return !cold;
+	}
+	return !__atomic_load_n(&fs->map_cold, __ATOMIC_RELAXED);
+}
+
+static int fs_read_pieces(struct flexspace *fs, const struct flex_iovec *v, int n)
+{
+	if (fs->map && (n < FS_PROBE_PIECES || fs_map_warm(fs, v, n))) {
+		int i = 0;
+		while (i < n && v[i].off + v[i].len <= fs->map_end)
+			i++;
+		if (i == n) {
+			for (i = 0; i < n; i++) {
+				const uint8_t *src = fs->map + v[i].off;
+				if (v[i].len >= FS_MAP_WILLNEED) {
+					uintptr_t a = (uintptr_t)src & ~(uintptr_t)4095;
+					madvise((void *)a, (uintptr_t)src + v[i].len - a,
+						MADV_WILLNEED);
+				}
+				memcpy(v[i].buf, src, v[i].len);
+			}
+			return 0;
+		}
+		/* Past what DATA is known to hold: only a damaged tree points
+		 * there, and pread reports it (-ENODATA). */
+	}
+	if (n == 1)
+		return flex_io_read_full(fs->io, fs->data_fd, v[0].buf, v[0].len, v[0].off);
+	struct flex_iovec span[FS_READ_BATCH];
+	uint8_t owner[FS_READ_BATCH]; /* the span of each piece */
+	uint8_t count[FS_READ_BATCH]; /* pieces per span */
+	int8_t byend[256];	      /* span by (end / FS_READ_GAP) % 256, or -1 */
+	memset(byend, -1, sizeof(byend));
+	int ns = 0;
+	for (int i = 0; i < n; i++) {
+		uint64_t lo = v[i].off, hi = v[i].off + v[i].len;
+		/* A span ending within FS_READ_GAP of lo has its end in one of
+		 * three buckets. */
+		int k = -1;
+		for (int d = 0; d < 3 && k < 0; d++) {
+			int c = byend[(lo / FS_READ_GAP + 2 - d) % 256];
+			if (c < 0)
+				continue;
+			uint64_t slo = span[c].off, shi = span[c].off + span[c].len;
+			uint64_t nlo = lo < slo ? lo : slo, nhi = hi > shi ? hi : shi;
+			if (lo <= shi + FS_READ_GAP && hi + FS_READ_GAP >= slo &&
+			    nhi - nlo <= FS_READ_SPAN) {
+				span[c].off = nlo;
+				span[c].len = nhi - nlo;
+				k = c;
+			}
+		}
+		if (k < 0) {
+			k = ns++;
+			span[k] = (struct flex_iovec){.buf = NULL, .len = hi - lo, .off = lo};
+			count[k] = 0;
+		}
+		byend[(span[k].off + span[k].len) / FS_READ_GAP % 256] = (int8_t)k;
+		owner[i] = (uint8_t)k;
+		count[k]++;
+	}
+	size_t scratch = 0;
+	for (int k = 0; k < ns; k++)
+		if (count[k] > 1)
+			scratch += span[k].len;
+	uint8_t stackbuf[8192];
+	uint8_t *tmp = scratch <= sizeof(stackbuf) ? stackbuf : malloc(scratch);
+	if (!tmp)
+		return -ENOMEM;
+	size_t at = 0;
+	for (int k = 0; k < ns; k++) {
+		if (count[k] > 1) {
+			span[k].buf = tmp + at;
+			at += span[k].len;
+		}
+	}
+	for (int i = 0; i < n; i++)
+		if (count[owner[i]] == 1)
+			span[owner[i]].buf = v[i].buf; /* alone: straight to its place */
+	int rc = ns == 1 ? flex_io_read_full(fs->io, fs->data_fd, span[0].buf, span[0].len,
+					     span[0].off)
+			 : fs->io->read_batch(fs->io, fs->data_fd, span, ns);
+	for (int i = 0; !rc && i < n; i++) {
+		const struct flex_iovec *sp = &span[owner[i]];
+		if (count[owner[i]] > 1)
+			memcpy(v[i].buf, (const uint8_t *)sp->buf + (v[i].off - sp->off), v[i].len);
+	}
+	if (tmp != stackbuf)
+		free(tmp);
+	return rc;
+}
+
+/* Reads the pieces m[0..n) (a mapping of consecutive logical bytes) into
+ * buf: holes as zeros, the open segment from its buffer, everything else
+ * in one batch (fs_read_pieces). */
+static int fs_read_mappings(struct flexspace *fs, uint8_t *buf, const struct flextree_mapping *m,
+			    size_t n)
+{
+	struct flex_iovec v[FS_READ_BATCH];
+	int nv = 0;
+	uint64_t done = 0;
+	uint64_t open_base = (uint64_t)fs->open_seg * fs->seg_size;
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *dst = buf + done;
+		if (m[i].poff == FLEXTREE_HOLE) {
+			memset(dst, 0, m[i].len);
+		} else if (fs->open_seg != UINT32_MAX && m[i].poff >= open_base &&
+			   m[i].poff < open_base + fs->seg_size &&
+			   m[i].poff + m[i].len > open_base + fs->flushed) {
+			/* Not yet in DATA: from the segment buffer (whose bytes
+			 * before `flushed` may never have been copied into it, so
+			 * a piece is split there). */
+			uint64_t at = m[i].poff - open_base;
+			if (at + m[i].len > fs->fill)
+				return FLEX_ECORRUPT;
+			uint64_t head = at < fs->flushed ? fs->flushed - at : 0;
+			if (head)
+				v[nv++] = (struct flex_iovec){.buf = dst, .len = head, .off = m[i].poff};
+			memcpy(dst + head, fs->buf + at + head, m[i].len - head);
+		} else {
+			v[nv++] = (struct flex_iovec){.buf = dst, .len = m[i].len, .off = m[i].poff};
+		}
+		done += m[i].len;
+	}
+	int rc = nv ? fs_read_pieces(fs, v, nv) : 0;
+	return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+}
+
+/* Reads [off, off+len) (inside the space) into buf, in batches of
+ * FS_READ_BATCH pieces.  With `loc`, the first batch's pieces are also
+ * copied there (at most FS_READ_BATCH) and *nloc says how many: 0 when
+ * the range needed more than one batch. */
+int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len,
+		   struct flextree_mapping *loc, size_t *nloc)
+{
+	struct flextree_mapping m[FS_READ_BATCH];
+	if (nloc)
+		*nloc = 0;
+	for (int first = 1; len; first = 0) {
+		ssize_t n = flextree_query(fs->tree, off, len, m, FS_READ_BATCH);
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			return FLEX_ECORRUPT;
+		if (n > FS_READ_BATCH)
+			n = FS_READ_BATCH;
+		uint64_t done = 0;
+		for (ssize_t i = 0; i < n; i++)
+			done += m[i].len;
+		int rc = fs_read_mappings(fs, buf, m, (size_t)n);
+		if (rc)
+			return rc;
+		if (loc && first && done == len) {
+			memcpy(loc, m, (size_t)n * sizeof(*m));
+			*nloc = (size_t)n;
+		}
+		buf += done;
+		off += done;
+		len -= done;
+	}
+	return 0;
+}
+
+/* Reads pieces whose places a read reported (fs_read_mapped's loc), unless
+ * a segment they lie in was freed since (its freed_at is after stamp). */
+int fs_read_located(struct flexspace *fs, uint8_t *buf, const struct flextree_mapping *m,
+		    size_t n, uint64_t stamp)
+{
+	if (n > FS_READ_BATCH)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if (m[i].poff == FLEXTREE_HOLE)
+			continue;
+		uint64_t s = m[i].poff / fs->seg_size;
+		if (!m[i].len || s >= fs->nsegs || fs->freed_at[s] > stamp ||
+		    (m[i].poff + m[i].len - 1) / fs->seg_size != s)
+			return -ESTALE;
+	}
+	return fs_read_mappings(fs, buf, m, n);
+}
