@@ -29,11 +29,15 @@
  *    Internal nodes are always resident.
  *
  * Locking of the leaf cache (persistent trees): readers may run
- * concurrently (the const functions), so the resident bodies, the CLOCK
- * ring, pin counts, reference bits and cache counters are changed only
- * under cache_lock.  A reader pins the leaf it works on; eviction skips
- * pinned and dirty leaves.  Leaf I/O runs outside the lock: two readers
- * that miss on one leaf both read it and the second copy is dropped.
+ * concurrently (the const functions), so the CLOCK ring, loads and
+ * evictions of bodies and the cache counters are changed only under
+ * cache_lock.  A reader pins the leaf it works on, and a resident leaf is
+ * pinned and unpinned without the lock: pins and the reference bit are
+ * atomic, and eviction claims an unpinned leaf by setting FT_PIN_EVICT in
+ * its pin count, so that a reader who pins it meanwhile sees the bit,
+ * lets go and takes the locked path (ft_cache.c).  Eviction skips pinned
+ * and dirty leaves.  Leaf I/O runs outside the lock: two readers that
+ * miss on one leaf both read it and the second copy is dropped.
  * Writers have exclusive access to the tree and read bodies without the
  * lock; they evict only between operations, never while they hold a path.
  */
@@ -108,10 +112,13 @@ struct ft_leaf {
 	struct ft_node h;
 	struct ft_leaf_body *b;
 	struct ft_leaf *prev, *next; /* CLOCK ring of resident leaves */
-	uint32_t pins;		     /* readers using the body */
-	uint8_t ref;		     /* CLOCK reference bit */
+	uint32_t pins;		     /* readers using the body (atomic) */
+	uint8_t ref;		     /* CLOCK reference bit (atomic) */
 	uint8_t inline_body;	     /* b points just past the stub */
 };
+
+/* Set in a leaf's pin count while eviction takes its body. */
+#define FT_PIN_EVICT (1u << 31)
 
 struct ft_internal {
 	struct ft_node h;

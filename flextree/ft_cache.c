@@ -27,7 +27,7 @@ static void ft_ring_add(struct flextree *t, struct ft_leaf *l)
 		l->prev->next = l;
 		t->hand->prev = l;
 	}
-	t->resident++;
+	__atomic_store_n(&t->resident, t->resident + 1, __ATOMIC_RELAXED);
 }
 
 static void ft_ring_del(struct flextree *t, struct ft_leaf *l)
@@ -41,7 +41,7 @@ static void ft_ring_del(struct flextree *t, struct ft_leaf *l)
 		l->next->prev = l->prev;
 	}
 	l->prev = l->next = NULL;
-	t->resident--;
+	__atomic_store_n(&t->resident, t->resident - 1, __ATOMIC_RELAXED);
 }
 
 /* cache_lock held: a body for a leaf to load, from the pool or NULL. */
@@ -81,15 +81,21 @@ static void ft_trim_locked(struct flextree *t)
 	while (t->resident > t->cache_leaves && steps--) {
 		struct ft_leaf *l = t->hand;
 		t->hand = l->next;
-		if (l->h.dirty || l->pins)
+		if (l->h.dirty || __atomic_load_n(&l->pins, __ATOMIC_RELAXED))
 			continue;
-		if (l->ref) {
-			l->ref = 0;
+		if (__atomic_load_n(&l->ref, __ATOMIC_RELAXED)) {
+			__atomic_store_n(&l->ref, 0, __ATOMIC_RELAXED);
 			continue;
 		}
+		/* Claimed only while no reader holds it. */
+		uint32_t none = 0;
+		if (!__atomic_compare_exchange_n(&l->pins, &none, FT_PIN_EVICT, 0, __ATOMIC_ACQUIRE,
+						 __ATOMIC_RELAXED))
+			continue;
 		ft_ring_del(t, l);
 		ft_body_give_locked(t, l->b);
-		l->b = NULL;
+		__atomic_store_n(&l->b, NULL, __ATOMIC_RELEASE);
+		__atomic_fetch_sub(&l->pins, FT_PIN_EVICT, __ATOMIC_RELEASE);
 		t->evictions++;
 	}
 }
@@ -158,10 +164,21 @@ int ft_leaf_get(const struct flextree *ct, struct ft_leaf *l, const struct ft_sp
 	struct flextree *t = (struct flextree *)ct; /* the cache is not the tree */
 	if (!t->paged)
 		return 0;
+	/* A resident leaf is pinned without the lock, unless eviction is
+	 * taking it (flextree_int.h). */
+	if (pin) {
+		uint32_t was = __atomic_fetch_add(&l->pins, 1, __ATOMIC_ACQUIRE);
+		if (!(was & FT_PIN_EVICT) && __atomic_load_n(&l->b, __ATOMIC_ACQUIRE)) {
+			if (!__atomic_load_n(&l->ref, __ATOMIC_RELAXED))
+				__atomic_store_n(&l->ref, 1, __ATOMIC_RELAXED);
+			return 0;
+		}
+		__atomic_fetch_sub(&l->pins, 1, __ATOMIC_RELEASE);
+	}
 	pthread_mutex_lock(&t->cache_lock);
 	if (l->b) {
-		l->ref = 1;
-		l->pins += (uint32_t)pin;
+		__atomic_store_n(&l->ref, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&l->pins, (uint32_t)pin, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&t->cache_lock);
 		return 0;
 	}
@@ -187,13 +204,13 @@ int ft_leaf_get(const struct flextree *ct, struct ft_leaf *l, const struct ft_sp
 			return rc;
 		}
 	} else {
-		l->b = b;
 		l->h.count = count;
+		__atomic_store_n(&l->b, b, __ATOMIC_RELEASE);
 		ft_ring_add(t, l);
 		t->leaf_reads++;
 	}
-	l->ref = 1;
-	l->pins += (uint32_t)pin;
+	__atomic_store_n(&l->ref, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&l->pins, (uint32_t)pin, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&t->cache_lock);
 	return 0;
 }
@@ -202,9 +219,13 @@ int ft_leaf_get(const struct flextree *ct, struct ft_leaf *l, const struct ft_sp
 void ft_leaf_unpin(const struct flextree *ct, struct ft_leaf *l)
 {
 	struct flextree *t = (struct flextree *)ct;
-	pthread_mutex_lock(&t->cache_lock);
-	assert(l->pins > 0);
-	l->pins--;
-	ft_trim_locked(t);
-	pthread_mutex_unlock(&t->cache_lock);
+	uint32_t was = __atomic_fetch_sub(&l->pins, 1, __ATOMIC_RELEASE);
+	assert((was & ~FT_PIN_EVICT) > 0);
+	(void)was;
+	/* Loads by readers may have grown the cache past its bound. */
+	if (__atomic_load_n(&t->resident, __ATOMIC_RELAXED) > t->cache_leaves) {
+		pthread_mutex_lock(&t->cache_lock);
+		ft_trim_locked(t);
+		pthread_mutex_unlock(&t->cache_lock);
+	}
 }
