@@ -601,7 +601,7 @@ static int fs_open(struct cli_app *app, const char *dir)
 	if (!c->buf)
 		return 1;
 	if (app->only_reads)
-		c->opt.create = 0;
+		c->opt.no_create = 1;
 	/* beyond 32 bits: out of range, as flexspace_open says */
 	c->opt.segment_size = c->segment_size > UINT32_MAX ? UINT32_MAX : (uint32_t)c->segment_size;
 	app->read_only = c->opt.read_only;
@@ -643,9 +643,9 @@ static int fs_close(struct cli_app *app)
 
 int main(int argc, char **argv)
 {
-	struct fs_ctx c = {.opt = {.create = 1}};
+	struct fs_ctx c = {0};
 	const struct cli_flag flags[] = {
-	    {"--no-create", &c.opt.create, 0, "fail when DIR holds no space"},
+	    {"--no-create", &c.opt.no_create, 1, "fail when DIR holds no space"},
 	    {"--readonly", &c.opt.read_only, 1,
 	     "open read-only (shared with other readers, never written; changes fail)"},
 	    {"--hex", &read_mode, 'h', "read prints one 0x hex string by default"},

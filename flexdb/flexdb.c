@@ -502,7 +502,7 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 		return errno == EWOULDBLOCK ? FLEX_EBUSY : -errno;
 	snprintf(path, sizeof(path), "%s/space", dir);
 	struct flexspace_options so = o->space;
-	so.create = create;
+	so.no_create = !create;
 	so.read_only = o->read_only;
 	so.defer_maintenance = 1;
 	if (!so.io)

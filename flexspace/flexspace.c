@@ -82,8 +82,6 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 	struct flexspace_options o = {0};
 	if (opt)
 		o = *opt;
-	else
-		o.create = 1;
 	fs->io = o.io ? o.io : flex_io_posix();
 	fs->seg_size = o.segment_size ? o.segment_size : FS_DEFAULT_SEGMENT;
 	fs->log_limit = o.log_limit ? o.log_limit : FS_DEFAULT_LOG_LIMIT;
@@ -92,7 +90,7 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 	fs->tree_cache = o.tree_cache_size;
 	/* A read-only open never creates (flexspace.h). */
 	fs->read_only = o.read_only != 0;
-	*create = o.create && !fs->read_only;
+	*create = !o.no_create && !fs->read_only;
 	fs->no_mmap = o.no_mmap || fs->io != flex_io_posix();
 	fs->defer_maintenance = o.defer_maintenance != 0;
 	fs->bounded = fs->max_data < FLEXSPACE_MAX_SIZE;

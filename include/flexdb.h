@@ -42,9 +42,10 @@ struct flexdb_iter;
 
 struct flexdb_options {
 	/* Passed to the FlexSpace (io, segment size, GC ratio, ...).  Its
-	 * `create` field is ignored: see create below.  defer_maintenance is
-	 * always set: the committer runs the FlexSpace's tree commits and
-	 * garbage collection between chunks, without the lock readers take.
+	 * no_create and read_only fields are ignored: see those below.
+	 * defer_maintenance is always set: the committer runs the
+	 * FlexSpace's tree commits and garbage collection between chunks,
+	 * without the lock readers take.
 	 * With max_data_size set, a change that needs room still syncs or
 	 * collects while readers wait. */
 	struct flexspace_options space;
@@ -84,11 +85,10 @@ struct flexdb_options {
 	 * committer thread).  The lock is shared: any number of read-only
 	 * handles may be open at once, in any processes, while a writable
 	 * handle and a read-only one exclude each other (FLEX_EBUSY, at once).
-	 * It implies no_create, and space.read_only and space.create are
-	 * ignored.  The WAL records a crash left are replayed into a memtable
-	 * that stays in memory for the handle's life (the files stay for the
-	 * next writable open), so the handle sees exactly what a writable
-	 * open would recover.  Gets, iterators, check and stats work;
+	 * It implies no_create.  The WAL records a crash left are replayed
+	 * into a memtable that stays in memory for the handle's life (the
+	 * files stay for the next writable open), so the handle sees exactly
+	 * what a writable open would recover.  Gets, iterators, check and stats work;
 	 * flexdb_put, flexdb_delete, flexdb_write (an empty batch too) and
 	 * flexdb_sync return FLEX_EREADONLY.  docs/DURABILITY.md, "Read-only
 	 * handles". */

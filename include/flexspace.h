@@ -67,11 +67,11 @@ struct flexspace_options {
 	 * -ENOSPC.  Live data is capped at 30/32 of it so that collection can
 	 * always make progress.  0 means no limit (2^48 bytes). */
 	uint64_t max_data_size;
-	/* Nonzero creates the directory and files when absent (the default
-	 * when opt is NULL); the directory must then be missing or empty.
-	 * Zero makes opening a missing or empty directory fail with -ENOENT,
-	 * and never creates or writes a file there. */
-	int create;
+	/* Zero (default, with a NULL opt too): create the directory and files
+	 * when the directory is missing or empty.  Nonzero: opening a missing
+	 * or empty directory fails with -ENOENT, and no file is created or
+	 * written there. */
+	int no_create;
 	/* Zero (default): DATA is also mapped read-only and reads copy from
 	 * the mapping, with no system call when the kernel holds the page.
 	 * As with any mapped file (LMDB's too), a disk that fails to read a
@@ -107,8 +107,8 @@ struct flexspace_options {
 	 * synced or removed, not even by open or close.  The lock on LOCK
 	 * (and TREE) is shared: any number of read-only handles may be open
 	 * at once, in any processes, while a writable handle and a read-only
-	 * one exclude each other (FLEX_EBUSY, at once).  create is ignored (a
-	 * missing or empty directory is -ENOENT).  A log left by a crash is
+	 * one exclude each other (FLEX_EBUSY, at once).  It implies no_create
+	 * (a missing or empty directory is -ENOENT).  A log left by a crash is
 	 * replayed into memory only, so the handle sees what a writable open
 	 * would recover; the files keep it for the next writable open.
 	 * Reads, flexspace_extents, tag_get, check, stats and durable work; every
@@ -148,7 +148,7 @@ struct flexspace_stats {
 };
 
 /* Opens or creates the space in directory dir (created when missing
- * unless opt->create == 0 or opt->read_only with a non-NULL opt).  A space is created only
+ * unless opt->no_create or opt->read_only).  A space is created only
  * in a missing or empty directory (or one holding only the IDENTITY of a
  * creation cut short), and an existing one is opened only when its
  * IDENTITY, or for a space made before identities its LOG header, proves
@@ -157,17 +157,17 @@ struct flexspace_stats {
  * or changed:
  *   FLEX_ENOTSTORE    it holds files the library did not create
  *   FLEX_EKIND_DB     it is a FlexDB store (open it with flexdb_open)
- *   -ENOENT           missing or empty, and create is 0
+ *   -ENOENT           missing or empty, and no_create is set
  * Other returns: 0 and *out, FLEX_EBUSY (another handle or process holds
  * it: any handle, for a writable open; a writable one, for a read-only
- * open), FLEX_ECORRUPT (also a creation cut short, opened without
- * create or read-only), FLEX_EVERSION, FLEX_EOPTION (before anything is
+ * open), FLEX_ECORRUPT (also a creation cut short, opened with
+ * no_create or read-only), FLEX_EVERSION, FLEX_EOPTION (before anything is
  * touched; flexspace_options_check names the field), -ENOTDIR, -EACCES
  * (no permission to open a file as asked: read-only needs only read
  * permission), -errno.  On failure *out is NULL.  Replays the log if the
  * last session did not close cleanly (read-only: in memory only); a
- * space made before identities gets its IDENTITY when opened with
- * create. */
+ * space made before identities gets its IDENTITY when opened without
+ * no_create or read_only. */
 FLEX_EXPORT int flexspace_open(const char *dir, const struct flexspace_options *opt,
 			       struct flexspace **out);
 

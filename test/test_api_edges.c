@@ -649,7 +649,7 @@ Test(api_edges, flexspace_null_handles)
 
 static struct flexspace_options small_space(void)
 {
-	struct flexspace_options o = {.segment_size = 64u << 10, .create = 1};
+	struct flexspace_options o = {.segment_size = 64u << 10};
 	return o;
 }
 
@@ -779,21 +779,21 @@ Test(api_edges, flexspace_options_and_paths)
 
 	/* Options out of range. */
 	struct flexspace_options bad[] = {
-	    {.segment_size = 1000, .create = 1},
-	    {.segment_size = 32u << 10, .create = 1},
-	    {.segment_size = 512u << 20, .create = 1},
-	    {.log_limit = 1, .create = 1},
-	    {.log_limit = (uint64_t)1 << 40, .create = 1},
-	    {.gc_ratio = 0.5, .create = 1},
-	    {.gc_ratio = 1000.0, .create = 1},
-	    {.max_data_size = FLEXSPACE_MAX_SIZE + 1, .create = 1},
+	    {.segment_size = 1000},
+	    {.segment_size = 32u << 10},
+	    {.segment_size = 512u << 20},
+	    {.log_limit = 1},
+	    {.log_limit = (uint64_t)1 << 40},
+	    {.gc_ratio = 0.5},
+	    {.gc_ratio = 1000.0},
+	    {.max_data_size = FLEXSPACE_MAX_SIZE + 1},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		cr_assert_eq(flexspace_open(p, &bad[i], &fs), FLEX_EOPTION, "options %zu", i);
 		cr_assert_null(fs);
 	}
 	/* Missing without create; missing parent; a file as the directory. */
-	struct flexspace_options nocreate = {0};
+	struct flexspace_options nocreate = {.no_create = 1};
 	cr_assert_eq(flexspace_open(p, &nocreate, &fs), -ENOENT);
 	cr_assert_null(fs);
 	join(p, sizeof(p), d.path, "no/such/parent");
@@ -820,7 +820,7 @@ Test(api_edges, flexspace_options_and_paths)
 	/* Read-only: never creates (create is ignored), shares with readers,
 	 * excludes a writer both ways; arguments are still checked first. */
 	char q[PATH_MAX];
-	struct flexspace_options ro = {.read_only = 1, .create = 1};
+	struct flexspace_options ro = {.read_only = 1};
 	join(q, sizeof(q), d.path, "ro-missing");
 	cr_assert_eq(flexspace_open(q, &ro, &fs), -ENOENT);
 	cr_assert_null(fs);
@@ -917,7 +917,7 @@ Test(api_edges, flexspace_options_check_names_the_field)
 	    {{.segment_size = 3, .gc_ratio = 0.5}, "segment_size"},
 	    {{.log_limit = 3, .max_data_size = UINT64_MAX}, "log_limit"},
 	    /* Fields without a range. */
-	    {{.tree_cache_size = UINT64_MAX, .no_mmap = 7, .create = -1}, NULL},
+	    {{.tree_cache_size = UINT64_MAX, .no_mmap = 7, .no_create = -1}, NULL},
 	};
 	struct tmpdir d;
 	tmp_make(&d, "spaceopt");
@@ -934,7 +934,7 @@ Test(api_edges, flexspace_options_check_names_the_field)
 			continue;
 		/* open refuses them the same way, before touching anything */
 		struct flexspace_options o = cases[i].o;
-		o.create = 1;
+		o.no_create = 0;
 		struct flexspace *fs = (struct flexspace *)&d;
 		cr_assert_eq(flexspace_open(p, &o, &fs), FLEX_EOPTION, "case %zu", i);
 		cr_assert_null(fs);
@@ -1497,7 +1497,7 @@ Test(api_edges, checkpoint_bad_arguments_and_destinations)
 	cr_assert_eq(flexspace_checkpoint(fs, p), 0);
 	cr_assert_eq(flexspace_checkpoint(fs, p), -EEXIST);
 	cr_assert_eq(flexspace_close(fs), 0);
-	so.create = 0;
+	so.no_create = 1;
 	cr_assert_eq(flexspace_open(p, &so, &fs), 0);
 	char b[8] = {0};
 	cr_expect_eq(flexspace_read(fs, b, 0, sizeof(b)), 4);

@@ -168,7 +168,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	free(log);
 
 	struct flexspace_options o = fz_space_opts();
-	o.create = 0;
+	o.no_create = 1;
 	struct flexspace *fs = NULL;
 	int rc = flexspace_open(work, &o, &fs);
 	if (rc != 0) {
