@@ -824,7 +824,7 @@ int flexspace_read_located(struct flexspace *fs, void *buf, const struct flextre
 	return rc;
 }
 
-ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf, size_t maxlen,
+ssize_t flexspace_read_extent(struct flexspace *fs, void *buf, uint64_t off, size_t maxlen,
 			      uint64_t *extent_off, uint64_t *extent_len)
 {
 	if (!fs || (!buf && maxlen))

@@ -350,7 +350,7 @@ FLEX_EXPORT int flexspace_maintain(struct flexspace *fs);
  * (up to maxlen bytes, continuing into later extents if maxlen asks for
  * more) and reports that extent's logical start and length.  Returns the
  * bytes read, or -ERANGE when off >= size, -EINVAL, -errno. */
-FLEX_EXPORT ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf,
+FLEX_EXPORT ssize_t flexspace_read_extent(struct flexspace *fs, void *buf, uint64_t off,
 					  size_t maxlen, uint64_t *extent_off,
 					  uint64_t *extent_len);
 

@@ -626,7 +626,7 @@ Test(api_edges, flexspace_null_handles)
 	cr_assert_eq(flexspace_size(NULL), 0);
 	cr_assert_eq(flexspace_sync(NULL), -EINVAL);
 	cr_assert_eq(flexspace_maintain(NULL), -EINVAL);
-	cr_assert_eq(flexspace_read_extent(NULL, 0, buf, sizeof(buf), &u, &u), -EINVAL);
+	cr_assert_eq(flexspace_read_extent(NULL, buf, 0, sizeof(buf), &u, &u), -EINVAL);
 	cr_assert_eq(flexspace_tag_set(NULL, 0, 1), -EINVAL);
 	struct flexspace_op op = {.type = FLEXSPACE_OP_TAG, .off = 0, .tag = 1};
 	cr_assert_eq(flexspace_apply(NULL, &op, 1), -EINVAL);
@@ -678,8 +678,8 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_write(fs, NULL, 0, 0), 0);
 	cr_assert_eq(flexspace_insert(fs, NULL, 0, 0), 0);
 	cr_assert_eq(flexspace_collapse(fs, 0, 0), 0);
-	cr_assert_eq(flexspace_read_extent(fs, 0, NULL, 1, &eo, &el), -EINVAL);
-	cr_assert_geq(flexspace_read_extent(fs, 0, NULL, 0, NULL, NULL), 0);
+	cr_assert_eq(flexspace_read_extent(fs, NULL, 0, 1, &eo, &el), -EINVAL);
+	cr_assert_geq(flexspace_read_extent(fs, NULL, 0, 0, NULL, NULL), 0);
 	cr_assert_eq(flexspace_extents(fs, 0, 1, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_stats(fs, NULL), -EINVAL);
 	/* Nothing to report into; either output alone is fine. */
@@ -729,7 +729,7 @@ Test(api_edges, flexspace_bad_ranges)
 		cr_assert_lt(flexspace_insert(fs, buf, h, 1), 0);
 		cr_assert_eq(flexspace_collapse(fs, h, 1), -ERANGE);
 		cr_assert_eq(flexspace_collapse(fs, 1, h), -ERANGE);
-		cr_assert_eq(flexspace_read_extent(fs, h, buf, sizeof(buf), &eo, &el), -ERANGE);
+		cr_assert_eq(flexspace_read_extent(fs, buf, h, sizeof(buf), &eo, &el), -ERANGE);
 		cr_assert_eq(flexspace_tag_set(fs, h, 1), -ERANGE);
 		cr_assert_eq(flexspace_tag_get(fs, h, &tag, &eo), -ERANGE);
 		cr_assert_eq(flexspace_extents(fs, h, 1, count_extent, &n), -ERANGE);
@@ -751,7 +751,7 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_size(fs), 1000);
 	/* Offsets at the end. */
 	cr_assert_eq(flexspace_read(fs, buf, 1000, 10), 0);
-	cr_assert_eq(flexspace_read_extent(fs, 1000, buf, 10, &eo, &el), -ERANGE);
+	cr_assert_eq(flexspace_read_extent(fs, buf, 1000, 10, &eo, &el), -ERANGE);
 	cr_assert_eq(flexspace_tag_set(fs, 1000, 1), -ERANGE);
 	cr_assert_eq(flexspace_extents(fs, 1000, 0, count_extent, &n), 0);
 	cr_assert_eq(flexspace_defrag(fs, 1000, 0), 0);

@@ -415,7 +415,7 @@ Test(flexspace, null_handles_and_buffers_are_einval)
 	cr_assert_eq(flexspace_check(NULL), -EINVAL);
 	cr_assert_eq(flexspace_tag_set(NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_tag_get(NULL, 0, NULL, NULL), -EINVAL);
-	cr_assert_eq(flexspace_read_extent(NULL, 0, b, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_read_extent(NULL, b, 0, 1, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_size(NULL), 0);
 	struct flexspace_stats st;
 	cr_assert_eq(flexspace_stats(NULL, &st), -EINVAL);
@@ -426,7 +426,7 @@ Test(flexspace, null_handles_and_buffers_are_einval)
 	cr_assert_eq(flexspace_write(fs, NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_insert(fs, NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_read(fs, NULL, 0, 1), -EINVAL);
-	cr_assert_eq(flexspace_read_extent(fs, 0, NULL, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_read_extent(fs, NULL, 0, 1, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_extents(fs, 0, 1, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_close(NULL), 0);
 	struct flexspace *out = (struct flexspace *)&st;
@@ -811,23 +811,23 @@ Test(flexspace, read_extent_and_extents_report_extent_boundaries)
 	cr_assert_eq(l.e[2].len, 15000);
 
 	uint64_t eo = 1, el = 1;
-	ssize_t n = flexspace_read_extent(fs, 5050, rb, 1000, &eo, &el);
+	ssize_t n = flexspace_read_extent(fs, rb, 5050, 1000, &eo, &el);
 	cr_assert_eq(n, 1000, "%zd", n);
 	cr_assert_eq(eo, 5000);
 	cr_assert_eq(el, 100);
 	cr_assert_eq(memcmp(rb, ins, 100), 0, "read_extent reads from the extent's start");
 	cr_assert_eq(memcmp(rb + 100, a + 5000, 900), 0, "and continues into the next extent");
-	n = flexspace_read_extent(fs, 20099, rb, 30000, &eo, &el);
+	n = flexspace_read_extent(fs, rb, 20099, 30000, &eo, &el);
 	cr_assert_eq(n, 15000, "up to the end of the space");
 	cr_assert_eq(eo, 5100);
 	cr_assert_eq(el, 15000);
 	cr_assert_eq(memcmp(rb, a + 5000, 15000), 0);
-	n = flexspace_read_extent(fs, 10, rb, 0, &eo, &el);
+	n = flexspace_read_extent(fs, rb, 10, 0, &eo, &el);
 	cr_assert_eq(n, 0);
 	cr_assert_eq(eo, 0);
 	cr_assert_eq(el, 5000);
-	cr_assert_eq(flexspace_read_extent(fs, 20100, rb, 10, &eo, &el), -ERANGE);
-	cr_assert_eq(flexspace_read_extent(fs, UINT64_MAX, rb, 10, NULL, NULL), -ERANGE);
+	cr_assert_eq(flexspace_read_extent(fs, rb, 20100, 10, &eo, &el), -ERANGE);
+	cr_assert_eq(flexspace_read_extent(fs, rb, UINT64_MAX, 10, NULL, NULL), -ERANGE);
 
 	/* extents: a sub-range, stopping early, a hole, past the end. */
 	l.n = 0;
@@ -2230,7 +2230,7 @@ Test(flexspace, read_only_open_replays_a_crash_in_memory_and_writes_nothing)
 	ro_changes_refused(ro2);
 	cr_expect_eq(space_matches(ro, &m, &why), 0, "after refused changes: %s", why.msg);
 	uint64_t eoff = 99, elen = 0;
-	cr_expect_gt(flexspace_read_extent(ro, m.size / 2, buf, 16, &eoff, &elen), 0);
+	cr_expect_gt(flexspace_read_extent(ro, buf, m.size / 2, 16, &eoff, &elen), 0);
 	cr_expect(eoff <= m.size / 2 && eoff + elen > m.size / 2);
 	cr_expect_eq(flexspace_close(ro2), 0);
 	cr_expect_eq(flexspace_close(ro), 0);

@@ -129,7 +129,7 @@ static void probe(struct flexspace *fs)
 				  ? 0
 				  : (size - at[i] < sizeof(buf) ? size - at[i] : sizeof(buf))));
 		uint64_t eo = 0, el = 0;
-		r = flexspace_read_extent(fs, at[i], buf, 4096, &eo, &el);
+		r = flexspace_read_extent(fs, buf, at[i], 4096, &eo, &el);
 		MUST(at[i] < size ? (r >= 0 || r == FLEX_ECORRUPT) : r == -ERANGE);
 		uint16_t tag;
 		rc = flexspace_tag_get(fs, at[i], &tag, &eo);
