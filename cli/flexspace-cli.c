@@ -475,7 +475,7 @@ static int cmd_extents(struct cli_app *app, struct cli_token *a, size_t n)
 	int r = opt_range(app, a, n, &off, &len);
 	if (r)
 		return r > 0; /* -1, nothing to do, is a success */
-	return cli_done(app, flexspace_extents(fs_of(app), off, len, print_extent, NULL));
+	return cli_done(app, flexspace_scan(fs_of(app), off, len, print_extent, NULL));
 }
 
 static int cmd_sync(struct cli_app *app, struct cli_token *a, size_t n)

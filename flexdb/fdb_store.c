@@ -138,7 +138,7 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 		return -ENOMEM;
 	uint64_t size = flexspace_size(fs);
 	struct anchors a = {0};
-	int rc = flexspace_extents(fs, 0, UINT64_MAX, collect_anchor, &a);
+	int rc = flexspace_scan(fs, 0, UINT64_MAX, collect_anchor, &a);
 	if (!rc)
 		rc = a.err;
 	uint8_t *hdr = malloc(10 + FLEXDB_MAX_KEY);
@@ -532,7 +532,7 @@ static int ival_scattered(struct fdb_store *s, struct fdb_ival *iv, uint64_t off
 	if (iv->pieces <= n / 2 + 2 || !iv->size)
 		return 0;
 	uint32_t k = 0;
-	if (flexspace_extents(s->fs, off, iv->size, count_piece, &k) != 0)
+	if (flexspace_scan(s->fs, off, iv->size, count_piece, &k) != 0)
 		return 0;
 	iv->pieces = (uint8_t)(k > FDB_PIECES_MAX ? FDB_PIECES_MAX : k);
 	return iv->pieces > n / 2 + 2;

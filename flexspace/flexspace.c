@@ -857,8 +857,8 @@ int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag, uint64_
 	return rc;
 }
 
-int flexspace_extents(struct flexspace *fs, uint64_t off, uint64_t len,
-		      int (*fn)(void *arg, const struct flextree_extent *e), void *arg)
+int flexspace_scan(struct flexspace *fs, uint64_t off, uint64_t len, flextree_scan_fn *fn,
+		   void *arg)
 {
 	if (!fs || !fn)
 		return -EINVAL;

@@ -111,7 +111,7 @@ struct flexspace_options {
 	 * (a missing or empty directory is -ENOENT).  A log left by a crash is
 	 * replayed into memory only, so the handle sees what a writable open
 	 * would recover; the files keep it for the next writable open.
-	 * Reads, flexspace_extents, tag_get, check, stats and durable work; every
+	 * Reads, flexspace_scan, tag_get, check, stats and durable work; every
 	 * change, flexspace_sync and flexspace_maintain return
 	 * FLEX_EREADONLY.  docs/DURABILITY.md, "Read-only handles". */
 	int read_only;
@@ -365,12 +365,12 @@ FLEX_EXPORT int flexspace_tag_set(struct flexspace *fs, uint64_t off, uint16_t t
 FLEX_EXPORT int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag,
 				  uint64_t *extent_off);
 
-/* Calls fn for every extent intersecting [off, off+len) in logical order
- * (under the read lock: fn must not call back into the space) until fn
- * returns nonzero; returns 0, fn's value or -ERANGE. */
-FLEX_EXPORT int flexspace_extents(struct flexspace *fs, uint64_t off, uint64_t len,
-				  int (*fn)(void *arg, const struct flextree_extent *e),
-				  void *arg);
+/* As flextree_scan, on the space's tree: calls fn for every extent
+ * intersecting [off, off+len) in logical order (under the read lock: fn
+ * must not call back into the space) until fn returns nonzero; returns 0,
+ * fn's value, -EINVAL (NULL fs or fn) or -ERANGE. */
+FLEX_EXPORT int flexspace_scan(struct flexspace *fs, uint64_t off, uint64_t len,
+			       flextree_scan_fn *fn, void *arg);
 
 /* Rewrites [off, off+len) contiguously into fresh segments (tags at the
  * same offsets are kept).  Returns 0, -ERANGE, FLEX_EFAILED,

@@ -203,12 +203,15 @@ FLEX_EXPORT int flextree_lookup(const struct flextree *t, uint64_t loff, uint64_
 FLEX_EXPORT ssize_t flextree_query(const struct flextree *t, uint64_t loff, uint64_t len,
 				   struct flextree_mapping *out, size_t cap);
 
+/* What flextree_scan and flexspace_scan call for each extent, with the
+ * arg they were given; a nonzero return stops the scan. */
+typedef int flextree_scan_fn(void *arg, const struct flextree_extent *e);
+
 /* Calls fn for every whole extent that intersects [loff, loff+len), in
  * logical order, until fn returns nonzero.  Returns 0, fn's nonzero value,
  * or -ERANGE.  fn must not modify the tree. */
 FLEX_EXPORT int flextree_scan(const struct flextree *t, uint64_t loff, uint64_t len,
-			      int (*fn)(void *arg, const struct flextree_extent *e),
-			      void *arg);
+			      flextree_scan_fn *fn, void *arg);
 
 /* Tags mark extents for the layers above (FlexDB tags the extent that
  * starts each interval).  flextree_tag_set splits the extent containing

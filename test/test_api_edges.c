@@ -631,7 +631,7 @@ Test(api_edges, flexspace_null_handles)
 	struct flexspace_op op = {.type = FLEXSPACE_OP_TAG, .off = 0, .tag = 1};
 	cr_assert_eq(flexspace_apply(NULL, &op, 1), -EINVAL);
 	cr_assert_eq(flexspace_tag_get(NULL, 0, &tag, &u), -EINVAL);
-	cr_assert_eq(flexspace_extents(NULL, 0, 1, count_extent, &n), -EINVAL);
+	cr_assert_eq(flexspace_scan(NULL, 0, 1, count_extent, &n), -EINVAL);
 	struct flextree_mapping loc[1] = {{.poff = 0, .len = 1}};
 	size_t nl = 7;
 	cr_assert_eq(flexspace_read_locate(NULL, buf, 0, 1, loc, &nl, &u), -EINVAL);
@@ -680,7 +680,7 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_collapse(fs, 0, 0), 0);
 	cr_assert_eq(flexspace_read_extent(fs, NULL, 0, 1, &eo, &el), -EINVAL);
 	cr_assert_geq(flexspace_read_extent(fs, NULL, 0, 0, NULL, NULL), 0);
-	cr_assert_eq(flexspace_extents(fs, 0, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_scan(fs, 0, 1, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_stats(fs, NULL), -EINVAL);
 	/* Nothing to report into; either output alone is fine. */
 	struct flexspace_point now, rec;
@@ -732,7 +732,7 @@ Test(api_edges, flexspace_bad_ranges)
 		cr_assert_eq(flexspace_read_extent(fs, buf, h, sizeof(buf), &eo, &el), -ERANGE);
 		cr_assert_eq(flexspace_tag_set(fs, h, 1), -ERANGE);
 		cr_assert_eq(flexspace_tag_get(fs, h, &tag, &eo), -ERANGE);
-		cr_assert_eq(flexspace_extents(fs, h, 1, count_extent, &n), -ERANGE);
+		cr_assert_eq(flexspace_scan(fs, h, 1, count_extent, &n), -ERANGE);
 		cr_assert_eq(flexspace_read_locate(fs, buf, h, sizeof(buf), loc, &nl, &stamp), 0);
 		cr_assert_eq(nl, 0);
 		cr_assert_eq(flexspace_locate(fs, h, 1, loc, &nl, &stamp), 0);
@@ -753,7 +753,7 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_read(fs, buf, 1000, 10), 0);
 	cr_assert_eq(flexspace_read_extent(fs, buf, 1000, 10, &eo, &el), -ERANGE);
 	cr_assert_eq(flexspace_tag_set(fs, 1000, 1), -ERANGE);
-	cr_assert_eq(flexspace_extents(fs, 1000, 0, count_extent, &n), 0);
+	cr_assert_eq(flexspace_scan(fs, 1000, 0, count_extent, &n), 0);
 	cr_assert_eq(flexspace_defrag(fs, 1000, 0), 0);
 	cr_assert_eq(flexspace_check(fs), 0);
 	cr_assert_eq(flexspace_stats(fs, &st), 0);
@@ -1567,7 +1567,7 @@ static const char *const exported_covered[] = {
     "flexspace_read_extent", "flexspace_tag_set", "flexspace_apply",
     "flexspace_read_locate", "flexspace_locate",
     "flexspace_read_located",
-    "flexspace_tag_get",     "flexspace_extents",
+    "flexspace_tag_get",     "flexspace_scan",
     "flexspace_defrag",	     "flexspace_check",
     "flexspace_stats",	     "flexspace_durable",
     "flexdb_open",

@@ -427,7 +427,7 @@ Test(flexspace, null_handles_and_buffers_are_einval)
 	cr_assert_eq(flexspace_insert(fs, NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_read(fs, NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_read_extent(fs, NULL, 0, 1, NULL, NULL), -EINVAL);
-	cr_assert_eq(flexspace_extents(fs, 0, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_scan(fs, 0, 1, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_close(NULL), 0);
 	struct flexspace *out = (struct flexspace *)&st;
 	cr_assert_eq(flexspace_open(NULL, NULL, &out), -EINVAL);
@@ -797,11 +797,11 @@ Test(flexspace, read_extent_and_extents_report_extent_boundaries)
 	cr_assert_eq(flexspace_write(fs, a, 0, 10000), 10000);
 	cr_assert_eq(flexspace_write(fs, a + 10000, 10000, 10000), 10000);
 	struct ext_list l = {.n = 0};
-	cr_assert_eq(flexspace_extents(fs, 0, 20000, collect_extent, &l), 0);
+	cr_assert_eq(flexspace_scan(fs, 0, 20000, collect_extent, &l), 0);
 	cr_assert_eq(l.n, 1, "contiguous appends should be one extent, got %d", l.n);
 	cr_assert_eq(flexspace_insert(fs, ins, 5000, 100), 100);
 	l.n = 0;
-	cr_assert_eq(flexspace_extents(fs, 0, UINT64_MAX, collect_extent, &l), 0);
+	cr_assert_eq(flexspace_scan(fs, 0, UINT64_MAX, collect_extent, &l), 0);
 	cr_assert_eq(l.n, 3);
 	cr_assert_eq(l.e[0].loff, 0);
 	cr_assert_eq(l.e[0].len, 5000);
@@ -831,17 +831,17 @@ Test(flexspace, read_extent_and_extents_report_extent_boundaries)
 
 	/* extents: a sub-range, stopping early, a hole, past the end. */
 	l.n = 0;
-	cr_assert_eq(flexspace_extents(fs, 5099, 2, collect_extent, &l), 0);
+	cr_assert_eq(flexspace_scan(fs, 5099, 2, collect_extent, &l), 0);
 	cr_assert_eq(l.n, 2);
 	int cnt = 0;
-	cr_assert_eq(flexspace_extents(fs, 0, UINT64_MAX, stop_at_second, &cnt), 42);
+	cr_assert_eq(flexspace_scan(fs, 0, UINT64_MAX, stop_at_second, &cnt), 42);
 	cr_assert_eq(cnt, 2);
 	cr_assert_eq(flexspace_truncate(fs, 30000), 0);
 	l.n = 0;
-	cr_assert_eq(flexspace_extents(fs, 20100, 100, collect_extent, &l), 0);
+	cr_assert_eq(flexspace_scan(fs, 20100, 100, collect_extent, &l), 0);
 	cr_assert_eq(l.n, 1);
 	cr_assert_eq(l.e[0].poff, FLEXTREE_HOLE);
-	cr_assert_eq(flexspace_extents(fs, 30001, 1, collect_extent, &l), -ERANGE);
+	cr_assert_eq(flexspace_scan(fs, 30001, 1, collect_extent, &l), -ERANGE);
 	cr_assert_eq(flexspace_close(fs), 0);
 	tmp_remove(dir);
 }

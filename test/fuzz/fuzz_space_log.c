@@ -115,7 +115,7 @@ static void probe(struct flexspace *fs)
 		fprintf(stderr, "opened: size %llu, %llu log records replayed\n",
 			(unsigned long long)size, (unsigned long long)st.recovered_records);
 	struct ext_walk w = {0};
-	int rc = flexspace_extents(fs, 0, size, ext_cb, &w);
+	int rc = flexspace_scan(fs, 0, size, ext_cb, &w);
 	MUST(rc == 0 || rc == 1);
 	MUST(!w.bad);
 	static uint8_t buf[1 << 16];
