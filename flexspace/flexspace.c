@@ -760,8 +760,16 @@ int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t len)
 
 /* ---- reads -------------------------------------------------------------- */
 
-ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len)
+/* The calls that take a const handle change nothing a reader could see,
+ * but they take the handle's lock and read through its buffers. */
+static struct flexspace *fs_mut(const struct flexspace *fs)
 {
+	return (struct flexspace *)fs;
+}
+
+ssize_t flexspace_read(const struct flexspace *cfs, void *buf, uint64_t off, size_t len)
+{
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || (!buf && len))
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -772,9 +780,10 @@ ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len
 	return rc ? rc : (ssize_t)n;
 }
 
-ssize_t flexspace_read_locate(struct flexspace *fs, void *buf, uint64_t off, size_t len,
+ssize_t flexspace_read_locate(const struct flexspace *cfs, void *buf, uint64_t off, size_t len,
 			      struct flextree_mapping *loc, size_t *nloc, uint64_t *stamp)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (nloc)
 		*nloc = 0;
 	if (!fs || (!buf && len) || !loc || !nloc || !stamp)
@@ -788,9 +797,10 @@ ssize_t flexspace_read_locate(struct flexspace *fs, void *buf, uint64_t off, siz
 	return rc ? rc : (ssize_t)n;
 }
 
-int flexspace_locate(struct flexspace *fs, uint64_t off, uint64_t len,
+int flexspace_locate(const struct flexspace *cfs, uint64_t off, uint64_t len,
 		     struct flextree_mapping *loc, size_t *nloc, uint64_t *stamp)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (nloc)
 		*nloc = 0;
 	if (!fs || !loc || !nloc || !stamp)
@@ -813,9 +823,10 @@ int flexspace_locate(struct flexspace *fs, uint64_t off, uint64_t len,
 	return 0;
 }
 
-int flexspace_read_located(struct flexspace *fs, void *buf, const struct flextree_mapping *loc,
-			   size_t nloc, uint64_t stamp)
+int flexspace_read_located(const struct flexspace *cfs, void *buf,
+			   const struct flextree_mapping *loc, size_t nloc, uint64_t stamp)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || (!buf && nloc) || (!loc && nloc))
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -824,9 +835,10 @@ int flexspace_read_located(struct flexspace *fs, void *buf, const struct flextre
 	return rc;
 }
 
-ssize_t flexspace_read_extent(struct flexspace *fs, void *buf, uint64_t off, size_t maxlen,
+ssize_t flexspace_read_extent(const struct flexspace *cfs, void *buf, uint64_t off, size_t maxlen,
 			      uint64_t *extent_off, uint64_t *extent_len)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || (!buf && maxlen))
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -847,8 +859,10 @@ ssize_t flexspace_read_extent(struct flexspace *fs, void *buf, uint64_t off, siz
 	return (ssize_t)n;
 }
 
-int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag, uint64_t *extent_off)
+int flexspace_tag_get(const struct flexspace *cfs, uint64_t off, uint16_t *tag,
+		      uint64_t *extent_off)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs)
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -857,9 +871,10 @@ int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag, uint64_
 	return rc;
 }
 
-int flexspace_scan(struct flexspace *fs, uint64_t off, uint64_t len, flextree_scan_fn *fn,
+int flexspace_scan(const struct flexspace *cfs, uint64_t off, uint64_t len, flextree_scan_fn *fn,
 		   void *arg)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || !fn)
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -868,8 +883,9 @@ int flexspace_scan(struct flexspace *fs, uint64_t off, uint64_t len, flextree_sc
 	return rc;
 }
 
-uint64_t flexspace_size(struct flexspace *fs)
+uint64_t flexspace_size(const struct flexspace *cfs)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs)
 		return 0;
 	flex_brlock_rdlock(&fs->lock);
@@ -878,8 +894,9 @@ uint64_t flexspace_size(struct flexspace *fs)
 	return size;
 }
 
-int flexspace_check(struct flexspace *fs)
+int flexspace_check(const struct flexspace *cfs)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs)
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -892,8 +909,9 @@ int flexspace_check(struct flexspace *fs)
 	return rc;
 }
 
-int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
+int flexspace_stats(const struct flexspace *cfs, struct flexspace_stats *st)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || !st)
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -920,9 +938,10 @@ int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
 	return 0;
 }
 
-int flexspace_durable(struct flexspace *fs, struct flexspace_point *now,
+int flexspace_durable(const struct flexspace *cfs, struct flexspace_point *now,
 		      struct flexspace_point *recovered)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || (!now && !recovered))
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);

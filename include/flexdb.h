@@ -193,7 +193,7 @@ FLEX_EXPORT int flexdb_delete_range(struct flexdb *db, const void *start, size_t
  * FLEX_ECORRUPT when the stored pair fails its checksum, FLEX_EFAILED when
  * the key is not in a memtable and a commit into the FlexSpace has failed
  * (docs/DURABILITY.md, "Errors"). */
-FLEX_EXPORT int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf,
+FLEX_EXPORT int flexdb_get(const struct flexdb *db, const void *key, size_t klen, void *buf,
 			   size_t cap, size_t *vlen);
 
 /* Durability barrier: when it returns 0, every put, delete and write that
@@ -322,9 +322,9 @@ FLEX_EXPORT void flexdb_iter_close(struct flexdb_iter *it);
  * counts against the space, and the cache against the space.  0 when
  * sound, FLEX_ECORRUPT otherwise; FLEX_EFAILED after a failed commit into
  * the FlexSpace (the index no longer describes it).  O(store size). */
-FLEX_EXPORT int flexdb_check(struct flexdb *db);
+FLEX_EXPORT int flexdb_check(const struct flexdb *db);
 
-FLEX_EXPORT int flexdb_stats(struct flexdb *db, struct flexdb_stats *st);
+FLEX_EXPORT int flexdb_stats(const struct flexdb *db, struct flexdb_stats *st);
 
 #ifdef __cplusplus
 }

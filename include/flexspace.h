@@ -187,7 +187,7 @@ FLEX_EXPORT int flexspace_close(struct flexspace *fs);
 /* Reads up to len bytes at off.  Returns the bytes read: fewer at the end
  * of the space, 0 at or past it.  Holes read as zeros.  Errors: -EINVAL
  * (NULL buf with len > 0), FLEX_ECORRUPT, -errno. */
-FLEX_EXPORT ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len);
+FLEX_EXPORT ssize_t flexspace_read(const struct flexspace *fs, void *buf, uint64_t off, size_t len);
 
 /* Where the bytes of a space lie, for reading them again without asking
  * the tree.  flexspace_read_locate reads as flexspace_read does and also
@@ -206,13 +206,13 @@ FLEX_EXPORT ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off
  * bytes elsewhere and leaves the old ones readable until freed).
  * Returns: the bytes read / 0, -EINVAL, -ESTALE, FLEX_ECORRUPT, -errno. */
 #define FLEXSPACE_LOCATE_MAX 128
-FLEX_EXPORT ssize_t flexspace_read_locate(struct flexspace *fs, void *buf, uint64_t off,
+FLEX_EXPORT ssize_t flexspace_read_locate(const struct flexspace *fs, void *buf, uint64_t off,
 					  size_t len, struct flextree_mapping *loc, size_t *nloc,
 					  uint64_t *stamp);
 /* The report alone, without reading: 0 or an error as flexspace_read. */
-FLEX_EXPORT int flexspace_locate(struct flexspace *fs, uint64_t off, uint64_t len,
+FLEX_EXPORT int flexspace_locate(const struct flexspace *fs, uint64_t off, uint64_t len,
 				 struct flextree_mapping *loc, size_t *nloc, uint64_t *stamp);
-FLEX_EXPORT int flexspace_read_located(struct flexspace *fs, void *buf,
+FLEX_EXPORT int flexspace_read_located(const struct flexspace *fs, void *buf,
 				       const struct flextree_mapping *loc, size_t nloc,
 				       uint64_t stamp);
 
@@ -283,7 +283,7 @@ struct flexspace_op {
 FLEX_EXPORT int flexspace_apply(struct flexspace *fs, const struct flexspace_op *ops, size_t n);
 
 /* Logical size; 0 for NULL. */
-FLEX_EXPORT uint64_t flexspace_size(struct flexspace *fs);
+FLEX_EXPORT uint64_t flexspace_size(const struct flexspace *fs);
 
 /* Durability barrier: when it returns 0, every write, insert, collapse,
  * truncate, tag change and defrag that returned before the call began
@@ -350,7 +350,7 @@ FLEX_EXPORT int flexspace_maintain(struct flexspace *fs);
  * (up to maxlen bytes, continuing into later extents if maxlen asks for
  * more) and reports that extent's logical start and length.  Returns the
  * bytes read, or -ERANGE when off >= size, -EINVAL, -errno. */
-FLEX_EXPORT ssize_t flexspace_read_extent(struct flexspace *fs, void *buf, uint64_t off,
+FLEX_EXPORT ssize_t flexspace_read_extent(const struct flexspace *fs, void *buf, uint64_t off,
 					  size_t maxlen, uint64_t *extent_off,
 					  uint64_t *extent_len);
 
@@ -362,14 +362,14 @@ FLEX_EXPORT ssize_t flexspace_read_extent(struct flexspace *fs, void *buf, uint6
  * range (write, defrag) drops the tags inside it except where defrag
  * preserves them at the same offsets. */
 FLEX_EXPORT int flexspace_tag_set(struct flexspace *fs, uint64_t off, uint16_t tag);
-FLEX_EXPORT int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag,
+FLEX_EXPORT int flexspace_tag_get(const struct flexspace *fs, uint64_t off, uint16_t *tag,
 				  uint64_t *extent_off);
 
 /* As flextree_scan, on the space's tree: calls fn for every extent
  * intersecting [off, off+len) in logical order (under the read lock: fn
  * must not call back into the space) until fn returns nonzero; returns 0,
  * fn's value, -EINVAL (NULL fs or fn) or -ERANGE. */
-FLEX_EXPORT int flexspace_scan(struct flexspace *fs, uint64_t off, uint64_t len,
+FLEX_EXPORT int flexspace_scan(const struct flexspace *fs, uint64_t off, uint64_t len,
 			       flextree_scan_fn *fn, void *arg);
 
 /* Rewrites [off, off+len) contiguously into fresh segments (tags at the
@@ -380,9 +380,9 @@ FLEX_EXPORT int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t le
 /* Deep check: the tree's check, per-segment live-byte counts against the
  * extents, no extent in a free segment, and buffered state.  0 when
  * sound, FLEX_ECORRUPT otherwise. */
-FLEX_EXPORT int flexspace_check(struct flexspace *fs);
+FLEX_EXPORT int flexspace_check(const struct flexspace *fs);
 
-FLEX_EXPORT int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st);
+FLEX_EXPORT int flexspace_stats(const struct flexspace *fs, struct flexspace_stats *st);
 
 /* A durable point (struct flexspace_stats, sync_* and recovered_*): the
  * tree version the log applies to and the log batches synced on top of
@@ -400,7 +400,7 @@ struct flexspace_point {
  * statistics, for a layer above that records the point with what it
  * writes (FlexDB, in each WAL file).  Returns 0 or -EINVAL (NULL fs, or
  * both NULL). */
-FLEX_EXPORT int flexspace_durable(struct flexspace *fs, struct flexspace_point *now,
+FLEX_EXPORT int flexspace_durable(const struct flexspace *fs, struct flexspace_point *now,
 				  struct flexspace_point *recovered);
 
 #ifdef __cplusplus
