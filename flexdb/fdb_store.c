@@ -21,6 +21,7 @@
  * fdb_store_get and fdb_store_scan, exclusive for everything else
  * (the committer, fdb_commit.c).
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -569,8 +570,7 @@ static int store_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
 {
 	struct fdb_ipath p;
 	struct fdb_ival *iv = fdb_index_find(s->index, ops[0].key, ops[0].klen, &p);
-	if (!iv)
-		return FLEX_ECORRUPT;
+	assert(iv); /* the first interval's empty key is below every key */
 	struct fdb_ipath q = p;
 	const struct fdb_ival *nx = fdb_index_next(&q);
 	struct fdb_cent *tmp;
@@ -654,8 +654,7 @@ static int range_edge(struct fdb_store *s, const void *key, uint32_t klen, struc
 {
 	struct fdb_ipath p;
 	e->iv = fdb_index_find(s->index, key, klen, &p);
-	if (!e->iv)
-		return FLEX_ECORRUPT;
+	assert(e->iv); /* as in store_run */
 	struct fdb_cent *tmp;
 	int rc = fdb_ival_load(s, &p, e->iv, &tmp);
 	if (rc)
