@@ -32,7 +32,6 @@
 
 struct fs_ctx {
 	struct flexspace_options opt; /* set by the command-line flags */
-	uint64_t segment_size;	      /* --segment-size, for opt */
 	struct flexspace *fs;
 	unsigned char *buf; /* CHUNK bytes */
 	/* Between `batch` and commit/abort: the queued changes, their DATA
@@ -602,8 +601,6 @@ static int fs_open(struct cli_app *app, const char *dir)
 		return 1;
 	if (app->only_reads)
 		c->opt.no_create = 1;
-	/* beyond 32 bits: out of range, as flexspace_open says */
-	c->opt.segment_size = c->segment_size > UINT32_MAX ? UINT32_MAX : (uint32_t)c->segment_size;
 	app->read_only = c->opt.read_only;
 	int rc = flexspace_open(dir, &c->opt, &c->fs);
 	if (rc)
@@ -653,7 +650,7 @@ int main(int argc, char **argv)
 	    {NULL, NULL, 0, NULL},
 	};
 	const struct cli_numflag numflags[] = {
-	    {"--segment-size", &c.segment_size,
+	    {"--segment-size", &c.opt.segment_size,
 	     "of a new space: a power of two, 64K .. 256M (default 4M)"},
 	    {NULL, NULL, NULL},
 	};

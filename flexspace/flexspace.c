@@ -83,7 +83,7 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 	if (opt)
 		o = *opt;
 	fs->io = o.io ? o.io : flex_io_posix();
-	fs->seg_size = o.segment_size ? o.segment_size : FS_DEFAULT_SEGMENT;
+	fs->seg_size = o.segment_size ? (uint32_t)o.segment_size : FS_DEFAULT_SEGMENT;
 	fs->log_limit = o.log_limit ? o.log_limit : FS_DEFAULT_LOG_LIMIT;
 	fs->gc_ratio = o.gc_ratio != 0.0 ? o.gc_ratio : FS_DEFAULT_GC_RATIO;
 	fs->max_data = o.max_data_size ? o.max_data_size : FLEXSPACE_MAX_SIZE;

@@ -17,7 +17,9 @@
  * Thread-safety: one handle may be used by any number of threads at once;
  * writers are serialised, readers run in parallel with them and with the
  * committer.  A batch or an iterator is used by one thread at a time.
- * Statuses follow flex_common.h; FLEXDB_NOTFOUND is a positive status.
+ * Statuses, argument order and integer types follow flex_common.h (keys
+ * and values are memory the caller passes: size_t lengths);
+ * FLEXDB_NOTFOUND is a positive status.
  */
 #ifndef FLEXDB_H
 #define FLEXDB_H

@@ -21,9 +21,11 @@
  * fdatasyncs without the lock readers take, and changes go on during a
  * sync's fdatasyncs too (a tree commit and a collection hold changes off,
  * not reads).
- * Statuses follow flex_common.h.  After an I/O error while writing or
- * syncing, every later change returns FLEX_EFAILED; reads still work and
- * what was synced is intact on disk.
+ * Statuses, argument order (handle, buffer, off, len, out-parameters) and
+ * integer types (uint64_t offsets and lengths in the space, size_t for
+ * the caller's buffers) follow flex_common.h.  After an I/O error while
+ * writing or syncing, every later change returns FLEX_EFAILED; reads
+ * still work and what was synced is intact on disk.
  */
 #ifndef FLEXSPACE_H
 #define FLEXSPACE_H
@@ -52,7 +54,7 @@ struct flexspace_options {
 	 * opens read it from the files and ignore this field.  The maximum
 	 * extent is a 32nd of it, which guarantees that garbage collection
 	 * always frees room for at least one extent. */
-	uint32_t segment_size;
+	uint64_t segment_size;
 	/* Logical-log bytes (buffered in memory until a sync, plus those in
 	 * LOG) after which the tree is committed and the log reset.  0 means
 	 * 8 MiB.  Range: 64 KiB .. 1 GiB.  It bounds the log buffer's memory

@@ -26,7 +26,10 @@
  * threads may call the const functions (lookup, query, scan, tag_get,
  * size, check, stats, pressure) concurrently; the leaf cache they share is
  * locked internally.  A call that modifies the tree, and commit, need
- * exclusive access.  Statuses follow flex_common.h.
+ * exclusive access.  Statuses, argument order and integer types follow
+ * flex_common.h; positions are loff (logical) and poff (physical), and an
+ * extent's length is uint32_t (at most UINT32_MAX bytes), the width a
+ * leaf stores.
  */
 #ifndef FLEXTREE_H
 #define FLEXTREE_H
