@@ -248,7 +248,8 @@ FLEX_EXPORT int flexdb_checkpoint(struct flexdb *db, const char *dest_dir);
  * _delete and _delete_range check their arguments as flexdb_put,
  * flexdb_delete and flexdb_delete_range do (-EINVAL also for a NULL
  * batch) and return 0, -ENOMEM, or FLEX_ETOOBIG when the batch would pass
- * 4 GiB. */
+ * 4 GiB.  flexdb_batch_new returns an empty batch, or NULL when out of
+ * memory. */
 FLEX_EXPORT struct flexdb_batch *flexdb_batch_new(void);
 FLEX_EXPORT int flexdb_batch_put(struct flexdb_batch *b, const void *key, size_t klen,
 				 const void *val, size_t vlen);
@@ -326,6 +327,7 @@ FLEX_EXPORT void flexdb_iter_close(struct flexdb_iter *it);
  * the FlexSpace (the index no longer describes it).  O(store size). */
 FLEX_EXPORT int flexdb_check(const struct flexdb *db);
 
+/* Fills *st.  Returns 0 or -EINVAL (NULL db or st). */
 FLEX_EXPORT int flexdb_stats(const struct flexdb *db, struct flexdb_stats *st);
 
 #ifdef __cplusplus

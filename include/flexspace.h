@@ -384,6 +384,7 @@ FLEX_EXPORT int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t le
  * sound, FLEX_ECORRUPT otherwise. */
 FLEX_EXPORT int flexspace_check(const struct flexspace *fs);
 
+/* Fills *st.  Returns 0 or -EINVAL (NULL fs or st). */
 FLEX_EXPORT int flexspace_stats(const struct flexspace *fs, struct flexspace_stats *st);
 
 /* A durable point (struct flexspace_stats, sync_* and recovered_*): the
