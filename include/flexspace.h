@@ -206,7 +206,9 @@ FLEX_EXPORT ssize_t flexspace_read(const struct flexspace *fs, void *buf, uint64
  * those of the bytes *at the time of the report*: a caller must itself
  * know that the logical range was not changed since (a write puts new
  * bytes elsewhere and leaves the old ones readable until freed).
- * Returns: the bytes read / 0, -EINVAL, -ESTALE, FLEX_ECORRUPT, -errno. */
+ * flexspace_read_locate returns the bytes read, flexspace_read_located 0;
+ * either may return -EINVAL, -ESTALE (read_located), FLEX_ECORRUPT or
+ * -errno. */
 #define FLEXSPACE_LOCATE_MAX 128
 FLEX_EXPORT ssize_t flexspace_read_locate(const struct flexspace *fs, void *buf, uint64_t off,
 					  size_t len, struct flextree_mapping *loc, size_t *nloc,
