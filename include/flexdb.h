@@ -90,10 +90,10 @@ struct flexdb_options {
 	 * It implies no_create.  The WAL records a crash left are replayed
 	 * into a memtable that stays in memory for the handle's life (the
 	 * files stay for the next writable open), so the handle sees exactly
-	 * what a writable open would recover.  Gets, iterators, check and stats work;
-	 * flexdb_put, flexdb_delete, flexdb_write (an empty batch too) and
-	 * flexdb_sync return FLEX_EREADONLY.  docs/DURABILITY.md, "Read-only
-	 * handles". */
+	 * what a writable open would recover.  Gets, iterators, check and
+	 * stats work; flexdb_put, flexdb_delete, flexdb_write (an empty batch
+	 * too) and flexdb_sync return FLEX_EREADONLY.  docs/DURABILITY.md,
+	 * "Read-only handles". */
 	int read_only;
 };
 
