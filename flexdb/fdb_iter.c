@@ -287,8 +287,7 @@ static const struct fdb_pair *iter_bound(const struct iter_pass *p, int reverse)
 
 /* Merges the sources into it->pairs up to the bound (when bounded):
  * newest source first for a key, tombstones and covered keys dropped. */
-static void iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int reverse,
-		       int bounded)
+static void iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int reverse, int bounded)
 {
 	struct fdb_pair *const *src = p->src;
 	int idx[3] = {0, 0, 0};
@@ -323,8 +322,9 @@ static void iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int re
 		/* A tie goes to the newest source, so none newer than best
 		 * can be at the same key, whatever order the sources hold. */
 		for (int s = 0; s < best; s++)
-			assert(idx[s] >= p->cnt[s] || fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen,
-								 w->key, w->klen) != 0);
+			assert(idx[s] >= p->cnt[s] ||
+			       fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key,
+					  w->klen) != 0);
 		idx[best]++;
 		if (w->tomb || (p->ranges && best > 0 &&
 				iter_covered(p->a, p->im, best, w->key, w->klen, p->vis)))
