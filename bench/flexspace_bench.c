@@ -508,7 +508,7 @@ static void t_create(struct target *t, enum sys s, const char *name)
 	xsnprintf(t->path, sizeof(t->path), "%s/%s", B.work, name);
 	rmtree(t->path);
 	if (s == SYS_FLEX) {
-		struct flexspace_options o = {.create = 1};
+		struct flexspace_options o = {0};
 		int rc = flexspace_open(t->path, &o, &t->fs);
 
 		if (rc)

@@ -232,9 +232,7 @@ static void fs_workload(const char *name, const struct flexspace_options *o)
 {
 	char dir[PATH_MAX];
 	struct run *r = run_new(name, dir, sizeof(dir));
-	struct flexspace_options so = *o;
-	so.create = 1;
-	int rc = flexspace_open(dir, &so, &r->fs);
+	int rc = flexspace_open(dir, o, &r->fs);
 	if (rc)
 		die("flexspace_open %s: %s", dir, flex_strerror(rc));
 	uint8_t *chunk = xmalloc(1u << 20);

@@ -32,7 +32,6 @@
 
 struct fs_ctx {
 	struct flexspace_options opt; /* set by the command-line flags */
-	uint64_t segment_size;	      /* --segment-size, for opt */
 	struct flexspace *fs;
 	unsigned char *buf; /* CHUNK bytes */
 	/* Between `batch` and commit/abort: the queued changes, their DATA
@@ -475,7 +474,7 @@ static int cmd_extents(struct cli_app *app, struct cli_token *a, size_t n)
 	int r = opt_range(app, a, n, &off, &len);
 	if (r)
 		return r > 0; /* -1, nothing to do, is a success */
-	return cli_done(app, flexspace_extents(fs_of(app), off, len, print_extent, NULL));
+	return cli_done(app, flexspace_scan(fs_of(app), off, len, print_extent, NULL));
 }
 
 static int cmd_sync(struct cli_app *app, struct cli_token *a, size_t n)
@@ -601,9 +600,7 @@ static int fs_open(struct cli_app *app, const char *dir)
 	if (!c->buf)
 		return 1;
 	if (app->only_reads)
-		c->opt.create = 0;
-	/* beyond 32 bits: out of range, as flexspace_open says */
-	c->opt.segment_size = c->segment_size > UINT32_MAX ? UINT32_MAX : (uint32_t)c->segment_size;
+		c->opt.no_create = 1;
 	app->read_only = c->opt.read_only;
 	int rc = flexspace_open(dir, &c->opt, &c->fs);
 	if (rc)
@@ -643,9 +640,9 @@ static int fs_close(struct cli_app *app)
 
 int main(int argc, char **argv)
 {
-	struct fs_ctx c = {.opt = {.create = 1}};
+	struct fs_ctx c = {0};
 	const struct cli_flag flags[] = {
-	    {"--no-create", &c.opt.create, 0, "fail when DIR holds no space"},
+	    {"--no-create", &c.opt.no_create, 1, "fail when DIR holds no space"},
 	    {"--readonly", &c.opt.read_only, 1,
 	     "open read-only (shared with other readers, never written; changes fail)"},
 	    {"--hex", &read_mode, 'h', "read prints one 0x hex string by default"},
@@ -653,7 +650,7 @@ int main(int argc, char **argv)
 	    {NULL, NULL, 0, NULL},
 	};
 	const struct cli_numflag numflags[] = {
-	    {"--segment-size", &c.segment_size,
+	    {"--segment-size", &c.opt.segment_size,
 	     "of a new space: a power of two, 64K .. 256M (default 4M)"},
 	    {NULL, NULL, NULL},
 	};

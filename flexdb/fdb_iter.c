@@ -8,6 +8,7 @@
  * key among the sources that filled up (its bound): past it a source may
  * hold keys the chunk has not seen, so the next chunk starts there.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,12 +287,11 @@ static const struct fdb_pair *iter_bound(const struct iter_pass *p, int reverse)
 
 /* Merges the sources into it->pairs up to the bound (when bounded):
  * newest source first for a key, tombstones and covered keys dropped. */
-static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int reverse, int bounded)
+static void iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int reverse, int bounded)
 {
 	struct fdb_pair *const *src = p->src;
 	int idx[3] = {0, 0, 0};
-	int rc = 0;
-	while (!rc) {
+	for (;;) {
 		int best = -1;
 		for (int s = 0; s < 3; s++) {
 			if (idx[s] >= p->cnt[s])
@@ -319,18 +319,18 @@ static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int rev
 			    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) ==
 				0)
 				idx[s]++;
+		/* A tie goes to the newest source, so none newer than best
+		 * can be at the same key, whatever order the sources hold. */
 		for (int s = 0; s < best; s++)
-			if (idx[s] < p->cnt[s] &&
-			    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) ==
-				0)
-				rc = FLEX_ECORRUPT; /* merge order broken: cannot happen */
+			assert(idx[s] >= p->cnt[s] ||
+			       fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key,
+					  w->klen) != 0);
 		idx[best]++;
 		if (w->tomb || (p->ranges && best > 0 &&
 				iter_covered(p->a, p->im, best, w->key, w->klen, p->vis)))
 			continue;
 		it->pairs[it->n++] = *w;
 	}
-	return rc;
 }
 
 /* Reads one chunk from `from`, which must not lie in the iterator's
@@ -352,7 +352,7 @@ static int iter_pass(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		it->boundlen = bound->klen;
 	}
 	if (!rc)
-		rc = iter_merge(it, &p, reverse, bound != NULL);
+		iter_merge(it, &p, reverse, bound != NULL);
 	fdb_memref_put(p.a);
 	fdb_memref_put(p.im);
 	it->exhausted = bound == NULL;

@@ -21,6 +21,7 @@
  * fdb_store_get and fdb_store_scan, exclusive for everything else
  * (the committer, fdb_commit.c).
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,7 +139,7 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 		return -ENOMEM;
 	uint64_t size = flexspace_size(fs);
 	struct anchors a = {0};
-	int rc = flexspace_extents(fs, 0, UINT64_MAX, collect_anchor, &a);
+	int rc = flexspace_scan(fs, 0, UINT64_MAX, collect_anchor, &a);
 	if (!rc)
 		rc = a.err;
 	uint8_t *hdr = malloc(10 + FLEXDB_MAX_KEY);
@@ -532,7 +533,7 @@ static int ival_scattered(struct fdb_store *s, struct fdb_ival *iv, uint64_t off
 	if (iv->pieces <= n / 2 + 2 || !iv->size)
 		return 0;
 	uint32_t k = 0;
-	if (flexspace_extents(s->fs, off, iv->size, count_piece, &k) != 0)
+	if (flexspace_scan(s->fs, off, iv->size, count_piece, &k) != 0)
 		return 0;
 	iv->pieces = (uint8_t)(k > FDB_PIECES_MAX ? FDB_PIECES_MAX : k);
 	return iv->pieces > n / 2 + 2;
@@ -569,8 +570,7 @@ static int store_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
 {
 	struct fdb_ipath p;
 	struct fdb_ival *iv = fdb_index_find(s->index, ops[0].key, ops[0].klen, &p);
-	if (!iv)
-		return FLEX_ECORRUPT;
+	assert(iv); /* the first interval's empty key is below every key */
 	struct fdb_ipath q = p;
 	const struct fdb_ival *nx = fdb_index_next(&q);
 	struct fdb_cent *tmp;
@@ -654,8 +654,7 @@ static int range_edge(struct fdb_store *s, const void *key, uint32_t klen, struc
 {
 	struct fdb_ipath p;
 	e->iv = fdb_index_find(s->index, key, klen, &p);
-	if (!e->iv)
-		return FLEX_ECORRUPT;
+	assert(e->iv); /* as in store_run */
 	struct fdb_cent *tmp;
 	int rc = fdb_ival_load(s, &p, e->iv, &tmp);
 	if (rc)

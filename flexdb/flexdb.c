@@ -248,9 +248,17 @@ static int copy_val(const struct fdb_val *v, void *buf, size_t cap, size_t *vlen
 	return 0;
 }
 
-int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf, size_t cap,
+/* The calls that take a const handle change no pair, but they take the
+ * handle's locks, fill its cache and count in its statistics. */
+static struct flexdb *db_mut(const struct flexdb *db)
+{
+	return (struct flexdb *)db;
+}
+
+int flexdb_get(const struct flexdb *cdb, const void *key, size_t klen, void *buf, size_t cap,
 	       size_t *vlen)
 {
+	struct flexdb *db = db_mut(cdb);
 	if (!db || (!buf && cap))
 		return -EINVAL;
 	int rc = check_kv(key, klen, NULL, 0, 0);
@@ -500,7 +508,7 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 		return rc == -EWOULDBLOCK ? FLEX_EBUSY : rc;
 	snprintf(path, sizeof(path), "%s/space", dir);
 	struct flexspace_options so = o->space;
-	so.create = create;
+	so.no_create = !create;
 	so.read_only = o->read_only;
 	so.defer_maintenance = 1;
 	if (!so.io)
@@ -793,8 +801,9 @@ int flexdb_checkpoint(struct flexdb *db, const char *dest_dir)
 	return rc;
 }
 
-int flexdb_check(struct flexdb *db)
+int flexdb_check(const struct flexdb *cdb)
 {
+	struct flexdb *db = db_mut(cdb);
 	if (!db)
 		return -EINVAL;
 	flex_brlock_wrlock(&db->lock);
@@ -803,8 +812,9 @@ int flexdb_check(struct flexdb *db)
 	return rc;
 }
 
-int flexdb_stats(struct flexdb *db, struct flexdb_stats *st)
+int flexdb_stats(const struct flexdb *cdb, struct flexdb_stats *st)
 {
+	struct flexdb *db = db_mut(cdb);
 	if (!db || !st)
 		return -EINVAL;
 	memset(st, 0, sizeof(*st));

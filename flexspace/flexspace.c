@@ -83,17 +83,15 @@ static int fs_options(const struct flexspace_options *opt, struct flexspace *fs,
 	struct flexspace_options o = {0};
 	if (opt)
 		o = *opt;
-	else
-		o.create = 1;
 	fs->io = o.io ? o.io : flex_io_posix();
-	fs->seg_size = o.segment_size ? o.segment_size : FS_DEFAULT_SEGMENT;
+	fs->seg_size = o.segment_size ? (uint32_t)o.segment_size : FS_DEFAULT_SEGMENT;
 	fs->log_limit = o.log_limit ? o.log_limit : FS_DEFAULT_LOG_LIMIT;
 	fs->gc_ratio = o.gc_ratio != 0.0 ? o.gc_ratio : FS_DEFAULT_GC_RATIO;
 	fs->max_data = o.max_data_size ? o.max_data_size : FLEXSPACE_MAX_SIZE;
 	fs->tree_cache = o.tree_cache_size;
 	/* A read-only open never creates (flexspace.h). */
 	fs->read_only = o.read_only != 0;
-	*create = o.create && !fs->read_only;
+	*create = !o.no_create && !fs->read_only;
 	fs->no_mmap = o.no_mmap || fs->io != flex_io_posix();
 	fs->defer_maintenance = o.defer_maintenance != 0;
 	fs->bounded = fs->max_data < FLEXSPACE_MAX_SIZE;
@@ -768,8 +766,16 @@ int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t len)
 
 /* ---- reads -------------------------------------------------------------- */
 
-ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len)
+/* The calls that take a const handle change nothing a reader could see,
+ * but they take the handle's lock and read through its buffers. */
+static struct flexspace *fs_mut(const struct flexspace *fs)
 {
+	return (struct flexspace *)fs;
+}
+
+ssize_t flexspace_read(const struct flexspace *cfs, void *buf, uint64_t off, size_t len)
+{
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || (!buf && len))
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -780,9 +786,10 @@ ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len
 	return rc ? rc : (ssize_t)n;
 }
 
-ssize_t flexspace_read_locate(struct flexspace *fs, void *buf, uint64_t off, size_t len,
+ssize_t flexspace_read_locate(const struct flexspace *cfs, void *buf, uint64_t off, size_t len,
 			      struct flextree_mapping *loc, size_t *nloc, uint64_t *stamp)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (nloc)
 		*nloc = 0;
 	if (!fs || (!buf && len) || !loc || !nloc || !stamp)
@@ -796,9 +803,10 @@ ssize_t flexspace_read_locate(struct flexspace *fs, void *buf, uint64_t off, siz
 	return rc ? rc : (ssize_t)n;
 }
 
-int flexspace_locate(struct flexspace *fs, uint64_t off, uint64_t len,
+int flexspace_locate(const struct flexspace *cfs, uint64_t off, uint64_t len,
 		     struct flextree_mapping *loc, size_t *nloc, uint64_t *stamp)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (nloc)
 		*nloc = 0;
 	if (!fs || !loc || !nloc || !stamp)
@@ -821,9 +829,10 @@ int flexspace_locate(struct flexspace *fs, uint64_t off, uint64_t len,
 	return 0;
 }
 
-int flexspace_read_located(struct flexspace *fs, void *buf, const struct flextree_mapping *loc,
-			   size_t nloc, uint64_t stamp)
+int flexspace_read_located(const struct flexspace *cfs, void *buf,
+			   const struct flextree_mapping *loc, size_t nloc, uint64_t stamp)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || (!buf && nloc) || (!loc && nloc))
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -832,9 +841,10 @@ int flexspace_read_located(struct flexspace *fs, void *buf, const struct flextre
 	return rc;
 }
 
-ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf, size_t maxlen,
+ssize_t flexspace_read_extent(const struct flexspace *cfs, void *buf, uint64_t off, size_t maxlen,
 			      uint64_t *extent_off, uint64_t *extent_len)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || (!buf && maxlen))
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -855,8 +865,10 @@ ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf, siz
 	return (ssize_t)n;
 }
 
-int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag, uint64_t *extent_off)
+int flexspace_tag_get(const struct flexspace *cfs, uint64_t off, uint16_t *tag,
+		      uint64_t *extent_off)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs)
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -865,9 +877,10 @@ int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag, uint64_
 	return rc;
 }
 
-int flexspace_extents(struct flexspace *fs, uint64_t off, uint64_t len,
-		      int (*fn)(void *arg, const struct flextree_extent *e), void *arg)
+int flexspace_scan(const struct flexspace *cfs, uint64_t off, uint64_t len, flextree_scan_fn *fn,
+		   void *arg)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || !fn)
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -876,8 +889,9 @@ int flexspace_extents(struct flexspace *fs, uint64_t off, uint64_t len,
 	return rc;
 }
 
-uint64_t flexspace_size(struct flexspace *fs)
+uint64_t flexspace_size(const struct flexspace *cfs)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs)
 		return 0;
 	flex_brlock_rdlock(&fs->lock);
@@ -886,8 +900,9 @@ uint64_t flexspace_size(struct flexspace *fs)
 	return size;
 }
 
-int flexspace_check(struct flexspace *fs)
+int flexspace_check(const struct flexspace *cfs)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs)
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -900,8 +915,9 @@ int flexspace_check(struct flexspace *fs)
 	return rc;
 }
 
-int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
+int flexspace_stats(const struct flexspace *cfs, struct flexspace_stats *st)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || !st)
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);
@@ -928,9 +944,10 @@ int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st)
 	return 0;
 }
 
-int flexspace_durable(struct flexspace *fs, struct flexspace_point *now,
+int flexspace_durable(const struct flexspace *cfs, struct flexspace_point *now,
 		      struct flexspace_point *recovered)
 {
+	struct flexspace *fs = fs_mut(cfs);
 	if (!fs || (!now && !recovered))
 		return -EINVAL;
 	flex_brlock_rdlock(&fs->lock);

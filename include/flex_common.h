@@ -10,6 +10,34 @@
  *   FLEX_E*     library errors, in the reserved range [-10099, -10000]
  * Functions returning ssize_t use the same negative codes.  There is no
  * global "last error" and no allocated error string.
+ *
+ * Conventions of every call of the three libraries:
+ *   arguments  the handle first; then what the call works on: a
+ *              FlexSpace data call takes the caller's buffer, then the
+ *              offset and the length (flexspace_read(fs, buf, off, len));
+ *              other calls an offset and a length, or a key and its
+ *              length; last the out-parameters and the arrays the call
+ *              fills, each array followed by its capacity (flexdb_get's
+ *              value buffer, flextree_query's mappings).
+ *   integers   uint64_t for positions and lengths in a tree, a space or a
+ *              file (and for sizes of memory set in options); size_t for
+ *              lengths of memory the caller passes (buffers, keys,
+ *              values, array capacities); ssize_t for a call that returns
+ *              a count of bytes or items, or a negative status; int for
+ *              any other status.  One extent's length is uint32_t, as
+ *              FlexTree stores it (flextree.h).
+ *   offsets    `off` is a byte position in a FlexSpace; FlexTree, which
+ *              maps one address space onto another, says `loff` (logical)
+ *              and `poff` (physical).
+ *   const      a handle is const in every call that changes nothing a
+ *              caller can observe (reads, lookups, scans, checks,
+ *              statistics), even when its caches and locks change inside.
+ *   NULL       a NULL handle is -EINVAL, except that closing, freeing and
+ *              clearing calls do nothing (closing returns 0), the size
+ *              calls and flextree_pressure return 0, and
+ *              flexdb_iter_valid, _key and _value report no position.
+ *   options    an options struct cleared to zero (or a NULL pointer)
+ *              gives every documented default.
  */
 #ifndef FLEX_COMMON_H
 #define FLEX_COMMON_H

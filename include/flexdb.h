@@ -17,7 +17,9 @@
  * Thread-safety: one handle may be used by any number of threads at once;
  * writers are serialised, readers run in parallel with them and with the
  * committer.  A batch or an iterator is used by one thread at a time.
- * Statuses follow flex_common.h; FLEXDB_NOTFOUND is a positive status.
+ * Statuses, argument order and integer types follow flex_common.h (keys
+ * and values are memory the caller passes: size_t lengths);
+ * FLEXDB_NOTFOUND is a positive status.
  */
 #ifndef FLEXDB_H
 #define FLEXDB_H
@@ -42,9 +44,10 @@ struct flexdb_iter;
 
 struct flexdb_options {
 	/* Passed to the FlexSpace (io, segment size, GC ratio, ...).  Its
-	 * `create` field is ignored: see create below.  defer_maintenance is
-	 * always set: the committer runs the FlexSpace's tree commits and
-	 * garbage collection between chunks, without the lock readers take.
+	 * no_create and read_only fields are ignored: see those below.
+	 * defer_maintenance is always set: the committer runs the
+	 * FlexSpace's tree commits and garbage collection between chunks,
+	 * without the lock readers take.
 	 * With max_data_size set, a change that needs room still syncs or
 	 * collects while readers wait. */
 	struct flexspace_options space;
@@ -84,14 +87,13 @@ struct flexdb_options {
 	 * committer thread).  The lock is shared: any number of read-only
 	 * handles may be open at once, in any processes, while a writable
 	 * handle and a read-only one exclude each other (FLEX_EBUSY, at once).
-	 * It implies no_create, and space.read_only and space.create are
-	 * ignored.  The WAL records a crash left are replayed into a memtable
-	 * that stays in memory for the handle's life (the files stay for the
-	 * next writable open), so the handle sees exactly what a writable
-	 * open would recover.  Gets, iterators, check and stats work;
-	 * flexdb_put, flexdb_delete, flexdb_write (an empty batch too) and
-	 * flexdb_sync return FLEX_EREADONLY.  docs/DURABILITY.md, "Read-only
-	 * handles". */
+	 * It implies no_create.  The WAL records a crash left are replayed
+	 * into a memtable that stays in memory for the handle's life (the
+	 * files stay for the next writable open), so the handle sees exactly
+	 * what a writable open would recover.  Gets, iterators, check and
+	 * stats work; flexdb_put, flexdb_delete, flexdb_write (an empty batch
+	 * too) and flexdb_sync return FLEX_EREADONLY.  docs/DURABILITY.md,
+	 * "Read-only handles". */
 	int read_only;
 };
 
@@ -193,7 +195,7 @@ FLEX_EXPORT int flexdb_delete_range(struct flexdb *db, const void *start, size_t
  * FLEX_ECORRUPT when the stored pair fails its checksum, FLEX_EFAILED when
  * the key is not in a memtable and a commit into the FlexSpace has failed
  * (docs/DURABILITY.md, "Errors"). */
-FLEX_EXPORT int flexdb_get(struct flexdb *db, const void *key, size_t klen, void *buf,
+FLEX_EXPORT int flexdb_get(const struct flexdb *db, const void *key, size_t klen, void *buf,
 			   size_t cap, size_t *vlen);
 
 /* Durability barrier: when it returns 0, every put, delete and write that
@@ -246,7 +248,8 @@ FLEX_EXPORT int flexdb_checkpoint(struct flexdb *db, const char *dest_dir);
  * _delete and _delete_range check their arguments as flexdb_put,
  * flexdb_delete and flexdb_delete_range do (-EINVAL also for a NULL
  * batch) and return 0, -ENOMEM, or FLEX_ETOOBIG when the batch would pass
- * 4 GiB. */
+ * 4 GiB.  flexdb_batch_new returns an empty batch, or NULL when out of
+ * memory. */
 FLEX_EXPORT struct flexdb_batch *flexdb_batch_new(void);
 FLEX_EXPORT int flexdb_batch_put(struct flexdb_batch *b, const void *key, size_t klen,
 				 const void *val, size_t vlen);
@@ -322,9 +325,10 @@ FLEX_EXPORT void flexdb_iter_close(struct flexdb_iter *it);
  * counts against the space, and the cache against the space.  0 when
  * sound, FLEX_ECORRUPT otherwise; FLEX_EFAILED after a failed commit into
  * the FlexSpace (the index no longer describes it).  O(store size). */
-FLEX_EXPORT int flexdb_check(struct flexdb *db);
+FLEX_EXPORT int flexdb_check(const struct flexdb *db);
 
-FLEX_EXPORT int flexdb_stats(struct flexdb *db, struct flexdb_stats *st);
+/* Fills *st.  Returns 0 or -EINVAL (NULL db or st). */
+FLEX_EXPORT int flexdb_stats(const struct flexdb *db, struct flexdb_stats *st);
 
 #ifdef __cplusplus
 }

@@ -21,9 +21,11 @@
  * fdatasyncs without the lock readers take, and changes go on during a
  * sync's fdatasyncs too (a tree commit and a collection hold changes off,
  * not reads).
- * Statuses follow flex_common.h.  After an I/O error while writing or
- * syncing, every later change returns FLEX_EFAILED; reads still work and
- * what was synced is intact on disk.
+ * Statuses, argument order (handle, buffer, off, len, out-parameters) and
+ * integer types (uint64_t offsets and lengths in the space, size_t for
+ * the caller's buffers) follow flex_common.h.  After an I/O error while
+ * writing or syncing, every later change returns FLEX_EFAILED; reads
+ * still work and what was synced is intact on disk.
  */
 #ifndef FLEXSPACE_H
 #define FLEXSPACE_H
@@ -53,7 +55,7 @@ struct flexspace_options {
 	 * opens read it from the files and ignore this field.  The maximum
 	 * extent is a 32nd of it, which guarantees that garbage collection
 	 * always frees room for at least one extent. */
-	uint32_t segment_size;
+	uint64_t segment_size;
 	/* Logical-log bytes (buffered in memory until a sync, plus those in
 	 * LOG) after which the tree is committed and the log reset.  0 means
 	 * 8 MiB.  Range: 64 KiB .. 1 GiB.  It bounds the log buffer's memory
@@ -68,11 +70,11 @@ struct flexspace_options {
 	 * -ENOSPC.  Live data is capped at 30/32 of it so that collection can
 	 * always make progress.  0 means no limit (2^48 bytes). */
 	uint64_t max_data_size;
-	/* Nonzero creates the directory and files when absent (the default
-	 * when opt is NULL); the directory must then be missing or empty.
-	 * Zero makes opening a missing or empty directory fail with -ENOENT,
-	 * and never creates or writes a file there. */
-	int create;
+	/* Zero (default, with a NULL opt too): create the directory and files
+	 * when the directory is missing or empty.  Nonzero: opening a missing
+	 * or empty directory fails with -ENOENT, and no file is created or
+	 * written there. */
+	int no_create;
 	/* Zero (default): DATA is also mapped read-only and reads copy from
 	 * the mapping, with no system call when the kernel holds the page.
 	 * As with any mapped file (LMDB's too), a disk that fails to read a
@@ -108,11 +110,11 @@ struct flexspace_options {
 	 * synced or removed, not even by open or close.  The lock on LOCK
 	 * (and TREE) is shared: any number of read-only handles may be open
 	 * at once, in any processes, while a writable handle and a read-only
-	 * one exclude each other (FLEX_EBUSY, at once).  create is ignored (a
-	 * missing or empty directory is -ENOENT).  A log left by a crash is
+	 * one exclude each other (FLEX_EBUSY, at once).  It implies no_create
+	 * (a missing or empty directory is -ENOENT).  A log left by a crash is
 	 * replayed into memory only, so the handle sees what a writable open
 	 * would recover; the files keep it for the next writable open.
-	 * Reads, flexspace_extents, tag_get, check, stats and durable work; every
+	 * Reads, flexspace_scan, tag_get, check, stats and durable work; every
 	 * change, flexspace_sync and flexspace_maintain return
 	 * FLEX_EREADONLY.  docs/DURABILITY.md, "Read-only handles". */
 	int read_only;
@@ -149,7 +151,7 @@ struct flexspace_stats {
 };
 
 /* Opens or creates the space in directory dir (created when missing
- * unless opt->create == 0 or opt->read_only with a non-NULL opt).  A space is created only
+ * unless opt->no_create or opt->read_only).  A space is created only
  * in a missing or empty directory (or one holding only the IDENTITY of a
  * creation cut short), and an existing one is opened only when its
  * IDENTITY, or for a space made before identities its LOG header, proves
@@ -158,17 +160,17 @@ struct flexspace_stats {
  * or changed:
  *   FLEX_ENOTSTORE    it holds files the library did not create
  *   FLEX_EKIND_DB     it is a FlexDB store (open it with flexdb_open)
- *   -ENOENT           missing or empty, and create is 0
+ *   -ENOENT           missing or empty, and no_create is set
  * Other returns: 0 and *out, FLEX_EBUSY (another handle or process holds
  * it: any handle, for a writable open; a writable one, for a read-only
- * open), FLEX_ECORRUPT (also a creation cut short, opened without
- * create or read-only), FLEX_EVERSION, FLEX_EOPTION (before anything is
+ * open), FLEX_ECORRUPT (also a creation cut short, opened with
+ * no_create or read-only), FLEX_EVERSION, FLEX_EOPTION (before anything is
  * touched; flexspace_options_check names the field), -ENOTDIR, -EACCES
  * (no permission to open a file as asked: read-only needs only read
  * permission), -errno.  On failure *out is NULL.  Replays the log if the
  * last session did not close cleanly (read-only: in memory only); a
- * space made before identities gets its IDENTITY when opened with
- * create. */
+ * space made before identities gets its IDENTITY when opened without
+ * no_create or read_only. */
 FLEX_EXPORT int flexspace_open(const char *dir, const struct flexspace_options *opt,
 			       struct flexspace **out);
 
@@ -188,7 +190,7 @@ FLEX_EXPORT int flexspace_close(struct flexspace *fs);
 /* Reads up to len bytes at off.  Returns the bytes read: fewer at the end
  * of the space, 0 at or past it.  Holes read as zeros.  Errors: -EINVAL
  * (NULL buf with len > 0), FLEX_ECORRUPT, -errno. */
-FLEX_EXPORT ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off, size_t len);
+FLEX_EXPORT ssize_t flexspace_read(const struct flexspace *fs, void *buf, uint64_t off, size_t len);
 
 /* Where the bytes of a space lie, for reading them again without asking
  * the tree.  flexspace_read_locate reads as flexspace_read does and also
@@ -205,15 +207,17 @@ FLEX_EXPORT ssize_t flexspace_read(struct flexspace *fs, void *buf, uint64_t off
  * those of the bytes *at the time of the report*: a caller must itself
  * know that the logical range was not changed since (a write puts new
  * bytes elsewhere and leaves the old ones readable until freed).
- * Returns: the bytes read / 0, -EINVAL, -ESTALE, FLEX_ECORRUPT, -errno. */
+ * flexspace_read_locate returns the bytes read, flexspace_read_located 0;
+ * either may return -EINVAL, -ESTALE (read_located), FLEX_ECORRUPT or
+ * -errno. */
 #define FLEXSPACE_LOCATE_MAX 128
-FLEX_EXPORT ssize_t flexspace_read_locate(struct flexspace *fs, void *buf, uint64_t off,
+FLEX_EXPORT ssize_t flexspace_read_locate(const struct flexspace *fs, void *buf, uint64_t off,
 					  size_t len, struct flextree_mapping *loc, size_t *nloc,
 					  uint64_t *stamp);
 /* The report alone, without reading: 0 or an error as flexspace_read. */
-FLEX_EXPORT int flexspace_locate(struct flexspace *fs, uint64_t off, uint64_t len,
+FLEX_EXPORT int flexspace_locate(const struct flexspace *fs, uint64_t off, uint64_t len,
 				 struct flextree_mapping *loc, size_t *nloc, uint64_t *stamp);
-FLEX_EXPORT int flexspace_read_located(struct flexspace *fs, void *buf,
+FLEX_EXPORT int flexspace_read_located(const struct flexspace *fs, void *buf,
 				       const struct flextree_mapping *loc, size_t nloc,
 				       uint64_t stamp);
 
@@ -284,7 +288,7 @@ struct flexspace_op {
 FLEX_EXPORT int flexspace_apply(struct flexspace *fs, const struct flexspace_op *ops, size_t n);
 
 /* Logical size; 0 for NULL. */
-FLEX_EXPORT uint64_t flexspace_size(struct flexspace *fs);
+FLEX_EXPORT uint64_t flexspace_size(const struct flexspace *fs);
 
 /* Durability barrier: when it returns 0, every write, insert, collapse,
  * truncate, tag change and defrag that returned before the call began
@@ -381,7 +385,7 @@ FLEX_EXPORT int flexspace_maintain(struct flexspace *fs);
  * (up to maxlen bytes, continuing into later extents if maxlen asks for
  * more) and reports that extent's logical start and length.  Returns the
  * bytes read, or -ERANGE when off >= size, -EINVAL, -errno. */
-FLEX_EXPORT ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, void *buf,
+FLEX_EXPORT ssize_t flexspace_read_extent(const struct flexspace *fs, void *buf, uint64_t off,
 					  size_t maxlen, uint64_t *extent_off,
 					  uint64_t *extent_len);
 
@@ -393,15 +397,15 @@ FLEX_EXPORT ssize_t flexspace_read_extent(struct flexspace *fs, uint64_t off, vo
  * range (write, defrag) drops the tags inside it except where defrag
  * preserves them at the same offsets. */
 FLEX_EXPORT int flexspace_tag_set(struct flexspace *fs, uint64_t off, uint16_t tag);
-FLEX_EXPORT int flexspace_tag_get(struct flexspace *fs, uint64_t off, uint16_t *tag,
+FLEX_EXPORT int flexspace_tag_get(const struct flexspace *fs, uint64_t off, uint16_t *tag,
 				  uint64_t *extent_off);
 
-/* Calls fn for every extent intersecting [off, off+len) in logical order
- * (under the read lock: fn must not call back into the space) until fn
- * returns nonzero; returns 0, fn's value or -ERANGE. */
-FLEX_EXPORT int flexspace_extents(struct flexspace *fs, uint64_t off, uint64_t len,
-				  int (*fn)(void *arg, const struct flextree_extent *e),
-				  void *arg);
+/* As flextree_scan, on the space's tree: calls fn for every extent
+ * intersecting [off, off+len) in logical order (under the read lock: fn
+ * must not call back into the space) until fn returns nonzero; returns 0,
+ * fn's value, -EINVAL (NULL fs or fn) or -ERANGE. */
+FLEX_EXPORT int flexspace_scan(const struct flexspace *fs, uint64_t off, uint64_t len,
+			       flextree_scan_fn *fn, void *arg);
 
 /* Rewrites [off, off+len) contiguously into fresh segments (tags at the
  * same offsets are kept).  Returns 0, -ERANGE, FLEX_EFAILED,
@@ -411,9 +415,10 @@ FLEX_EXPORT int flexspace_defrag(struct flexspace *fs, uint64_t off, uint64_t le
 /* Deep check: the tree's check, per-segment live-byte counts against the
  * extents, no extent in a free segment, and buffered state.  0 when
  * sound, FLEX_ECORRUPT otherwise. */
-FLEX_EXPORT int flexspace_check(struct flexspace *fs);
+FLEX_EXPORT int flexspace_check(const struct flexspace *fs);
 
-FLEX_EXPORT int flexspace_stats(struct flexspace *fs, struct flexspace_stats *st);
+/* Fills *st.  Returns 0 or -EINVAL (NULL fs or st). */
+FLEX_EXPORT int flexspace_stats(const struct flexspace *fs, struct flexspace_stats *st);
 
 /* A durable point (struct flexspace_stats, sync_* and recovered_*): the
  * tree version the log applies to and the log batches synced on top of
@@ -431,7 +436,7 @@ struct flexspace_point {
  * statistics, for a layer above that records the point with what it
  * writes (FlexDB, in each WAL file).  Returns 0 or -EINVAL (NULL fs, or
  * both NULL). */
-FLEX_EXPORT int flexspace_durable(struct flexspace *fs, struct flexspace_point *now,
+FLEX_EXPORT int flexspace_durable(const struct flexspace *fs, struct flexspace_point *now,
 				  struct flexspace_point *recovered);
 
 #ifdef __cplusplus

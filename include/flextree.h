@@ -26,7 +26,10 @@
  * threads may call the const functions (lookup, query, scan, tag_get,
  * size, check, stats, pressure) concurrently; the leaf cache they share is
  * locked internally.  A call that modifies the tree, and commit, need
- * exclusive access.  Statuses follow flex_common.h.
+ * exclusive access.  Statuses, argument order and integer types follow
+ * flex_common.h; positions are loff (logical) and poff (physical), and an
+ * extent's length is uint32_t (at most UINT32_MAX bytes), the width a
+ * leaf stores.
  */
 #ifndef FLEXTREE_H
 #define FLEXTREE_H
@@ -204,12 +207,15 @@ FLEX_EXPORT int flextree_lookup(const struct flextree *t, uint64_t loff, uint64_
 FLEX_EXPORT ssize_t flextree_query(const struct flextree *t, uint64_t loff, uint64_t len,
 				   struct flextree_mapping *out, size_t cap);
 
+/* What flextree_scan and flexspace_scan call for each extent, with the
+ * arg they were given; a nonzero return stops the scan. */
+typedef int flextree_scan_fn(void *arg, const struct flextree_extent *e);
+
 /* Calls fn for every whole extent that intersects [loff, loff+len), in
  * logical order, until fn returns nonzero.  Returns 0, fn's nonzero value,
  * or -ERANGE.  fn must not modify the tree. */
 FLEX_EXPORT int flextree_scan(const struct flextree *t, uint64_t loff, uint64_t len,
-			      int (*fn)(void *arg, const struct flextree_extent *e),
-			      void *arg);
+			      flextree_scan_fn *fn, void *arg);
 
 /* Tags mark extents for the layers above (FlexDB tags the extent that
  * starts each interval).  flextree_tag_set splits the extent containing

@@ -635,12 +635,12 @@ Test(api_edges, flexspace_null_handles)
 	cr_assert_eq(flexspace_size(NULL), 0);
 	cr_assert_eq(flexspace_sync(NULL), -EINVAL);
 	cr_assert_eq(flexspace_maintain(NULL), -EINVAL);
-	cr_assert_eq(flexspace_read_extent(NULL, 0, buf, sizeof(buf), &u, &u), -EINVAL);
+	cr_assert_eq(flexspace_read_extent(NULL, buf, 0, sizeof(buf), &u, &u), -EINVAL);
 	cr_assert_eq(flexspace_tag_set(NULL, 0, 1), -EINVAL);
 	struct flexspace_op op = {.type = FLEXSPACE_OP_TAG, .off = 0, .tag = 1};
 	cr_assert_eq(flexspace_apply(NULL, &op, 1), -EINVAL);
 	cr_assert_eq(flexspace_tag_get(NULL, 0, &tag, &u), -EINVAL);
-	cr_assert_eq(flexspace_extents(NULL, 0, 1, count_extent, &n), -EINVAL);
+	cr_assert_eq(flexspace_scan(NULL, 0, 1, count_extent, &n), -EINVAL);
 	struct flextree_mapping loc[1] = {{.poff = 0, .len = 1}};
 	size_t nl = 7;
 	cr_assert_eq(flexspace_read_locate(NULL, buf, 0, 1, loc, &nl, &u), -EINVAL);
@@ -658,7 +658,7 @@ Test(api_edges, flexspace_null_handles)
 
 static struct flexspace_options small_space(void)
 {
-	struct flexspace_options o = {.segment_size = 64u << 10, .create = 1};
+	struct flexspace_options o = {.segment_size = 64u << 10};
 	return o;
 }
 
@@ -687,9 +687,9 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_write(fs, NULL, 0, 0), 0);
 	cr_assert_eq(flexspace_insert(fs, NULL, 0, 0), 0);
 	cr_assert_eq(flexspace_collapse(fs, 0, 0), 0);
-	cr_assert_eq(flexspace_read_extent(fs, 0, NULL, 1, &eo, &el), -EINVAL);
-	cr_assert_geq(flexspace_read_extent(fs, 0, NULL, 0, NULL, NULL), 0);
-	cr_assert_eq(flexspace_extents(fs, 0, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_read_extent(fs, NULL, 0, 1, &eo, &el), -EINVAL);
+	cr_assert_geq(flexspace_read_extent(fs, NULL, 0, 0, NULL, NULL), 0);
+	cr_assert_eq(flexspace_scan(fs, 0, 1, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_stats(fs, NULL), -EINVAL);
 	/* Nothing to report into; either output alone is fine. */
 	struct flexspace_point now, rec;
@@ -738,10 +738,10 @@ Test(api_edges, flexspace_bad_ranges)
 		cr_assert_lt(flexspace_insert(fs, buf, h, 1), 0);
 		cr_assert_eq(flexspace_collapse(fs, h, 1), -ERANGE);
 		cr_assert_eq(flexspace_collapse(fs, 1, h), -ERANGE);
-		cr_assert_eq(flexspace_read_extent(fs, h, buf, sizeof(buf), &eo, &el), -ERANGE);
+		cr_assert_eq(flexspace_read_extent(fs, buf, h, sizeof(buf), &eo, &el), -ERANGE);
 		cr_assert_eq(flexspace_tag_set(fs, h, 1), -ERANGE);
 		cr_assert_eq(flexspace_tag_get(fs, h, &tag, &eo), -ERANGE);
-		cr_assert_eq(flexspace_extents(fs, h, 1, count_extent, &n), -ERANGE);
+		cr_assert_eq(flexspace_scan(fs, h, 1, count_extent, &n), -ERANGE);
 		cr_assert_eq(flexspace_read_locate(fs, buf, h, sizeof(buf), loc, &nl, &stamp), 0);
 		cr_assert_eq(nl, 0);
 		cr_assert_eq(flexspace_locate(fs, h, 1, loc, &nl, &stamp), 0);
@@ -760,9 +760,9 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_size(fs), 1000);
 	/* Offsets at the end. */
 	cr_assert_eq(flexspace_read(fs, buf, 1000, 10), 0);
-	cr_assert_eq(flexspace_read_extent(fs, 1000, buf, 10, &eo, &el), -ERANGE);
+	cr_assert_eq(flexspace_read_extent(fs, buf, 1000, 10, &eo, &el), -ERANGE);
 	cr_assert_eq(flexspace_tag_set(fs, 1000, 1), -ERANGE);
-	cr_assert_eq(flexspace_extents(fs, 1000, 0, count_extent, &n), 0);
+	cr_assert_eq(flexspace_scan(fs, 1000, 0, count_extent, &n), 0);
 	cr_assert_eq(flexspace_defrag(fs, 1000, 0), 0);
 	cr_assert_eq(flexspace_check(fs), 0);
 	cr_assert_eq(flexspace_stats(fs, &st), 0);
@@ -788,21 +788,21 @@ Test(api_edges, flexspace_options_and_paths)
 
 	/* Options out of range. */
 	struct flexspace_options bad[] = {
-	    {.segment_size = 1000, .create = 1},
-	    {.segment_size = 32u << 10, .create = 1},
-	    {.segment_size = 512u << 20, .create = 1},
-	    {.log_limit = 1, .create = 1},
-	    {.log_limit = (uint64_t)1 << 40, .create = 1},
-	    {.gc_ratio = 0.5, .create = 1},
-	    {.gc_ratio = 1000.0, .create = 1},
-	    {.max_data_size = FLEXSPACE_MAX_SIZE + 1, .create = 1},
+	    {.segment_size = 1000},
+	    {.segment_size = 32u << 10},
+	    {.segment_size = 512u << 20},
+	    {.log_limit = 1},
+	    {.log_limit = (uint64_t)1 << 40},
+	    {.gc_ratio = 0.5},
+	    {.gc_ratio = 1000.0},
+	    {.max_data_size = FLEXSPACE_MAX_SIZE + 1},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		cr_assert_eq(flexspace_open(p, &bad[i], &fs), FLEX_EOPTION, "options %zu", i);
 		cr_assert_null(fs);
 	}
 	/* Missing without create; missing parent; a file as the directory. */
-	struct flexspace_options nocreate = {0};
+	struct flexspace_options nocreate = {.no_create = 1};
 	cr_assert_eq(flexspace_open(p, &nocreate, &fs), -ENOENT);
 	cr_assert_null(fs);
 	join(p, sizeof(p), d.path, "no/such/parent");
@@ -829,7 +829,7 @@ Test(api_edges, flexspace_options_and_paths)
 	/* Read-only: never creates (create is ignored), shares with readers,
 	 * excludes a writer both ways; arguments are still checked first. */
 	char q[PATH_MAX];
-	struct flexspace_options ro = {.read_only = 1, .create = 1};
+	struct flexspace_options ro = {.read_only = 1};
 	join(q, sizeof(q), d.path, "ro-missing");
 	cr_assert_eq(flexspace_open(q, &ro, &fs), -ENOENT);
 	cr_assert_null(fs);
@@ -930,7 +930,7 @@ Test(api_edges, flexspace_options_check_names_the_field)
 	    {{.segment_size = 3, .gc_ratio = 0.5}, "segment_size"},
 	    {{.log_limit = 3, .max_data_size = UINT64_MAX}, "log_limit"},
 	    /* Fields without a range. */
-	    {{.tree_cache_size = UINT64_MAX, .no_mmap = 7, .create = -1}, NULL},
+	    {{.tree_cache_size = UINT64_MAX, .no_mmap = 7, .no_create = -1}, NULL},
 	};
 	struct tmpdir d;
 	tmp_make(&d, "spaceopt");
@@ -947,7 +947,7 @@ Test(api_edges, flexspace_options_check_names_the_field)
 			continue;
 		/* open refuses them the same way, before touching anything */
 		struct flexspace_options o = cases[i].o;
-		o.create = 1;
+		o.no_create = 0;
 		struct flexspace *fs = (struct flexspace *)&d;
 		cr_assert_eq(flexspace_open(p, &o, &fs), FLEX_EOPTION, "case %zu", i);
 		cr_assert_null(fs);
@@ -1512,7 +1512,7 @@ Test(api_edges, checkpoint_bad_arguments_and_destinations)
 	cr_assert_eq(flexspace_checkpoint(fs, p), 0);
 	cr_assert_eq(flexspace_checkpoint(fs, p), -EEXIST);
 	cr_assert_eq(flexspace_close(fs), 0);
-	so.create = 0;
+	so.no_create = 1;
 	cr_assert_eq(flexspace_open(p, &so, &fs), 0);
 	char b[8] = {0};
 	cr_expect_eq(flexspace_read(fs, b, 0, sizeof(b)), 4);
@@ -1648,7 +1648,7 @@ static const char *const exported_covered[] = {
     "flexspace_read_extent", "flexspace_tag_set", "flexspace_apply",
     "flexspace_read_locate", "flexspace_locate",
     "flexspace_read_located",
-    "flexspace_tag_get",     "flexspace_extents",
+    "flexspace_tag_get",     "flexspace_scan",
     "flexspace_defrag",	     "flexspace_check",
     "flexspace_stats",	     "flexspace_durable",
     "flexdb_open",

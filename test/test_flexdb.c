@@ -1826,7 +1826,7 @@ static void space_refused_unchanged(const char *dir, int want, const char *what)
 {
 	char *before = dir_snapshot(dir);
 	for (int create = 1; create >= 0; create--) {
-		struct flexspace_options o = {.create = create};
+		struct flexspace_options o = {.no_create = !create};
 		struct flexspace *fs = (struct flexspace *)dir;
 		int rc = flexspace_open(dir, &o, &fs);
 		cr_expect_eq(rc, want, "%s, create %d: %s, not %s", what, create, flex_strerror(rc),
@@ -1917,7 +1917,7 @@ Test(flexdb, the_other_kind_of_store_is_refused_unchanged)
 	fdb_tmpdir(root, sizeof(root), "kind");
 	snprintf(fsd, sizeof(fsd), "%s/space-only", root);
 	snprintf(dbd, sizeof(dbd), "%s/db", root);
-	struct flexspace_options so = {.create = 1};
+	struct flexspace_options so = {0};
 	struct flexspace *fs;
 	cr_assert_eq(flexspace_open(fsd, &so, &fs), 0);
 	cr_assert_eq(flexspace_write(fs, "abc", 0, 3), 3);

@@ -1396,7 +1396,7 @@ static int first_anchor(const char *dir)
 	struct flexspace *fs;
 	cr_assert_eq(flexspace_open(sp, NULL, &fs), 0);
 	uint64_t off = 0;
-	flexspace_extents(fs, 0, UINT64_MAX, anchor_fn, &off);
+	flexspace_scan(fs, 0, UINT64_MAX, anchor_fn, &off);
 	cr_assert_gt(off, 0, "no second interval");
 	uint8_t b[16] = {0};
 	cr_assert_eq(flexspace_read(fs, b, off, 15), 15);

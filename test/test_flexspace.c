@@ -207,7 +207,7 @@ Test(flexspace, model_default_geometry)
 {
 	struct model_run mr = {
 		.name = "model_default_geometry",
-		.opt = {.create = 1},
+		.opt = {0},
 		.gen = {.target_size = 3u << 20, .big_len = 6u << 20, .insert_pct = 20,
 			.collapse_pct = 12, .truncate_pct = 3, .defrag_pct = 2, .sync_pct = 5,
 			.reopen_pct = 1, .read_pct = 15, .apply_pct = 8},
@@ -339,7 +339,7 @@ static void overwrite_bounded(uint32_t seg, uint64_t live, int rounds)
 {
 	char dir[PATH_MAX];
 	cr_assert_eq(tmp_make(dir, sizeof(dir), "bounded"), 0);
-	struct flexspace_options o = {.segment_size = seg, .log_limit = 1u << 20, .create = 1};
+	struct flexspace_options o = {.segment_size = seg, .log_limit = 1u << 20};
 	struct flexspace *fs;
 	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
 	uint64_t seed = test_seed("overwrite_bounded"), r = seed;
@@ -415,7 +415,7 @@ Test(flexspace, null_handles_and_buffers_are_einval)
 	cr_assert_eq(flexspace_check(NULL), -EINVAL);
 	cr_assert_eq(flexspace_tag_set(NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_tag_get(NULL, 0, NULL, NULL), -EINVAL);
-	cr_assert_eq(flexspace_read_extent(NULL, 0, b, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_read_extent(NULL, b, 0, 1, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_size(NULL), 0);
 	struct flexspace_stats st;
 	cr_assert_eq(flexspace_stats(NULL, &st), -EINVAL);
@@ -426,8 +426,8 @@ Test(flexspace, null_handles_and_buffers_are_einval)
 	cr_assert_eq(flexspace_write(fs, NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_insert(fs, NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_read(fs, NULL, 0, 1), -EINVAL);
-	cr_assert_eq(flexspace_read_extent(fs, 0, NULL, 1, NULL, NULL), -EINVAL);
-	cr_assert_eq(flexspace_extents(fs, 0, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_read_extent(fs, NULL, 0, 1, NULL, NULL), -EINVAL);
+	cr_assert_eq(flexspace_scan(fs, 0, 1, NULL, NULL), -EINVAL);
 	cr_assert_eq(flexspace_close(NULL), 0);
 	struct flexspace *out = (struct flexspace *)&st;
 	cr_assert_eq(flexspace_open(NULL, NULL, &out), -EINVAL);
@@ -797,11 +797,11 @@ Test(flexspace, read_extent_and_extents_report_extent_boundaries)
 	cr_assert_eq(flexspace_write(fs, a, 0, 10000), 10000);
 	cr_assert_eq(flexspace_write(fs, a + 10000, 10000, 10000), 10000);
 	struct ext_list l = {.n = 0};
-	cr_assert_eq(flexspace_extents(fs, 0, 20000, collect_extent, &l), 0);
+	cr_assert_eq(flexspace_scan(fs, 0, 20000, collect_extent, &l), 0);
 	cr_assert_eq(l.n, 1, "contiguous appends should be one extent, got %d", l.n);
 	cr_assert_eq(flexspace_insert(fs, ins, 5000, 100), 100);
 	l.n = 0;
-	cr_assert_eq(flexspace_extents(fs, 0, UINT64_MAX, collect_extent, &l), 0);
+	cr_assert_eq(flexspace_scan(fs, 0, UINT64_MAX, collect_extent, &l), 0);
 	cr_assert_eq(l.n, 3);
 	cr_assert_eq(l.e[0].loff, 0);
 	cr_assert_eq(l.e[0].len, 5000);
@@ -811,37 +811,37 @@ Test(flexspace, read_extent_and_extents_report_extent_boundaries)
 	cr_assert_eq(l.e[2].len, 15000);
 
 	uint64_t eo = 1, el = 1;
-	ssize_t n = flexspace_read_extent(fs, 5050, rb, 1000, &eo, &el);
+	ssize_t n = flexspace_read_extent(fs, rb, 5050, 1000, &eo, &el);
 	cr_assert_eq(n, 1000, "%zd", n);
 	cr_assert_eq(eo, 5000);
 	cr_assert_eq(el, 100);
 	cr_assert_eq(memcmp(rb, ins, 100), 0, "read_extent reads from the extent's start");
 	cr_assert_eq(memcmp(rb + 100, a + 5000, 900), 0, "and continues into the next extent");
-	n = flexspace_read_extent(fs, 20099, rb, 30000, &eo, &el);
+	n = flexspace_read_extent(fs, rb, 20099, 30000, &eo, &el);
 	cr_assert_eq(n, 15000, "up to the end of the space");
 	cr_assert_eq(eo, 5100);
 	cr_assert_eq(el, 15000);
 	cr_assert_eq(memcmp(rb, a + 5000, 15000), 0);
-	n = flexspace_read_extent(fs, 10, rb, 0, &eo, &el);
+	n = flexspace_read_extent(fs, rb, 10, 0, &eo, &el);
 	cr_assert_eq(n, 0);
 	cr_assert_eq(eo, 0);
 	cr_assert_eq(el, 5000);
-	cr_assert_eq(flexspace_read_extent(fs, 20100, rb, 10, &eo, &el), -ERANGE);
-	cr_assert_eq(flexspace_read_extent(fs, UINT64_MAX, rb, 10, NULL, NULL), -ERANGE);
+	cr_assert_eq(flexspace_read_extent(fs, rb, 20100, 10, &eo, &el), -ERANGE);
+	cr_assert_eq(flexspace_read_extent(fs, rb, UINT64_MAX, 10, NULL, NULL), -ERANGE);
 
 	/* extents: a sub-range, stopping early, a hole, past the end. */
 	l.n = 0;
-	cr_assert_eq(flexspace_extents(fs, 5099, 2, collect_extent, &l), 0);
+	cr_assert_eq(flexspace_scan(fs, 5099, 2, collect_extent, &l), 0);
 	cr_assert_eq(l.n, 2);
 	int cnt = 0;
-	cr_assert_eq(flexspace_extents(fs, 0, UINT64_MAX, stop_at_second, &cnt), 42);
+	cr_assert_eq(flexspace_scan(fs, 0, UINT64_MAX, stop_at_second, &cnt), 42);
 	cr_assert_eq(cnt, 2);
 	cr_assert_eq(flexspace_truncate(fs, 30000), 0);
 	l.n = 0;
-	cr_assert_eq(flexspace_extents(fs, 20100, 100, collect_extent, &l), 0);
+	cr_assert_eq(flexspace_scan(fs, 20100, 100, collect_extent, &l), 0);
 	cr_assert_eq(l.n, 1);
 	cr_assert_eq(l.e[0].poff, FLEXTREE_HOLE);
-	cr_assert_eq(flexspace_extents(fs, 30001, 1, collect_extent, &l), -ERANGE);
+	cr_assert_eq(flexspace_scan(fs, 30001, 1, collect_extent, &l), -ERANGE);
 	cr_assert_eq(flexspace_close(fs), 0);
 	tmp_remove(dir);
 }
@@ -861,8 +861,7 @@ static uint64_t located_at(const struct flextree_mapping *loc, size_t n, uint64_
 Test(flexspace, located_reads_hold_until_their_segment_is_freed)
 {
 	char dir[PATH_MAX];
-	struct flexspace_options o = {.segment_size = 64u << 10, .log_limit = 64u << 10,
-				      .create = 1};
+	struct flexspace_options o = {.segment_size = 64u << 10, .log_limit = 64u << 10};
 	struct flexspace *fs = open_fresh(dir, sizeof(dir), &o);
 	static uint8_t a[20000], ins[100], rb[30000], nb[20100];
 	for (size_t i = 0; i < sizeof(a); i++)
@@ -1053,30 +1052,30 @@ Test(flexspace, bad_paths_and_options_fail_cleanly)
 	cr_assert_lt(rc, 0);
 	cr_assert_eq(rc, -ENOTDIR, "%s", flex_strerror(rc));
 	cr_assert_null(fs);
-	/* create = 0 on a missing directory. */
+	/* no_create = 1 on a missing directory. */
 	snprintf(path, sizeof(path), "%s/missing", dir);
-	struct flexspace_options o = {.create = 0};
+	struct flexspace_options o = {.no_create = 1};
 	cr_assert_eq(flexspace_open(path, &o, &fs), -ENOENT);
-	cr_assert_eq(access(path, F_OK), -1, "create = 0 created the directory");
-	/* create = 0 on an empty directory is no space either. */
+	cr_assert_eq(access(path, F_OK), -1, "no_create = 1 created the directory");
+	/* no_create = 1 on an empty directory is no space either. */
 	snprintf(path, sizeof(path), "%s/empty", dir);
 	cr_assert_eq(mkdir(path, 0755), 0);
 	rc = flexspace_open(path, &o, &fs);
-	cr_assert_eq(rc, -ENOENT, "empty dir with create = 0: %s", flex_strerror(rc));
+	cr_assert_eq(rc, -ENOENT, "empty dir with no_create = 1: %s", flex_strerror(rc));
 	cr_assert_eq(flexspace_open("", NULL, &fs), -EINVAL);
 	/* Options out of range. */
 	snprintf(path, sizeof(path), "%s/space", dir);
 	const struct flexspace_options bad[] = {
-		{.segment_size = 32u << 10, .create = 1},
-		{.segment_size = (64u << 10) + 1, .create = 1},
-		{.segment_size = 3u << 20, .create = 1},
-		{.segment_size = 512u << 20, .create = 1},
-		{.log_limit = 1000, .create = 1},
-		{.log_limit = (1ull << 30) + 1, .create = 1},
-		{.gc_ratio = 1.0, .create = 1},
-		{.gc_ratio = 100.5, .create = 1},
-		{.gc_ratio = -2, .create = 1},
-		{.max_data_size = FLEXSPACE_MAX_SIZE + 1, .create = 1},
+		{.segment_size = 32u << 10},
+		{.segment_size = (64u << 10) + 1},
+		{.segment_size = 3u << 20},
+		{.segment_size = 512u << 20},
+		{.log_limit = 1000},
+		{.log_limit = (1ull << 30) + 1},
+		{.gc_ratio = 1.0},
+		{.gc_ratio = 100.5},
+		{.gc_ratio = -2},
+		{.max_data_size = FLEXSPACE_MAX_SIZE + 1},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		rc = flexspace_open(path, &bad[i], &fs);
@@ -1087,7 +1086,7 @@ Test(flexspace, bad_paths_and_options_fail_cleanly)
 	struct flexspace_options good = tiny_options();
 	cr_assert_eq(flexspace_open(path, &good, &fs), 0);
 	cr_assert_eq(flexspace_close(fs), 0);
-	struct flexspace_options other = {.segment_size = 1u << 20, .create = 0};
+	struct flexspace_options other = {.segment_size = 1u << 20, .no_create = 1};
 	cr_assert_eq(flexspace_open(path, &other, &fs), 0);
 	struct flexspace_stats st;
 	cr_assert_eq(flexspace_stats(fs, &st), 0);
@@ -1161,7 +1160,7 @@ Test(flexspace, reads_of_interleaved_commits_are_coalesced)
 	struct flex_io io = *flex_io_posix();
 	io.pread = counting_pread;
 	io.read_batch = counting_read_batch;
-	struct flexspace_options o = {.io = &io, .create = 1};
+	struct flexspace_options o = {.io = &io};
 	char dir[PATH_MAX];
 	struct flexspace *fs = open_fresh(dir, sizeof(dir), &o);
 	struct model m = {0};
@@ -1247,7 +1246,7 @@ Test(flexspace, cold_reads_of_many_pieces_are_batched)
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof(dir), "/var/tmp/flexspace_cold_XXXXXX");
 	cr_assert_not_null(mkdtemp(dir));
-	struct flexspace_options o = {.create = 1};
+	struct flexspace_options o = {0};
 	struct flexspace *fs;
 	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
 	struct model m = {0};
@@ -1834,7 +1833,7 @@ static void refused_unchanged_as(const char *dir, int want, const char *what, in
 	char *before = dir_snapshot(dir);
 	for (int create = !no_create_only; create >= 0; create--) {
 		struct flexspace_options o = tiny_options();
-		o.create = create;
+		o.no_create = !create;
 		struct flexspace *fs = (struct flexspace *)dir;
 		int rc = flexspace_open(dir, &o, &fs);
 		cr_expect_eq(rc, want, "%s, create %d: %s, not %s", what, create, flex_strerror(rc),
@@ -1871,7 +1870,7 @@ static void refused_unchanged(const char *dir, int want, const char *what)
 static void space_has(const char *dir, int create, const char *want)
 {
 	struct flexspace_options o = tiny_options();
-	o.create = create;
+	o.no_create = !create;
 	struct flexspace *fs;
 	int rc = flexspace_open(dir, &o, &fs);
 	cr_assert_eq(rc, 0, "%s: %s", dir, flex_strerror(rc));
@@ -1958,7 +1957,7 @@ Test(flexspace, open_without_create_creates_nothing)
 	cr_assert_eq(tmp_make(root, sizeof(root), "nocreate"), 0);
 	snprintf(dir, sizeof(dir), "%s/missing", root);
 	struct flexspace_options o = tiny_options();
-	o.create = 0;
+	o.no_create = 1;
 	struct flexspace *fs;
 	char *before = dir_snapshot(root);
 	cr_expect_eq(flexspace_open(dir, &o, &fs), -ENOENT);
@@ -2052,7 +2051,7 @@ Test(flexspace, creation_cut_short_after_the_identity_is_finished)
 		char *before = dir_snapshot(dir);
 		for (int ro = 0; ro < 2; ro++) {
 			struct flexspace_options o = tiny_options();
-			o.create = 0;
+			o.no_create = 1;
 			o.read_only = ro;
 			struct flexspace *fs;
 			int rc = flexspace_open(dir, &o, &fs);
@@ -2214,7 +2213,7 @@ Test(flexspace, read_only_open_replays_a_crash_in_memory_and_writes_nothing)
 	char *before = dir_snapshot(dir);
 	struct roio w;
 	roio_init(&w);
-	struct flexspace_options o = {.io = &w.io, .read_only = 1, .create = 1};
+	struct flexspace_options o = {.io = &w.io, .read_only = 1};
 	struct flexspace *ro, *ro2;
 	int rc = flexspace_open(dir, &o, &ro);
 	cr_assert_eq(rc, 0, "read-only open: %s (%s)", flex_strerror(rc), w.bad);
@@ -2233,7 +2232,7 @@ Test(flexspace, read_only_open_replays_a_crash_in_memory_and_writes_nothing)
 	ro_changes_refused(ro2);
 	cr_expect_eq(space_matches(ro, &m, &why), 0, "after refused changes: %s", why.msg);
 	uint64_t eoff = 99, elen = 0;
-	cr_expect_gt(flexspace_read_extent(ro, m.size / 2, buf, 16, &eoff, &elen), 0);
+	cr_expect_gt(flexspace_read_extent(ro, buf, m.size / 2, 16, &eoff, &elen), 0);
 	cr_expect(eoff <= m.size / 2 && eoff + elen > m.size / 2);
 	cr_expect_eq(flexspace_close(ro2), 0);
 	cr_expect_eq(flexspace_close(ro), 0);
@@ -2276,7 +2275,7 @@ static void ro_child(const char *dir, int want_ro, int want_rw, const char *text
 		if (flexspace_close(fs))
 			_exit(12);
 	}
-	o = (struct flexspace_options){.create = 1};
+	o = (struct flexspace_options){0};
 	rc = flexspace_open(dir, &o, &fs);
 	if (rc != want_rw || (rc && fs))
 		_exit(13);
@@ -2487,7 +2486,7 @@ Test(flexspace, checkpoint_while_writing_is_a_state_between_the_call_bounds)
 	cr_assert_eq(cw.err, 0, "seed %" PRIu64 ": writer: %s", seed, flex_strerror(cw.err));
 	long last = atomic_load(&cw.done);
 	struct why w = {0};
-	o.create = 0;
+	o.no_create = 1;
 	for (int c = 0; c < 3; c++) {
 		long k;
 		if (hi[c] > last)

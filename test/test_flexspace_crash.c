@@ -1045,11 +1045,11 @@ Test(flexspace_crash, checkpoint_killed_at_each_step_is_refused_or_whole)
 		cr_assert_eq(kp_fired(report, fired, sizeof(fired), &fn), 1);
 		cr_assert_str_eq(fired, cases[c].point);
 		struct flexspace_options no = tiny_options();
-		no.create = 0;
+		no.no_create = 1;
 		if (!cases[c].whole) {
 			char *before = dir_snapshot(dest);
 			for (int create = 1; create >= 0; create--) {
-				no.create = create;
+				no.no_create = !create;
 				int rc = flexspace_open(dest, &no, &fs);
 				cr_expect_eq(rc, FLEX_ENOTSTORE, "%s, create %d: %s",
 					     cases[c].point, create, flex_strerror(rc));

@@ -185,7 +185,7 @@ static void *cs_reader(void *arg)
 		if (rnd_below(&r, 64) == 0) {
 			long ne = 0;
 			struct flexspace_stats st;
-			int rc = flexspace_extents(s->fs, 0, CS_END, cs_count_extent, &ne);
+			int rc = flexspace_scan(s->fs, 0, CS_END, cs_count_extent, &ne);
 			if (!rc)
 				rc = flexspace_stats(s->fs, &st);
 			if (rc || ne == 0 || st.size < CS_END) {

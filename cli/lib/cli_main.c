@@ -107,6 +107,15 @@ static int cli_rl_getc(FILE *f)
 		}
 		if (ppoll(&p, 1, NULL, &cli_rl_waitmask) < 0 && errno == EINTR)
 			continue;
+		/* A key and a Ctrl-C typed before it can be there at once: ppoll
+		 * then reports the key and leaves the signal pending (blocked
+		 * again).  The Ctrl-C goes first: let it in, then look again. */
+		sigset_t pending;
+		if (sigpending(&pending) == 0 && sigismember(&pending, SIGINT)) {
+			const struct timespec now = {0, 0};
+			ppoll(NULL, 0, &now, &cli_rl_waitmask);
+			continue;
+		}
 		/* not rl_getc: its pselect would unblock SIGINT again */
 		unsigned char c;
 		ssize_t k = read(p.fd, &c, 1);

@@ -411,8 +411,7 @@ int fz_known_log_bug(const uint8_t *log, size_t len, uint64_t max_extent, uint64
 
 struct flexspace_options fz_space_opts(void)
 {
-	struct flexspace_options o = {
-	    .segment_size = FZ_SPACE_SEG, .log_limit = 64u << 10, .create = 1};
+	struct flexspace_options o = {.segment_size = FZ_SPACE_SEG, .log_limit = 64u << 10};
 	return o;
 }
 

@@ -115,7 +115,7 @@ static void probe(struct flexspace *fs)
 		fprintf(stderr, "opened: size %llu, %llu log records replayed\n",
 			(unsigned long long)size, (unsigned long long)st.recovered_records);
 	struct ext_walk w = {0};
-	int rc = flexspace_extents(fs, 0, size, ext_cb, &w);
+	int rc = flexspace_scan(fs, 0, size, ext_cb, &w);
 	MUST(rc == 0 || rc == 1);
 	MUST(!w.bad);
 	static uint8_t buf[1 << 16];
@@ -129,7 +129,7 @@ static void probe(struct flexspace *fs)
 				  ? 0
 				  : (size - at[i] < sizeof(buf) ? size - at[i] : sizeof(buf))));
 		uint64_t eo = 0, el = 0;
-		r = flexspace_read_extent(fs, at[i], buf, 4096, &eo, &el);
+		r = flexspace_read_extent(fs, buf, at[i], 4096, &eo, &el);
 		MUST(at[i] < size ? (r >= 0 || r == FLEX_ECORRUPT) : r == -ERANGE);
 		uint16_t tag;
 		rc = flexspace_tag_get(fs, at[i], &tag, &eo);
@@ -168,7 +168,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	free(log);
 
 	struct flexspace_options o = fz_space_opts();
-	o.create = 0;
+	o.no_create = 1;
 	struct flexspace *fs = NULL;
 	int rc = flexspace_open(work, &o, &fs);
 	if (rc != 0) {

@@ -1560,6 +1560,5 @@ void roio_init(struct roio *r)
 
 struct flexspace_options tiny_options(void)
 {
-	return (struct flexspace_options){
-	    .segment_size = 64u << 10, .log_limit = 64u << 10, .create = 1};
+	return (struct flexspace_options){.segment_size = 64u << 10, .log_limit = 64u << 10};
 }
