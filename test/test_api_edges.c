@@ -1604,7 +1604,7 @@ Test(api_edges, space_checkpoint_halves)
 	cr_assert_eq(flexspace_ckpt_end(ck, 0), 0);
 	cr_assert_eq(flexspace_close(fs), 0);
 
-	so.create = 0;
+	so.no_create = 1;
 	cr_assert_eq(flexspace_open(p, &so, &fs), 0);
 	char b[8] = {0};
 	cr_expect_eq(flexspace_size(fs), 4);
