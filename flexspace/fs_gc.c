@@ -225,7 +225,7 @@ static int fs_relocate(struct flexspace *fs, const struct flextree_extent *e, co
 		int rc = fs_append(fs, data + done, e->len - done, &poff, &got);
 		if (rc)
 			return rc;
-		if ((rc = flextree_remap(fs->tree, e->loff + done, got, poff)) != 0 ||
+		if ((rc = flextree_repoint(fs->tree, e->loff + done, poff, got)) != 0 ||
 		    (rc = fs_log_add(fs, FS_OP_REMAP, e->loff + done, got, poff)) != 0)
 			return rc;
 		fs_seg_drop(fs, e->poff + done, got);

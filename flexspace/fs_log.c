@@ -74,7 +74,9 @@ int fs_apply(struct flextree *t, const struct fs_rec *r)
 	case FS_OP_COLLAPSE:
 		return flextree_collapse(t, r->loff, r->len);
 	case FS_OP_REMAP:
-		return flextree_remap(t, r->loff, r->len, r->arg);
+		if (r->len > UINT32_MAX)
+			return -EINVAL;
+		return flextree_repoint(t, r->loff, r->arg, (uint32_t)r->len);
 	case FS_OP_TAG:
 		if (r->arg > UINT16_MAX)
 			return -EINVAL;

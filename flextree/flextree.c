@@ -101,14 +101,14 @@ int flextree_collapse(struct flextree *t, uint64_t loff, uint64_t len)
 	return ft_done(t, 0);
 }
 
-int flextree_remap(struct flextree *t, uint64_t loff, uint64_t len, uint64_t poff)
+int flextree_repoint(struct flextree *t, uint64_t loff, uint64_t poff, uint32_t len)
 {
 	int rc = ft_writable(t);
 	if (rc)
 		return rc;
 	if ((rc = ft_check_range(t, loff, len)) != 0)
 		return rc;
-	if (len > UINT32_MAX || poff > FLEXTREE_HOLE ||
+	if (poff > FLEXTREE_HOLE ||
 	    (poff != FLEXTREE_HOLE && poff + len > FLEXTREE_HOLE))
 		return -EINVAL;
 	if (len == 0)
@@ -121,7 +121,7 @@ int flextree_remap(struct flextree *t, uint64_t loff, uint64_t len, uint64_t pof
 		tag = 0;
 	if ((rc = flextree_collapse(t, loff, len)) != 0)
 		return rc;
-	return ft_insert_tagged(t, loff, poff, (uint32_t)len, tag);
+	return ft_insert_tagged(t, loff, poff, len, tag);
 }
 
 int flextree_lookup(const struct flextree *t, uint64_t loff, uint64_t *poff, uint64_t *run)

@@ -179,13 +179,14 @@ FLEX_EXPORT int flextree_insert(struct flextree *t, uint64_t loff, uint64_t poff
 FLEX_EXPORT int flextree_collapse(struct flextree *t, uint64_t loff, uint64_t len);
 
 /* Re-points [loff, loff+len) to [poff, poff+len) without changing any
- * logical offset (garbage collection moves data with it).  The range is
- * split out of its extents; the remapped extent keeps the tag of the extent
- * that started at loff, if one did.  len is at most UINT32_MAX.  Returns as
- * flextree_collapse, and -EINVAL for a bad poff or len; on -ENOMEM the
- * range may be left removed (treat it as fatal for the handle). */
-FLEX_EXPORT int flextree_remap(struct flextree *t, uint64_t loff, uint64_t len,
-			       uint64_t poff);
+ * logical offset (garbage collection moves data with it): the arguments
+ * of flextree_insert, the range one extent.  The range is split out of
+ * its extents; the re-pointed extent keeps the tag of the extent that
+ * started at loff, if one did.  Returns as flextree_collapse, and -EINVAL
+ * for a bad poff; on -ENOMEM the range may be left removed (treat it as
+ * fatal for the handle). */
+FLEX_EXPORT int flextree_repoint(struct flextree *t, uint64_t loff, uint64_t poff,
+				 uint32_t len);
 
 /* Physical address of byte loff and the number of bytes contiguous from it
  * in its extent.  A hole gives *poff = FLEXTREE_HOLE.  Either pointer may

@@ -430,7 +430,7 @@ Test(api_edges, flextree_null_handles)
 	flextree_discard(NULL);
 	cr_assert_eq(flextree_insert(NULL, 0, 0, 1), -EINVAL);
 	cr_assert_eq(flextree_collapse(NULL, 0, 1), -EINVAL);
-	cr_assert_eq(flextree_remap(NULL, 0, 1, 0), -EINVAL);
+	cr_assert_eq(flextree_repoint(NULL, 0, 0, 1), -EINVAL);
 	cr_assert_eq(flextree_lookup(NULL, 0, &u, &u), -EINVAL);
 	cr_assert_eq(flextree_query(NULL, 0, 1, m, 2), -EINVAL);
 	cr_assert_eq(flextree_scan(NULL, 0, 1, count_extent, &n), -EINVAL);
@@ -468,8 +468,8 @@ Test(api_edges, flextree_bad_ranges)
 			cr_assert_eq(flextree_collapse(t, 0, 1), 0);
 		cr_assert_eq(flextree_collapse(t, h, 1), -ERANGE);
 		cr_assert_eq(flextree_collapse(t, 1, h), -ERANGE);
-		cr_assert_eq(flextree_remap(t, h, 1, 0), -ERANGE);
-		cr_assert_neq(flextree_remap(t, 0, h, 0), 0);
+		cr_assert_eq(flextree_repoint(t, h, 0, 1), -ERANGE);
+		cr_assert_neq(flextree_repoint(t, 0, 0, h > UINT32_MAX ? UINT32_MAX : (uint32_t)h), 0);
 		cr_assert_eq(flextree_lookup(t, h, &poff, &run), -ERANGE);
 		cr_assert_eq(flextree_query(t, h, 1, m, 4), -ERANGE);
 		cr_assert_eq(flextree_query(t, 1, h, m, 4), h > UINT64_MAX - 1 ? -ERANGE : 1);
@@ -480,8 +480,7 @@ Test(api_edges, flextree_bad_ranges)
 	cr_assert_eq(flextree_size(t), 100);
 	/* A mapped range running past the 48-bit physical space. */
 	cr_assert_eq(flextree_insert(t, 0, FLEXTREE_HOLE - 10, 100), -EINVAL);
-	cr_assert_eq(flextree_remap(t, 0, 50, FLEXTREE_HOLE - 10), -EINVAL);
-	cr_assert_eq(flextree_remap(t, 0, (uint64_t)UINT32_MAX + 1, 0), -ERANGE);
+	cr_assert_eq(flextree_repoint(t, 0, FLEXTREE_HOLE - 10, 50), -EINVAL);
 	/* Offsets at and past the end. */
 	cr_assert_eq(flextree_lookup(t, 100, &poff, &run), -ERANGE);
 	cr_assert_eq(flextree_lookup(t, 99, NULL, NULL), 0);
@@ -494,7 +493,7 @@ Test(api_edges, flextree_bad_ranges)
 	cr_assert_eq(flextree_scan(t, 100, 0, count_extent, &n), 0);
 	cr_assert_eq(flextree_collapse(t, 100, 0), 0);
 	cr_assert_eq(flextree_collapse(t, 99, 2), -ERANGE);
-	cr_assert_eq(flextree_remap(t, 100, 0, 0), 0);
+	cr_assert_eq(flextree_repoint(t, 100, 0, 0), 0);
 	cr_assert_eq(flextree_tag_set(t, 100, 1), -ERANGE);
 	cr_assert_eq(flextree_tag_get(t, 100, NULL, NULL), -ERANGE);
 	cr_assert_eq(flextree_tag_get(t, 0, NULL, NULL), 0);
@@ -596,7 +595,7 @@ Test(api_edges, flextree_paths)
 	cr_assert_eq(flextree_open(p, NULL, &t2), FLEX_EBUSY);
 	cr_assert_eq(flextree_insert(t, 0, 0, 1), FLEX_EREADONLY);
 	cr_assert_eq(flextree_collapse(t, 0, 1), FLEX_EREADONLY);
-	cr_assert_eq(flextree_remap(t, 0, 1, 0), FLEX_EREADONLY);
+	cr_assert_eq(flextree_repoint(t, 0, 0, 1), FLEX_EREADONLY);
 	cr_assert_eq(flextree_tag_set(t, 0, 1), FLEX_EREADONLY);
 	cr_assert_eq(flextree_commit(t), FLEX_EREADONLY);
 	cr_assert_eq(flextree_size(t), 10);
@@ -1632,7 +1631,7 @@ static const char *const exported_covered[] = {
     "flex_io_read_full",     "flex_io_write_full",
     "flextree_open",	     "flextree_close",
     "flextree_discard",	     "flextree_insert",
-    "flextree_collapse",     "flextree_remap",
+    "flextree_collapse",     "flextree_repoint",
     "flextree_lookup",	     "flextree_query",
     "flextree_scan",	     "flextree_tag_set",
     "flextree_tag_get",	     "flextree_size",

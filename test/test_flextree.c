@@ -57,7 +57,7 @@ Test(flextree, empty_tree_reads_and_collapse_report_erange)
 	cr_expect_eq(flextree_query(t, 1, 10, mp, 2), -ERANGE);
 	cr_expect_eq(flextree_collapse(t, 0, 1), -ERANGE);
 	cr_expect_eq(flextree_collapse(t, 0, 0), 0, "zero-length collapse is a no-op");
-	cr_expect_eq(flextree_remap(t, 0, 1, 100), -ERANGE);
+	cr_expect_eq(flextree_repoint(t, 0, 100, 1), -ERANGE);
 	cr_expect_eq(flextree_tag_set(t, 0, 1), -ERANGE);
 	cr_expect_eq(flextree_tag_get(t, 0, &tag, &eloff), -ERANGE);
 	cr_expect_eq(flextree_scan(t, 1, 1, collect_cb, NULL), -ERANGE);
@@ -227,15 +227,15 @@ Test(flextree, poff_beyond_48_bits_is_einval)
 	cr_expect_eq(flextree_insert(t, 0, UINT64_MAX, 10), -EINVAL);
 	cr_expect_eq(flextree_insert(t, 0, HOLE - 9, 10), -EINVAL, "poff+len = 2^48 is beyond");
 	cr_expect_eq(flextree_insert(t, 0, HOLE + 1, 1), -EINVAL);
-	cr_expect_eq(flextree_remap(t, 0, 10, 1ULL << 48), -EINVAL);
-	cr_expect_eq(flextree_remap(t, 0, 5, HOLE - 4), -EINVAL);
+	cr_expect_eq(flextree_repoint(t, 0, 1ULL << 48, 10), -EINVAL);
+	cr_expect_eq(flextree_repoint(t, 0, HOLE - 4, 5), -EINVAL);
 	cr_expect_eq(flextree_size(t), 10);
 	expect_lookup(t, 0, 1000, 10);
 	/* The very top of the space is fine. */
 	ins(t, NULL, 10, HOLE - 10, 10);
 	expect_lookup(t, 10, HOLE - 10, 10);
 	expect_lookup(t, 19, HOLE - 1, 1);
-	cr_expect_eq(flextree_remap(t, 0, 5, HOLE - 5), 0);
+	cr_expect_eq(flextree_repoint(t, 0, HOLE - 5, 5), 0);
 	expect_lookup(t, 4, HOLE - 1, 1);
 	assert_check(t);
 	flextree_close(t);
@@ -440,8 +440,8 @@ Test(flextree, collapse_past_end_is_erange_and_leaves_tree_unchanged)
 	cr_expect_eq(flextree_collapse(t, s + 10, 1), -ERANGE);
 	cr_expect_eq(flextree_collapse(t, 1, UINT64_MAX), -ERANGE, "overflowing range");
 	cr_expect_eq(flextree_collapse(t, UINT64_MAX, 2), -ERANGE, "overflowing range");
-	cr_expect_eq(flextree_remap(t, s / 2, s, 0), -ERANGE);
-	cr_expect_eq(flextree_remap(t, 1, UINT64_MAX, 0), -ERANGE);
+	cr_expect_eq(flextree_repoint(t, s / 2, 0, s), -ERANGE);
+	cr_expect_eq(flextree_repoint(t, 1, 0, UINT32_MAX), -ERANGE);
 	assert_model(t, &m, &cr, "after refused collapses", seed);
 	model_free(&m);
 	flextree_close(t);
@@ -474,7 +474,7 @@ Test(flextree, huge_hole_beyond_48_bits_rebases_partial_offsets, .timeout = 300)
 	expect_lookup(t, H + 20, 1234, 100);
 	cr_assert_eq(flextree_tag_set(t, H / 4, 3), 0);
 	model_tag_set(&m, H / 4, 3);
-	cr_assert_eq(flextree_remap(t, H / 3, 4096, 1ULL << 40), 0);
+	cr_assert_eq(flextree_repoint(t, H / 3, 1ULL << 40, 4096), 0);
 	model_remap(&m, H / 3, 4096, 1ULL << 40);
 	assert_model(t, &m, &cr, "after edits in the hole", seed);
 
@@ -510,7 +510,7 @@ Test(flextree, remap_preserves_logical_layout_and_tag)
 	ins(t, NULL, 100, 5000, 100);
 	ins(t, NULL, 200, 9000, 100);
 	cr_assert_eq(flextree_tag_set(t, 100, 12), 0);
-	cr_assert_eq(flextree_remap(t, 100, 100, 70000), 0);
+	cr_assert_eq(flextree_repoint(t, 100, 70000, 100), 0);
 	cr_expect_eq(flextree_size(t), 300);
 	expect_lookup(t, 99, 1099, 1);
 	expect_lookup(t, 100, 70000, 100);
@@ -518,7 +518,7 @@ Test(flextree, remap_preserves_logical_layout_and_tag)
 	expect_tag(t, 150, 12, 100);
 	/* Across a boundary: starts inside a tagged extent -> the remapped
 	 * extent starts mid-extent and is untagged; the head keeps its tag. */
-	cr_assert_eq(flextree_remap(t, 150, 100, 80000), 0);
+	cr_assert_eq(flextree_repoint(t, 150, 80000, 100), 0);
 	expect_lookup(t, 100, 70000, 50);
 	expect_lookup(t, 150, 80000, 100);
 	expect_lookup(t, 250, 9050, 50);
@@ -527,11 +527,11 @@ Test(flextree, remap_preserves_logical_layout_and_tag)
 	expect_tag(t, 260, 0, 250);
 	/* Whole range from a tagged start. */
 	cr_assert_eq(flextree_tag_set(t, 0, 5), 0);
-	cr_assert_eq(flextree_remap(t, 0, 300, 1ULL << 44), 0);
+	cr_assert_eq(flextree_repoint(t, 0, 1ULL << 44, 300), 0);
 	expect_lookup(t, 0, 1ULL << 44, 300);
 	expect_tag(t, 299, 5, 0);
 	cr_expect_eq(stats_of(t).extents, 1);
-	cr_expect_eq(flextree_remap(t, 10, 0, 123), 0, "zero-length remap is a no-op");
+	cr_expect_eq(flextree_repoint(t, 10, 123, 0), 0, "zero-length remap is a no-op");
 	expect_lookup(t, 0, 1ULL << 44, 300);
 	assert_check(t);
 	flextree_close(t);
@@ -541,7 +541,7 @@ Test(flextree, remap_of_a_hole_maps_it)
 {
 	struct flextree *t = open_vol();
 	ins(t, NULL, 1000, 1, 1);
-	cr_assert_eq(flextree_remap(t, 100, 200, 4444), 0);
+	cr_assert_eq(flextree_repoint(t, 100, 4444, 200), 0);
 	expect_lookup(t, 99, HOLE, 1);
 	expect_lookup(t, 100, 4444, 200);
 	expect_lookup(t, 300, HOLE, 700);

@@ -799,7 +799,7 @@ Test(flextree, read_only_open_refuses_changes)
 	expect_lookup(t, 0, 100, 10);
 	cr_expect_eq(flextree_insert(t, 0, 5, 5), FLEX_EREADONLY);
 	cr_expect_eq(flextree_collapse(t, 0, 5), FLEX_EREADONLY);
-	cr_expect_eq(flextree_remap(t, 0, 5, 7), FLEX_EREADONLY);
+	cr_expect_eq(flextree_repoint(t, 0, 7, 5), FLEX_EREADONLY);
 	cr_expect_eq(flextree_tag_set(t, 0, 5), FLEX_EREADONLY);
 	cr_expect_eq(flextree_commit(t), FLEX_EREADONLY);
 	expect_lookup(t, 0, 100, 10);

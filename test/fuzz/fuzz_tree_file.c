@@ -153,7 +153,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			rc = flextree_collapse(t, off, len);
 			break;
 		case 2:
-			rc = flextree_remap(t, off, len, (a >> 20) & 0xffffffffull);
+			rc = flextree_repoint(t, off, (a >> 20) & 0xffffffffull,
+					      len > UINT32_MAX ? UINT32_MAX : (uint32_t)len);
 			break;
 		default:
 			rc = flextree_tag_set(t, off, (uint16_t)(a >> 48));

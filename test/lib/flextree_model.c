@@ -676,7 +676,7 @@ static int op_remap(struct rng *r, struct model *m, struct flextree *t, const st
 
 	if (size == 0) {
 		if (t) {
-			c = flextree_remap(t, 0, 1, 0);
+			c = flextree_repoint(t, 0, 0, 1);
 			CHECK(c == -ERANGE, "remap on empty tree=%d", c);
 		}
 		goto out;
@@ -694,7 +694,7 @@ static int op_remap(struct rng *r, struct model *m, struct flextree *t, const st
 	if (t) {
 		if (trace_on())
 			fprintf(stderr, "remap(t, %llu, %llu, %llu)\n", U(loff), U(len), U(poff));
-		c = flextree_remap(t, loff, len, poff);
+		c = flextree_repoint(t, loff, poff, (uint32_t)len);
 		CHECK(c == expect, "remap(%llu,%llu,poff %llu)=%d want %d", U(loff), U(len),
 		      U(poff), c, expect);
 	}
