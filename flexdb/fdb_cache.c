@@ -41,7 +41,7 @@ struct fdb_cent *fdb_cent_new(void)
 		c->bytes = sizeof(*c);
 		c->slot = UINT32_MAX;
 		/* Readers set the CLOCK bit under the shared lock. */
-		FDB_ATOMIC_OBJ(&c->ref, sizeof(c->ref));
+		FLEX_ATOMIC_OBJ(&c->ref, sizeof(c->ref));
 	}
 	return c;
 }
@@ -194,7 +194,7 @@ static struct fdb_cent *cent_thin(const struct fdb_cent *c, const struct fdb_pma
 	t->packed = 1;
 	t->slot = UINT32_MAX;
 	t->bytes = fdb_cent_bytes(t);
-	FDB_ATOMIC_OBJ(&t->ref, sizeof(t->ref));
+	FLEX_ATOMIC_OBJ(&t->ref, sizeof(t->ref));
 	return t;
 }
 
@@ -352,13 +352,13 @@ int fdb_cent_splice(struct fdb_cent *c, uint32_t pos, uint32_t del, const uint8_
 struct fdb_cent *fdb_ival_cent(const struct fdb_ival *iv)
 {
 	struct fdb_cent *c = __atomic_load_n(&iv->cache, __ATOMIC_ACQUIRE);
-	FDB_HB_AFTER(&iv->cache);
+	FLEX_HB_AFTER(&iv->cache);
 	return c;
 }
 
 static void ival_set_cent(struct fdb_ival *iv, struct fdb_cent *c)
 {
-	FDB_HB_BEFORE(&iv->cache);
+	FLEX_HB_BEFORE(&iv->cache);
 	__atomic_store_n(&iv->cache, c, __ATOMIC_RELEASE);
 }
 

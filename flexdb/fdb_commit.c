@@ -74,9 +74,9 @@ void fdb_memref_put(struct fdb_memref *m)
 {
 	if (!m)
 		return;
-	FDB_HB_BEFORE(&m->refs);
+	FLEX_HB_BEFORE(&m->refs);
 	if (atomic_fetch_sub(&m->refs, 1) == 1) {
-		FDB_HB_AFTER(&m->refs);
+		FLEX_HB_AFTER(&m->refs);
 		fdb_mt_free(m->mt);
 		fdb_wal_close(m->wal);
 		free(m);
@@ -278,7 +278,7 @@ int fdb_switch_memtable(struct flexdb *db)
 	pthread_mutex_lock(&db->mtmu);
 	/* imm first: a reader that sees the new active sees the old one as
 	 * imm (flexdb_get loads them in the other order). */
-	FDB_HB_BEFORE(&db->active);
+	FLEX_HB_BEFORE(&db->active);
 	__atomic_store_n(&db->imm, db->active, __ATOMIC_RELEASE);
 	__atomic_store_n(&db->active, n, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&db->mtcond);

@@ -40,25 +40,8 @@
 #include <stdint.h>
 
 #include "../common/flex_codec.h"
+#include "../common/flex_hg.h"
 #include "flexdb.h"
-
-/* Helgrind sees pthread locks but not C11 atomics.  The `make helgrind`
- * build defines FLEX_HELGRIND; elsewhere these compile to nothing.  A
- * release store that publishes data is preceded by FDB_HB_BEFORE(&the
- * atomic) and an acquire load that may have read it is followed by
- * FDB_HB_AFTER(&the atomic): the arc that orders the published data.  The
- * atomic objects themselves are declared with FDB_ATOMIC_OBJ when they are
- * created: accesses to them are not data races (C11 5.1.2.4). */
-#ifdef FLEX_HELGRIND
-#include <valgrind/helgrind.h>
-#define FDB_HB_BEFORE(a) ANNOTATE_HAPPENS_BEFORE(a)
-#define FDB_HB_AFTER(a) ANNOTATE_HAPPENS_AFTER(a)
-#define FDB_ATOMIC_OBJ(a, n) ANNOTATE_BENIGN_RACE_SIZED(a, n, "C11 atomic")
-#else
-#define FDB_HB_BEFORE(a) ((void)(a))
-#define FDB_HB_AFTER(a) ((void)(a))
-#define FDB_ATOMIC_OBJ(a, n) ((void)(a), (void)(n))
-#endif
 
 /* ---- records (fdb_record.c) ----------------------------------------------- */
 

@@ -125,11 +125,11 @@ struct fdb_mt *fdb_mt_new(void)
 		atomic_init(&m->head->next[i], NULL);
 	atomic_init(&m->height, 1);
 	atomic_init(&m->ranges, NULL);
-	FDB_ATOMIC_OBJ(&m->ranges, sizeof(m->ranges));
-	FDB_ATOMIC_OBJ(m->head->next, MT_MAX_HEIGHT * sizeof(m->head->next[0]));
-	FDB_ATOMIC_OBJ(&m->height, sizeof(m->height));
-	FDB_ATOMIC_OBJ(&m->bytes, sizeof(m->bytes));
-	FDB_ATOMIC_OBJ(&m->count, sizeof(m->count));
+	FLEX_ATOMIC_OBJ(&m->ranges, sizeof(m->ranges));
+	FLEX_ATOMIC_OBJ(m->head->next, MT_MAX_HEIGHT * sizeof(m->head->next[0]));
+	FLEX_ATOMIC_OBJ(&m->height, sizeof(m->height));
+	FLEX_ATOMIC_OBJ(&m->bytes, sizeof(m->bytes));
+	FLEX_ATOMIC_OBJ(&m->count, sizeof(m->count));
 	return m;
 }
 
@@ -174,7 +174,7 @@ static inline struct mt_node *nxt(const struct mt_node *n, int level)
 {
 	struct mt_node *p =
 	    atomic_load_explicit(&((struct mt_node *)n)->next[level], memory_order_acquire);
-	FDB_HB_AFTER(&n->next[level]);
+	FLEX_HB_AFTER(&n->next[level]);
 	return p;
 }
 
@@ -287,7 +287,7 @@ static int mt_put(struct fdb_mt *m, struct fdb_mt_finger *f, const void *key, ui
 					   : find_ge(m, key, klen, prev);
 	if (n && node_cmp(n, key, klen) == 0) {
 		v->prev = atomic_load_explicit(&n->val, memory_order_relaxed);
-		FDB_HB_BEFORE(&n->val);
+		FLEX_HB_BEFORE(&n->val);
 		atomic_store_explicit(&n->val, v, memory_order_release);
 		if (f)
 			mt_finger_set(m, f, prev);
@@ -311,10 +311,10 @@ static int mt_put(struct fdb_mt *m, struct fdb_mt_finger *f, const void *key, ui
 	atomic_init(&n->val, v);
 	for (int i = 0; i < h; i++)
 		atomic_init(&n->next[i], nxt(prev[i], i));
-	FDB_ATOMIC_OBJ(&n->val, sizeof(n->val));
-	FDB_ATOMIC_OBJ(n->next, (size_t)h * sizeof(n->next[0]));
+	FLEX_ATOMIC_OBJ(&n->val, sizeof(n->val));
+	FLEX_ATOMIC_OBJ(n->next, (size_t)h * sizeof(n->next[0]));
 	for (int i = 0; i < h; i++) {
-		FDB_HB_BEFORE(&prev[i]->next[i]);
+		FLEX_HB_BEFORE(&prev[i]->next[i]);
 		atomic_store_explicit(&prev[i]->next[i], n, memory_order_release);
 	}
 	atomic_fetch_add(&m->count, 1);
@@ -327,7 +327,7 @@ static const struct fdb_val *visible(const struct mt_node *n, uint64_t max_seq)
 {
 	const struct fdb_val *v =
 		atomic_load_explicit(&((struct mt_node *)n)->val, memory_order_acquire);
-	FDB_HB_AFTER(&n->val);
+	FLEX_HB_AFTER(&n->val);
 	while (v && v->seq > max_seq)
 		v = v->prev;
 	return v;
@@ -342,7 +342,7 @@ const struct fdb_mt_range *fdb_mt_ranges(const struct fdb_mt *m)
 {
 	struct fdb_mt_range *r =
 	    atomic_load_explicit(&((struct fdb_mt *)m)->ranges, memory_order_acquire);
-	FDB_HB_AFTER(&m->ranges);
+	FLEX_HB_AFTER(&m->ranges);
 	return r;
 }
 
@@ -399,7 +399,7 @@ int fdb_mt_del_range(struct fdb_mt *m, const void *start, uint32_t slen, const v
 	r->elen = elen;
 	r->seq = seq;
 	r->next = atomic_load_explicit(&m->ranges, memory_order_relaxed);
-	FDB_HB_BEFORE(&m->ranges);
+	FLEX_HB_BEFORE(&m->ranges);
 	atomic_store_explicit(&m->ranges, r, memory_order_release);
 	atomic_fetch_add(&m->count, 1);
 	return 0;

@@ -415,7 +415,7 @@ static int cent_from_refs(const struct fdb_ival *iv, const uint8_t *raw, uint32_
 		return -ENOMEM;
 	}
 	c->slot = UINT32_MAX;
-	FDB_ATOMIC_OBJ(&c->ref, sizeof(c->ref));
+	FLEX_ATOMIC_OBJ(&c->ref, sizeof(c->ref));
 	memcpy(copy, raw, size);
 	c->raw = copy;
 	c->size = c->rawcap = size;

@@ -107,9 +107,9 @@ static struct fdb_ival *ival_new(const void *key, uint32_t klen)
 	if (!iv)
 		return NULL;
 	/* Loaded under the shared lock while readers cache intervals. */
-	FDB_ATOMIC_OBJ(&iv->cache, sizeof(iv->cache));
-	FDB_ATOMIC_OBJ(&iv->count, sizeof(iv->count));
-	FDB_ATOMIC_OBJ(&iv->unverified, sizeof(iv->unverified));
+	FLEX_ATOMIC_OBJ(&iv->cache, sizeof(iv->cache));
+	FLEX_ATOMIC_OBJ(&iv->count, sizeof(iv->count));
+	FLEX_ATOMIC_OBJ(&iv->unverified, sizeof(iv->unverified));
 	iv->key = malloc(klen ? klen : 1);
 	if (!iv->key) {
 		free(iv);
@@ -127,9 +127,9 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 	memset(s, 0, sizeof(*s));
 	s->fs = fs;
 	s->cache_limit = cache_limit;
-	FDB_ATOMIC_OBJ(&s->use_maps, sizeof(s->use_maps));
-	FDB_ATOMIC_OBJ(&s->cache_bytes, sizeof(s->cache_bytes));
-	FDB_ATOMIC_OBJ(&s->grave_bytes, sizeof(s->grave_bytes));
+	FLEX_ATOMIC_OBJ(&s->use_maps, sizeof(s->use_maps));
+	FLEX_ATOMIC_OBJ(&s->cache_bytes, sizeof(s->cache_bytes));
+	FLEX_ATOMIC_OBJ(&s->grave_bytes, sizeof(s->grave_bytes));
 	int mrc = pthread_mutex_init(&s->cache_mu, NULL);
 	if (mrc)
 		return -mrc;

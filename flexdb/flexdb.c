@@ -272,7 +272,7 @@ int flexdb_get(const struct flexdb *cdb, const void *key, size_t klen, void *buf
 	flex_brlock_rdlock(&db->lock);
 	const struct fdb_memref *a = __atomic_load_n(&db->active, __ATOMIC_ACQUIRE);
 	const struct fdb_memref *i = __atomic_load_n(&db->imm, __ATOMIC_ACQUIRE);
-	FDB_HB_AFTER(&db->active);
+	FLEX_HB_AFTER(&db->active);
 	const struct fdb_val *v = fdb_mt_get(a->mt, key, (uint32_t)klen, vis);
 	if (!v && i)
 		v = fdb_mt_get(i->mt, key, (uint32_t)klen, vis);
@@ -592,8 +592,8 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 		return -ENOMEM;
 	db->dir_fd = db->lock_fd = -1;
 	/* Point reads load them without the memtable mutex (flexdb_get). */
-	FDB_ATOMIC_OBJ(&db->active, sizeof(db->active));
-	FDB_ATOMIC_OBJ(&db->imm, sizeof(db->imm));
+	FLEX_ATOMIC_OBJ(&db->active, sizeof(db->active));
+	FLEX_ATOMIC_OBJ(&db->imm, sizeof(db->imm));
 	db->io = o.space.io ? o.space.io : flex_io_posix();
 	db->memtable_size = o.memtable_size ? o.memtable_size : FDB_DEFAULT_MEMTABLE;
 	db->sync_writes = o.sync_writes;

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/flex_hg.h"
 #include "flextree_int.h"
 
 
@@ -399,6 +400,8 @@ int flextree_open(const char *path, const struct flextree_options *opt, struct f
 			return -ENOMEM;
 		}
 		t->paged = 1;
+		/* Readers test it without cache_lock (ft_leaf_unpin). */
+		FLEX_ATOMIC_OBJ(&t->resident, sizeof(t->resident));
 		rc = ft_file_open(t, path, opt);
 	} else {
 		t->root = ft_node_new(t, 1);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/flex_hg.h"
 #include "flextree_int.h"
 
 /* The ring holds every resident leaf of a paged tree; new ones go just
@@ -92,6 +93,7 @@ static void ft_trim_locked(struct flextree *t)
 		if (!__atomic_compare_exchange_n(&l->pins, &none, FT_PIN_EVICT, 0, __ATOMIC_ACQUIRE,
 						 __ATOMIC_RELAXED))
 			continue;
+		FLEX_HB_AFTER(&l->pins); /* the last reader's unpin */
 		ft_ring_del(t, l);
 		ft_body_give_locked(t, l->b);
 		__atomic_store_n(&l->b, NULL, __ATOMIC_RELEASE);
@@ -169,6 +171,7 @@ int ft_leaf_get(const struct flextree *ct, struct ft_leaf *l, const struct ft_sp
 	if (pin) {
 		uint32_t was = __atomic_fetch_add(&l->pins, 1, __ATOMIC_ACQUIRE);
 		if (!(was & FT_PIN_EVICT) && __atomic_load_n(&l->b, __ATOMIC_ACQUIRE)) {
+			FLEX_HB_AFTER(&l->b);
 			if (!__atomic_load_n(&l->ref, __ATOMIC_RELAXED))
 				__atomic_store_n(&l->ref, 1, __ATOMIC_RELAXED);
 			return 0;
@@ -205,6 +208,7 @@ int ft_leaf_get(const struct flextree *ct, struct ft_leaf *l, const struct ft_sp
 		}
 	} else {
 		l->h.count = count;
+		FLEX_HB_BEFORE(&l->b);
 		__atomic_store_n(&l->b, b, __ATOMIC_RELEASE);
 		ft_ring_add(t, l);
 		t->leaf_reads++;
@@ -219,6 +223,7 @@ int ft_leaf_get(const struct flextree *ct, struct ft_leaf *l, const struct ft_sp
 void ft_leaf_unpin(const struct flextree *ct, struct ft_leaf *l)
 {
 	struct flextree *t = (struct flextree *)ct;
+	FLEX_HB_BEFORE(&l->pins);
 	uint32_t was = __atomic_fetch_sub(&l->pins, 1, __ATOMIC_RELEASE);
 	assert((was & ~FT_PIN_EVICT) > 0);
 	(void)was;

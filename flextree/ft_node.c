@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/flex_hg.h"
 #include "../common/flex_vec.h"
 #include "flextree_int.h"
 
@@ -47,6 +48,10 @@ struct ft_node *ft_node_new(const struct flextree *t, int leaf)
 		l->prev = l->next = NULL;
 		l->pins = 0;
 		l->ref = 0;
+		/* Readers pin and mark leaves without a lock (ft_cache.c). */
+		FLEX_ATOMIC_OBJ(&l->pins, sizeof(l->pins));
+		FLEX_ATOMIC_OBJ(&l->ref, sizeof(l->ref));
+		FLEX_ATOMIC_OBJ(&l->b, sizeof(l->b));
 		n = &l->h;
 	} else {
 		n = malloc(sizeof(struct ft_internal));
