@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -482,6 +483,21 @@ static void db_free(struct flexdb *db)
  * made is refused before anything in it is created or written.  A store
  * made before identities gets its IDENTITY once it (and its FlexSpace,
  * which adds its own) has opened. */
+/* The committer takes no signal of the host program's: it is started with
+ * every signal blocked, so a process-directed signal (a Ctrl-C, a timer) is
+ * delivered to one of the host's own threads, as if FlexDB were not there. */
+static int db_start_committer(struct flexdb *db)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	int rc = pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (rc)
+		return -rc;
+	rc = pthread_create(&db->committer, NULL, fdb_committer_main, db);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return -rc;
+}
+
 static int db_open(struct flexdb *db, const char *dir, const struct flexdb_options *o)
 {
 	int create = !o->no_create && !o->read_only;
@@ -536,7 +552,7 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	if (!rc && ident == FLEX_IDENT_LEGACY && create)
 		rc = flex_ident_write(db->io, dir, db->dir_fd, FLEX_KIND_DB, partial);
 	if (!rc) {
-		rc = -pthread_create(&db->committer, NULL, fdb_committer_main, db);
+		rc = db_start_committer(db);
 		db->committer_started = rc == 0;
 	}
 	return rc;

@@ -25,6 +25,7 @@
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1059,6 +1060,81 @@ static struct flexdb_options small_db(void)
 	struct flexdb_options o = {.cache_size = 1u << 20, .memtable_size = 64u << 10};
 	o.space.segment_size = 64u << 10;
 	return o;
+}
+
+/* The thread ids of this process, from /proc/self/task, into ids[]. */
+static size_t task_ids(long *ids, size_t cap)
+{
+	DIR *d = opendir("/proc/self/task");
+	cr_assert_not_null(d);
+	size_t n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) && n < cap)
+		if (e->d_name[0] != '.')
+			ids[n++] = atol(e->d_name);
+	closedir(d);
+	return n;
+}
+
+/* The threads FlexDB starts block every signal a host may use, so that a
+ * Ctrl-C or a timer reaches the host's own threads; kernel io_uring workers
+ * ("iou-") are not FlexDB's and take no signals anyway. */
+Test(api_edges, flexdb_threads_take_no_host_signals)
+{
+	struct tmpdir d;
+	tmp_make(&d, "sig");
+	char p[PATH_MAX];
+	join(p, sizeof(p), d.path, "db");
+	long before[256], after[256];
+	size_t nb = task_ids(before, 256);
+	sigset_t none, old;
+	sigemptyset(&none);
+	cr_assert_eq(pthread_sigmask(SIG_SETMASK, &none, &old), 0);
+	struct flexdb_options o = small_db();
+	struct flexdb *db = NULL;
+	cr_assert_eq(flexdb_open(p, &o, &db), 0);
+	cr_assert_eq(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
+	cr_assert_eq(flexdb_put(db, "k", 1, "v", 1), 0);
+	cr_assert_eq(flexdb_sync(db), 0);
+	size_t na = task_ids(after, 256), checked = 0;
+	static const int host_signals[] = {SIGINT,  SIGTERM, SIGHUP,  SIGUSR1,
+					   SIGUSR2, SIGALRM, SIGCHLD, SIGPIPE};
+	for (size_t i = 0; i < na; i++) {
+		int old_thread = 0;
+		for (size_t j = 0; j < nb; j++)
+			old_thread |= after[i] == before[j];
+		if (old_thread)
+			continue;
+		char path[64], line[256], comm[64] = "";
+		snprintf(path, sizeof(path), "/proc/self/task/%ld/comm", after[i]);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue; /* gone meanwhile */
+		if (!fgets(comm, sizeof(comm), f))
+			comm[0] = 0;
+		comm[strcspn(comm, "\n")] = 0;
+		fclose(f);
+		if (!strncmp(comm, "iou-", 4))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%ld/status", after[i]);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		unsigned long long blk = 0;
+		int seen = 0;
+		while (fgets(line, sizeof(line), f))
+			seen |= sscanf(line, "SigBlk: %llx", &blk) == 1;
+		fclose(f);
+		cr_assert(seen, "no SigBlk for thread %ld", after[i]);
+		for (size_t k = 0; k < sizeof(host_signals) / sizeof(host_signals[0]); k++)
+			cr_expect(blk >> (host_signals[k] - 1) & 1,
+				  "thread %ld (%s) takes signal %d: SigBlk %llx", after[i], comm,
+				  host_signals[k], blk);
+		checked++;
+	}
+	cr_expect_geq(checked, 1, "the committer thread was not found");
+	cr_assert_eq(flexdb_close(db), 0);
+	tmp_free(&d);
 }
 
 Test(api_edges, flexdb_bad_arguments)
