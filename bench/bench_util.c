@@ -3,7 +3,36 @@
  */
 #include "bench_util.h"
 
+#include <dlfcn.h>
+
+/* The benchmarks' allocator, jemalloc, for every engine alike: a
+ * background thread returns freed pages to the kernel within about a
+ * second, whichever thread freed them.  With jemalloc's defaults, pages
+ * freed into the arena of a thread that then goes idle (a closed store's
+ * background thread, a writer after the load) stay resident until that
+ * arena allocates again, and the RSS the benchmarks report would count
+ * them.  Sanitizer builds do not link jemalloc; the string is unused there.
+ * Visible: jemalloc looks the symbol up in the program. */
+__attribute__((visibility("default"))) const char *malloc_conf =
+	"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
+
 int bench_msg_pid;
+
+pid_t bench_fork(void)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		/* looked up, not linked: sanitizer builds have no jemalloc */
+		int (*ctl)(const char *, void *, size_t *, void *, size_t);
+		*(void **)&ctl = dlsym(RTLD_DEFAULT, "mallctl");
+		_Bool on = 1;
+		if (ctl)
+			ctl("background_thread", NULL, NULL, &on, sizeof(on));
+	}
+	return pid;
+}
 
 void bench_msg_prefix(void)
 {

@@ -42,6 +42,10 @@ __attribute__((noreturn, format(printf, 1, 2))) void die(const char *fmt, ...);
 __attribute__((format(printf, 3, 4))) void xsnprintf(char *buf, size_t cap, const char *fmt, ...);
 
 void *xmalloc(size_t n);
+/* fork(), and in the child jemalloc's background thread started again
+ * (malloc_conf in bench_util.c): a forked child inherits the setting but
+ * not the thread.  Dies when fork fails. */
+pid_t bench_fork(void);
 
 /* ---- clocks -------------------------------------------------------------------- */
 

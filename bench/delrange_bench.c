@@ -232,9 +232,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < NCASES; i++) {
 		if (list && !strstr(list, cases[i].name))
 			continue;
-		pid_t pid = fork();
-		if (pid < 0)
-			die("fork: %s", strerror(errno));
+		pid_t pid = bench_fork();
 		if (pid == 0) {
 			run_case(&cases[i], &c);
 			exit(0);

@@ -774,9 +774,7 @@ static void run_engine(int ti, int rep, int en)
 	fflush(stderr);
 	if (pipe(pfd))
 		die("pipe: %s", strerror(errno));
-	pid_t pid = fork();
-	if (pid < 0)
-		die("fork: %s", strerror(errno));
+	pid_t pid = bench_fork();
 	if (pid == 0) {
 		close(pfd[0]);
 		child_main(en, rep, B.tcs[ti], pfd[1], B.cgroup_mb ? cg : NULL);
@@ -1275,9 +1273,7 @@ static void rocks_version(void)
 	xsnprintf(dir, sizeof(dir), "%s/rocksdb-probe", B.work);
 	fflush(stdout);
 	fflush(stderr);
-	pid_t pid = fork();
-	if (pid < 0)
-		die("fork: %s", strerror(errno));
+	pid_t pid = bench_fork();
 	if (pid == 0) {
 		struct store s = {.eng = &engines[E_ROCKS]};
 		xsnprintf(s.path, sizeof(s.path), "%s", dir);

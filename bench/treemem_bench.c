@@ -176,9 +176,7 @@ int main(int argc, char **argv)
 	unlink(path);
 	/* In a child, so that the budgets' children do not inherit the heap
 	 * the build left. */
-	pid_t bp = fork();
-	if (bp < 0)
-		die("fork: %s", strerror(errno));
+	pid_t bp = bench_fork();
 	if (bp == 0) {
 		build(n);
 		fflush(stdout);
@@ -198,9 +196,7 @@ int main(int argc, char **argv)
 		int fds[2];
 		if (pipe(fds))
 			die("pipe: %s", strerror(errno));
-		pid_t pid = fork();
-		if (pid < 0)
-			die("fork: %s", strerror(errno));
+		pid_t pid = bench_fork();
 		if (pid == 0) {
 			close(fds[0]);
 			struct result res = {0};

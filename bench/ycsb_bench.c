@@ -682,9 +682,7 @@ static int run_child(const struct engine *e, const char *path, int rep, int nt, 
 	fflush(stderr);
 	if (pipe(pfd))
 		die("pipe: %s", strerror(errno));
-	pid_t pid = fork();
-	if (pid < 0)
-		die("fork: %s", strerror(errno));
+	pid_t pid = bench_fork();
 	if (pid == 0) {
 		close(pfd[0]);
 		if (B.cgroup_mb) {
@@ -1041,7 +1039,7 @@ static void rocks_version(void)
 	char dir[PATH_MAX + 32];
 
 	xsnprintf(dir, sizeof(dir), "%s/rocksdb-probe", B.work);
-	pid_t pid = fork();
+	pid_t pid = bench_fork();
 	if (pid == 0) {
 		struct store s = {.eng = &engines[E_ROCKS]};
 		xsnprintf(s.path, sizeof(s.path), "%s", dir);
