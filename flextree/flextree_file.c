@@ -290,6 +290,8 @@ static void ft_mark_clean(struct flextree *t, struct ft_node **v, uint32_t n)
 		v[i]->dirty = 0;
 		if (t->dirty_nodes)
 			t->dirty_nodes--;
+		if (t->paged && v[i]->leaf)
+			ft_cache_clean_locked(t, (struct ft_leaf *)v[i]);
 	}
 	if (t->paged)
 		pthread_mutex_unlock(&t->cache_lock);

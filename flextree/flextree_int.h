@@ -111,7 +111,7 @@ struct ft_leaf_body {
 struct ft_leaf {
 	struct ft_node h;
 	struct ft_leaf_body *b;
-	struct ft_leaf *prev, *next; /* CLOCK ring of resident leaves */
+	struct ft_leaf *prev, *next; /* CLOCK ring of clean resident leaves */
 	uint32_t pins;		     /* readers using the body (atomic) */
 	uint8_t ref;		     /* CLOCK reference bit (atomic) */
 	uint8_t inline_body;	     /* b points just past the stub */
@@ -166,10 +166,15 @@ struct flextree {
 
 	/* Leaf cache (persistent trees; see the locking rules above). */
 	int paged;
-	uint64_t cache_leaves;	/* budget: clean resident leaves kept */
+	uint64_t cache_leaves;	/* budget: resident leaves kept */
 	pthread_mutex_t cache_lock;
-	struct ft_leaf *hand;	/* CLOCK hand; NULL when nothing is resident */
-	uint64_t resident;	/* leaves with a body */
+	/* The CLOCK ring holds the clean resident leaves only, the ones
+	 * eviction may take: a dirty leaf leaves it when it is first changed
+	 * and comes back when a commit writes it, so that a cache holding
+	 * many dirty leaves does not make every trim walk past them. */
+	struct ft_leaf *hand;	/* CLOCK hand; NULL when the ring is empty */
+	uint64_t nring;		/* leaves in the ring */
+	uint64_t resident;	/* leaves with a body, dirty ones included */
 	/* Bodies of evicted leaves kept for the next loads (linked through
 	 * their first bytes, at most FT_BODY_POOL): a leaf cache that turns
 	 * over takes no memory from the allocator after it filled. */
@@ -255,6 +260,8 @@ struct ft_leaf_body *ft_body_take_locked(struct flextree *t);
 void ft_cache_trim(struct flextree *t);
 void ft_cache_add(struct flextree *t, struct ft_leaf *l);
 void ft_cache_del(struct flextree *t, struct ft_leaf *l);
+void ft_cache_dirty(struct flextree *t, struct ft_leaf *l);
+void ft_cache_clean_locked(struct flextree *t, struct ft_leaf *l);
 int ft_leaf_get(const struct flextree *ct, struct ft_leaf *l, const struct ft_span *sp,
 		const struct ft_path *p, int lv, int i, int pin);
 void ft_leaf_unpin(const struct flextree *ct, struct ft_leaf *l);

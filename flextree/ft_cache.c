@@ -14,11 +14,12 @@
 #include "../common/flex_hg.h"
 #include "flextree_int.h"
 
-/* The ring holds every resident leaf of a paged tree; new ones go just
- * behind the hand, so they are the last the hand reaches.  Callers hold
- * cache_lock. */
+/* The ring holds the clean resident leaves of a paged tree
+ * (flextree_int.h); new ones go just behind the hand, so they are the last
+ * the hand reaches.  Callers hold cache_lock. */
 static void ft_ring_add(struct flextree *t, struct ft_leaf *l)
 {
+	assert(!l->next && !l->h.dirty);
 	if (!t->hand) {
 		l->prev = l->next = l;
 		t->hand = l;
@@ -28,11 +29,13 @@ static void ft_ring_add(struct flextree *t, struct ft_leaf *l)
 		l->prev->next = l;
 		t->hand->prev = l;
 	}
-	__atomic_store_n(&t->resident, t->resident + 1, __ATOMIC_RELAXED);
+	t->nring++;
 }
 
 static void ft_ring_del(struct flextree *t, struct ft_leaf *l)
 {
+	if (!l->next)
+		return; /* dirty: not in the ring */
 	if (l->next == l) {
 		t->hand = NULL;
 	} else {
@@ -42,7 +45,12 @@ static void ft_ring_del(struct flextree *t, struct ft_leaf *l)
 		l->next->prev = l->prev;
 	}
 	l->prev = l->next = NULL;
-	__atomic_store_n(&t->resident, t->resident - 1, __ATOMIC_RELAXED);
+	t->nring--;
+}
+
+static void ft_resident_add(struct flextree *t, int64_t d)
+{
+	__atomic_store_n(&t->resident, t->resident + (uint64_t)d, __ATOMIC_RELAXED);
 }
 
 /* cache_lock held: a body for a leaf to load, from the pool or NULL. */
@@ -70,19 +78,22 @@ static void ft_body_give_locked(struct flextree *t, struct ft_leaf_body *b)
 }
 
 /* CLOCK: drops clean, unpinned bodies until the resident leaves fit the
- * budget, giving referenced ones a second chance.  Two turns of the hand
- * at most, so a cache full of dirty or pinned leaves cannot make it spin.
+ * budget, giving referenced ones a second chance.  The ring holds only
+ * clean leaves, so a step either clears a reference bit, passes a pinned
+ * leaf or evicts; two turns of the hand at most, so a ring of pinned
+ * leaves cannot make it spin.
  * Nothing is evicted from a failed handle: a commit that failed half-way
  * may have marked leaves clean whose images never reached the file. */
 static void ft_trim_locked(struct flextree *t)
 {
 	if (t->resident <= t->cache_leaves || t->failed)
 		return;
-	uint64_t steps = 2 * t->resident;
-	while (t->resident > t->cache_leaves && steps--) {
+	uint64_t steps = 2 * t->nring;
+	while (t->resident > t->cache_leaves && steps-- && t->hand) {
 		struct ft_leaf *l = t->hand;
 		t->hand = l->next;
-		if (l->h.dirty || __atomic_load_n(&l->pins, __ATOMIC_RELAXED))
+		assert(!l->h.dirty);
+		if (__atomic_load_n(&l->pins, __ATOMIC_RELAXED))
 			continue;
 		if (__atomic_load_n(&l->ref, __ATOMIC_RELAXED)) {
 			__atomic_store_n(&l->ref, 0, __ATOMIC_RELAXED);
@@ -95,6 +106,7 @@ static void ft_trim_locked(struct flextree *t)
 			continue;
 		FLEX_HB_AFTER(&l->pins); /* the last reader's unpin */
 		ft_ring_del(t, l);
+		ft_resident_add(t, -1);
 		ft_body_give_locked(t, l->b);
 		__atomic_store_n(&l->b, NULL, __ATOMIC_RELEASE);
 		__atomic_fetch_sub(&l->pins, FT_PIN_EVICT, __ATOMIC_RELEASE);
@@ -111,21 +123,40 @@ void ft_cache_trim(struct flextree *t)
 	pthread_mutex_unlock(&t->cache_lock);
 }
 
-/* Enters a leaf made resident outside ft_leaf_get (a new leaf, a new
- * file's root). */
+/* Counts a leaf made resident outside ft_leaf_get (a new leaf, a new
+ * file's root): dirty, so it joins the ring only when a commit writes it
+ * (ft_cache_clean). */
 void ft_cache_add(struct flextree *t, struct ft_leaf *l)
 {
+	assert(l->h.dirty);
+	(void)l;
 	pthread_mutex_lock(&t->cache_lock);
-	ft_ring_add(t, l);
+	ft_resident_add(t, 1);
 	pthread_mutex_unlock(&t->cache_lock);
 }
 
-/* Takes a resident leaf leaving the tree out of the ring. */
+/* Forgets a resident leaf leaving the tree. */
 void ft_cache_del(struct flextree *t, struct ft_leaf *l)
 {
 	pthread_mutex_lock(&t->cache_lock);
 	ft_ring_del(t, l);
+	ft_resident_add(t, -1);
 	pthread_mutex_unlock(&t->cache_lock);
+}
+
+/* A clean resident leaf is being changed: out of the ring until a commit
+ * writes it. */
+void ft_cache_dirty(struct flextree *t, struct ft_leaf *l)
+{
+	pthread_mutex_lock(&t->cache_lock);
+	ft_ring_del(t, l);
+	pthread_mutex_unlock(&t->cache_lock);
+}
+
+/* cache_lock held: a leaf a commit wrote is clean again, and evictable. */
+void ft_cache_clean_locked(struct flextree *t, struct ft_leaf *l)
+{
+	ft_ring_add(t, l);
 }
 
 /* The span of child i of path node lv (lv < 0: the root), from the pivots
@@ -211,6 +242,7 @@ int ft_leaf_get(const struct flextree *ct, struct ft_leaf *l, const struct ft_sp
 		FLEX_HB_BEFORE(&l->b);
 		__atomic_store_n(&l->b, b, __ATOMIC_RELEASE);
 		ft_ring_add(t, l);
+		ft_resident_add(t, 1);
 		t->leaf_reads++;
 	}
 	__atomic_store_n(&l->ref, 1, __ATOMIC_RELAXED);

@@ -28,6 +28,19 @@ static int ft_resident(const struct flextree *t, const struct ft_leaf *l)
 	return r;
 }
 
+/* Whether a leaf is in the CLOCK ring exactly when it is clean and
+ * resident (flextree_int.h). */
+static int ft_ring_ok(const struct flextree *t, const struct ft_leaf *l)
+{
+	if (!t->paged)
+		return 1;
+	struct flextree *mt = (struct flextree *)t;
+	pthread_mutex_lock(&mt->cache_lock);
+	int in_ring = l->next != NULL, evictable = l->b != NULL && !l->h.dirty;
+	pthread_mutex_unlock(&mt->cache_lock);
+	return in_ring == evictable;
+}
+
 /* Checks the subtree n whose range ends at hi (its start is ck->pos). */
 static int ft_check_node(const struct flextree *t, const struct ft_node *n, int64_t base,
 			 uint64_t hi, int depth, struct ft_check *ck)
@@ -40,6 +53,8 @@ static int ft_check_node(const struct flextree *t, const struct ft_node *n, int6
 			return FLEX_ECORRUPT;
 		if (n->dirty && !ft_resident(t, l))
 			return FLEX_ECORRUPT; /* a dirty leaf has no other copy */
+		if (!ft_ring_ok(t, l))
+			return FLEX_ECORRUPT;
 		struct ft_span sp = {.base = base, .lo = ck->pos, .hi = hi};
 		int rc = ft_leaf_get(t, l, &sp, NULL, 0, 0, 1);
 		if (rc)
@@ -98,6 +113,14 @@ int flextree_check(const struct flextree *t)
 	if (ck.pos != t->size || ck.extents != t->nextents || ck.leaves != t->nleaves ||
 	    ck.internals != t->ninternals || (uint32_t)ck.leaf_depth + 1 != t->height)
 		return FLEX_ECORRUPT;
+	if (t->paged) {
+		struct flextree *mt = (struct flextree *)t;
+		pthread_mutex_lock(&mt->cache_lock);
+		int bad = t->nring > t->resident || t->resident > t->nleaves;
+		pthread_mutex_unlock(&mt->cache_lock);
+		if (bad)
+			return FLEX_ECORRUPT;
+	}
 	if (t->fd >= 0)
 		return ft_file_check(t);
 	return 0;

@@ -100,6 +100,8 @@ void ft_node_free_tree(struct ft_node *n)
 static inline void ft_touch(struct flextree *t, struct ft_node *n)
 {
 	if (!n->dirty) {
+		if (n->leaf && t->paged)
+			ft_cache_dirty(t, (struct ft_leaf *)n);
 		n->dirty = 1;
 		t->dirty_nodes++;
 	}
@@ -165,6 +167,7 @@ static struct ft_node *ft_take(struct flextree *t, int leaf)
 		assert(t->nspare_leaf > 0);
 		n = t->spare_leaf[--t->nspare_leaf];
 		t->nleaves++;
+		n->dirty = 1;
 		if (t->paged)
 			ft_cache_add(t, (struct ft_leaf *)n);
 	} else {
