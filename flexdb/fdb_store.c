@@ -30,10 +30,13 @@
 
 /* ---- open: rebuilding the index from the anchors ---------------------------- */
 
-/* The anchors' offsets, and the extents of each interval: pieces[i] for
- * the interval that starts at anchor i (pieces[0]: at offset 0). */
+/* The anchors' offsets and where their extents lie in DATA (poff, elen),
+ * and the extents of each interval: pieces[i] for the interval that
+ * starts at anchor i (pieces[0]: at offset 0). */
 struct anchors {
 	uint64_t *off;
+	uint64_t *poff;
+	uint32_t *elen;
 	uint8_t *pieces;
 	size_t n, cap;
 	int err;
@@ -45,9 +48,15 @@ static int collect_anchor(void *arg, const struct flextree_extent *e)
 	if (a->n + 1 >= a->cap) {
 		size_t cap = a->cap ? a->cap * 2 : 1024;
 		uint64_t *o = realloc(a->off, cap * sizeof(*o));
-		uint8_t *pc = o ? realloc(a->pieces, cap) : NULL;
 		if (o)
 			a->off = o;
+		uint64_t *po = o ? realloc(a->poff, cap * sizeof(*po)) : NULL;
+		if (po)
+			a->poff = po;
+		uint32_t *el = po ? realloc(a->elen, cap * sizeof(*el)) : NULL;
+		if (el)
+			a->elen = el;
+		uint8_t *pc = el ? realloc(a->pieces, cap) : NULL;
 		if (!pc) {
 			a->err = -ENOMEM;
 			return 1;
@@ -58,7 +67,9 @@ static int collect_anchor(void *arg, const struct flextree_extent *e)
 		a->cap = cap;
 	}
 	if (e->tag == FDB_ANCHOR && e->loff != 0) {
-		a->off[a->n++] = e->loff;
+		a->off[a->n] = e->loff;
+		a->poff[a->n] = e->poff;
+		a->elen[a->n++] = e->len;
 		a->pieces[a->n] = 0;
 	}
 	if (a->pieces[a->n] < FDB_PIECES_MAX)
@@ -122,6 +133,46 @@ static struct fdb_ival *ival_new(const void *key, uint32_t klen)
 
 void fdb_maps_policy(struct fdb_store *s);
 
+/* The first bytes of anchors [from, from + n) (n <= FLEXSPACE_LOCATE_MAX),
+ * read together where the scan found them, FDB_ANCHOR_PEEK bytes apart in
+ * buf: got[j] bytes of anchor from + j, or 0 when they must be read one at
+ * a time.  One batch instead of one read per interval: when DATA is not in
+ * memory the reads wait for the disk together. */
+static void anchors_peek(struct flexspace *fs, const struct anchors *a, size_t from, size_t n,
+			 uint64_t size, uint64_t stamp, uint8_t *buf, uint32_t *got)
+{
+	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];
+	uint8_t *dst[FLEXSPACE_LOCATE_MAX];
+	size_t k = 0;
+	for (size_t j = 0; j < n; j++) {
+		size_t i = from + j;
+		uint64_t end = i + 1 < a->n ? a->off[i + 1] : size, len = FDB_ANCHOR_PEEK;
+		if (a->elen[i] < len)
+			len = a->elen[i];
+		if (end > a->off[i] && end - a->off[i] < len)
+			len = end - a->off[i];
+		got[j] = 0;
+		if (a->poff[i] == FLEXTREE_HOLE || !len || end <= a->off[i])
+			continue;
+		loc[k] = (struct flextree_mapping){.poff = a->poff[i], .len = len, .loff = a->off[i]};
+		dst[k++] = buf + j * FDB_ANCHOR_PEEK;
+		got[j] = (uint32_t)len;
+	}
+	/* flexspace_read_located reads the pieces back to back: spread them
+	 * out afterwards, last first, each to its anchor's place. */
+	if (!k || flexspace_read_located(fs, buf, loc, k, stamp)) {
+		memset(got, 0, n * sizeof(*got));
+		return;
+	}
+	size_t at = 0;
+	for (size_t j = 0; j < k; j++)
+		at += loc[j].len;
+	for (size_t j = k; j-- > 0;) {
+		at -= loc[j].len;
+		memmove(dst[j], buf + at, loc[j].len);
+	}
+}
+
 int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_limit)
 {
 	memset(s, 0, sizeof(*s));
@@ -143,8 +194,17 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 	if (!rc)
 		rc = a.err;
 	uint8_t *hdr = malloc(10 + FLEXDB_MAX_KEY);
-	if (!rc && !hdr)
+	uint8_t *peek = malloc((size_t)FLEXSPACE_LOCATE_MAX * FDB_ANCHOR_PEEK);
+	uint32_t got[FLEXSPACE_LOCATE_MAX];
+	if (!rc && (!hdr || !peek))
 		rc = -ENOMEM;
+	/* Without a stamp (a failed locate) the batches find their pieces
+	 * stale and every anchor is read alone. */
+	uint64_t stamp = 0;
+	struct flextree_mapping m0[FLEXSPACE_LOCATE_MAX];
+	size_t nm0 = 0;
+	if (!rc && a.n)
+		(void)flexspace_locate(fs, 0, 1, m0, &nm0, &stamp);
 	/* Interval i starts at anchor i (the first at offset 0, untagged)
 	 * and ends where the next begins. */
 	const struct fdb_ival *prev = NULL;
@@ -164,9 +224,26 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 			 * small, then up to the longest key's worth if the pair
 			 * needs it (one 4 KiB copy per interval was most of the
 			 * time an open spent outside WAL replay). */
-			ssize_t n = flexspace_read(fs, hdr, off, FDB_ANCHOR_PEEK);
+			size_t j = (i - 1) % FLEXSPACE_LOCATE_MAX;
+			if (!j) {
+				size_t left = a.n - (i - 1);
+				anchors_peek(fs, &a, i - 1,
+					     left < FLEXSPACE_LOCATE_MAX ? left : FLEXSPACE_LOCATE_MAX,
+					     size, stamp, peek, got);
+			}
 			uint32_t klen, vlen;
 			size_t h;
+			/* The batch's bytes do when they hold the pair's header
+			 * and key, or all the single read would have read. */
+			ssize_t n = got[j];
+			const uint8_t *pk = peek + j * FDB_ANCHOR_PEEK;
+			if (n && (fdb_rec_peek(pk, pk + n, &klen, &vlen, &h) || h + klen > (size_t)n) &&
+			    (size_t)n < FDB_ANCHOR_PEEK && (size_t)n < end - off)
+				n = 0;
+			if (n)
+				memcpy(hdr, pk, (size_t)n);
+			else
+				n = flexspace_read(fs, hdr, off, FDB_ANCHOR_PEEK);
 			if (n > 0 && !fdb_rec_peek(hdr, hdr + n, &klen, &vlen, &h) &&
 			    h + klen + vlen + 4 > (size_t)n && (size_t)n < 10 + FLEXDB_MAX_KEY)
 				n = flexspace_read(fs, hdr, off, 10 + FLEXDB_MAX_KEY);
@@ -199,7 +276,10 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 	}
 	s->bytes = size;
 	free(hdr);
+	free(peek);
 	free(a.off);
+	free(a.poff);
+	free(a.elen);
 	free(a.pieces);
 	if (!rc)
 		fdb_maps_policy(s);

@@ -424,6 +424,35 @@ static int ft_node_verify(uint8_t *buf, uint32_t slot, uint64_t csum, unsigned l
  * must be well formed on its own and cover exactly the span its parent
  * gives it, so that a lookup routed to it always finds its extent: the
  * file is hostile input even when its checksums match. */
+/* A hint, for the default table only: another table's descriptors need
+ * not be the kernel's.  Slots next to each other go in one request. */
+void ft_file_prefetch(const struct flextree *t, const struct ft_internal *in, int from)
+{
+	if (!t->paged || t->fd < 0 || t->io != flex_io_posix() || !in->child[0]->leaf)
+		return;
+	uint64_t lo = 0, hi = 0; /* the pending request, in slots */
+	for (int i = from; i <= in->h.count + 1; i++) {
+		uint32_t slot = FT_NOSLOT;
+		if (i <= in->h.count) {
+			const struct ft_leaf *l = (const struct ft_leaf *)in->child[i];
+			if (!__atomic_load_n(&l->b, __ATOMIC_ACQUIRE))
+				slot = l->h.slot;
+		}
+		if (slot != FT_NOSLOT && hi > lo && slot == hi) {
+			hi++;
+			continue;
+		}
+		if (hi > lo)
+			posix_fadvise(t->fd, (off_t)(lo * FT_SLOT), (off_t)((hi - lo) * FT_SLOT),
+				      POSIX_FADV_WILLNEED);
+		lo = hi = 0;
+		if (slot != FT_NOSLOT) {
+			lo = slot;
+			hi = (uint64_t)slot + 1;
+		}
+	}
+}
+
 int ft_file_read_leaf(const struct flextree *t, const struct ft_leaf_src *src,
 		      const struct ft_span *sp, struct ft_leaf_body *b, uint16_t *count)
 {

@@ -286,6 +286,9 @@ struct ft_leaf_src {
 	uint32_t slot, nslots;
 	uint64_t csum, version;
 };
+/* Asks the kernel to read ahead the evicted leaves among the children
+ * [from, count] of internal node in, which a scan is about to visit. */
+void ft_file_prefetch(const struct flextree *t, const struct ft_internal *in, int from);
 int ft_file_read_leaf(const struct flextree *t, const struct ft_leaf_src *src,
 		      const struct ft_span *sp, struct ft_leaf_body *b, uint16_t *count);
 
