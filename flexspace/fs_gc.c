@@ -58,23 +58,36 @@ static int fs_ov_extent(void *arg, const struct flextree_extent *e)
 }
 
 /* Sets (set = 1) or clears bits [a, b) of map; when setting, returns 1 if
- * one of them was set already. */
+ * one of them was set already.  The whole words between the edges are
+ * tested with one OR over them and written with memset: a rewritten
+ * interval is one extent of kilobytes, and a word at a time made this
+ * check most of what an open of a large space computed. */
+static uint64_t fs_ov_bits(uint64_t lo, uint64_t n)
+{
+	return (n == 64 ? ~0ull : ((1ull << n) - 1)) << lo;
+}
+
 static int fs_ov_mark(uint64_t *map, uint64_t a, uint64_t b, int set)
 {
-	int hit = 0;
-	while (a < b) {
-		uint64_t w = a / 64, lo = a % 64;
-		uint64_t n = b - a < 64 - lo ? b - a : 64 - lo;
-		uint64_t m = (n == 64 ? ~0ull : ((1ull << n) - 1)) << lo;
-		if (set) {
-			hit |= (map[w] & m) != 0;
-			map[w] |= m;
-		} else {
-			map[w] &= ~m;
-		}
-		a += n;
+	if (a >= b)
+		return 0;
+	uint64_t wa = a / 64, wb = (b - 1) / 64;
+	uint64_t ma = fs_ov_bits(a % 64, wa == wb ? b - a : 64 - a % 64);
+	uint64_t mb = wa == wb ? 0 : fs_ov_bits(0, (b - 1) % 64 + 1);
+	uint64_t seen = 0;
+	if (set) {
+		seen = (map[wa] & ma) | (map[wb] & mb);
+		for (uint64_t w = wa + 1; w < wb; w++)
+			seen |= map[w];
+		map[wa] |= ma;
+		map[wb] |= mb;
+	} else {
+		map[wa] &= ~ma;
+		map[wb] &= ~mb;
 	}
-	return hit;
+	if (wb > wa + 1)
+		memset(map + wa + 1, set ? 0xff : 0, (wb - wa - 1) * sizeof(*map));
+	return seen != 0;
 }
 
 /* counted: the extents per segment at [seg + 1] (nsegs + 1 entries, taken
