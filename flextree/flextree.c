@@ -156,6 +156,7 @@ struct ft_cursor {
 	const struct flextree *t;
 	struct ft_path p;
 	int k;
+	uint32_t leaves; /* leaves entered */
 };
 
 static int ft_cursor_seek(const struct flextree *t, uint64_t x, struct ft_cursor *c)
@@ -166,8 +167,7 @@ static int ft_cursor_seek(const struct flextree *t, uint64_t x, struct ft_cursor
 		return rc;
 	int k = ft_leaf_upper(c->p.leaf, x - (uint64_t)c->p.leaf_base) - 1;
 	c->k = k < 0 ? 0 : k;
-	if (c->p.depth > 0)
-		ft_file_prefetch(t, c->p.node[c->p.depth - 1], c->p.idx[c->p.depth - 1] + 1);
+	c->leaves = 1;
 	return 0;
 }
 
@@ -203,8 +203,9 @@ static int ft_cursor_next(struct ft_cursor *c)
 	c->p.leaf_base = base;
 	c->k = 0;
 	int lv = c->p.depth - 1;
-	/* Entering a node's leaves: the scan will want the next ones too. */
-	if (c->p.idx[lv] == 0)
+	/* A scan already past a few leaves entering a node's leaves will
+	 * want the next ones too; a short scan (most are) asks for nothing. */
+	if (++c->leaves > 4 && c->p.idx[lv] == 0)
 		ft_file_prefetch(c->t, c->p.node[lv], 1);
 	int rc = ft_leaf_get(c->t, c->p.leaf, NULL, &c->p, lv, c->p.idx[lv], 1);
 	if (rc)
