@@ -152,10 +152,12 @@ struct flexspace {
 	unsigned map_probes;
 	int in_gc;
 
-	/* Logical log. */
-	struct fs_rec *logbuf;
+	/* Logical log.  The records not yet written, encoded as the next
+	 * batch will hold them, after room for the batch's header; a sync
+	 * takes the buffer whole and the next record starts a new one. */
+	uint8_t *logbuf;
 	uint32_t nlog;
-	uint32_t logcap;
+	uint32_t logcap; /* records */
 	uint64_t log_base; /* tree version the log applies to */
 	uint64_t log_seq;  /* next batch sequence number */
 	uint64_t log_sealed; /* seq in the last seal written for log_base */

@@ -309,13 +309,16 @@ int fs_log_add(struct flexspace *fs, uint8_t op, uint64_t loff, uint64_t len, ui
 {
 	if (fs->nlog == fs->logcap) {
 		uint32_t cap = fs->logcap ? fs->logcap * 2 : FS_LOGBUF_RECORDS;
-		struct fs_rec *p = realloc(fs->logbuf, (size_t)cap * sizeof(*p));
+		uint8_t *p = realloc(fs->logbuf, BATCH_HDR + (size_t)cap * REC_BYTES);
 		if (!p)
 			return -ENOMEM;
 		fs->logbuf = p;
 		fs->logcap = cap;
 	}
-	fs->logbuf[fs->nlog++] = (struct fs_rec){.op = op, .loff = loff, .len = len, .arg = arg};
+	uint8_t *p = fs->logbuf + BATCH_HDR + (size_t)fs->nlog++ * REC_BYTES;
+	flex_put_le64(p, (uint64_t)op << OP_SHIFT | (loff & LOFF_MASK));
+	flex_put_le64(p + 8, len);
+	flex_put_le64(p + 16, arg);
 	return 0;
 }
 
@@ -342,24 +345,17 @@ int fs_log_sync(struct flexspace *fs, int may_release)
 	size_t bytes = 0;
 	uint64_t at = fs->log_size;
 	if (!rc && fs->nlog) {
+		/* The buffer is the batch: taken whole, so that changes made
+		 * while it is written start the next one. */
+		b = fs->logbuf;
 		bytes = BATCH_HDR + (size_t)fs->nlog * REC_BYTES;
-		b = malloc(bytes);
-		if (!b)
-			rc = -ENOMEM;
-	}
-	if (b) {
+		fs->logbuf = NULL;
+		fs->logcap = 0;
 		flex_put_le32(b, BATCH_MAGIC);
 		flex_put_le32(b + 4, fs->nlog);
 		flex_put_le64(b + 8, fs->log_seq);
 		flex_put_le64(b + 16, fs->log_base);
 		flex_put_le64(b + 24, 0);
-		uint8_t *p = b + BATCH_HDR;
-		for (uint32_t i = 0; i < fs->nlog; i++, p += REC_BYTES) {
-			const struct fs_rec *r = &fs->logbuf[i];
-			flex_put_le64(p, (uint64_t)r->op << OP_SHIFT | (r->loff & LOFF_MASK));
-			flex_put_le64(p + 8, r->len);
-			flex_put_le64(p + 16, r->arg);
-		}
 		flex_put_le64(b + 24, XXH3_64bits(b, bytes));
 		fs->log_size += bytes;
 		fs->log_seq++;
