@@ -420,10 +420,6 @@ static int ft_node_verify(uint8_t *buf, uint32_t slot, uint64_t csum, unsigned l
 	return (int)count;
 }
 
-/* Reads leaf l's committed image into b.  Besides the checksum the leaf
- * must be well formed on its own and cover exactly the span its parent
- * gives it, so that a lookup routed to it always finds its extent: the
- * file is hostile input even when its checksums match. */
 /* A hint, for the default table only: another table's descriptors need
  * not be the kernel's.  Slots next to each other go in one request. */
 void ft_file_prefetch(const struct flextree *t, const struct ft_internal *in, int from)
@@ -453,6 +449,10 @@ void ft_file_prefetch(const struct flextree *t, const struct ft_internal *in, in
 	}
 }
 
+/* Reads leaf l's committed image into b.  Besides the checksum the leaf
+ * must be well formed on its own and cover exactly the span its parent
+ * gives it, so that a lookup routed to it always finds its extent: the
+ * file is hostile input even when its checksums match. */
 int ft_file_read_leaf(const struct flextree *t, const struct ft_leaf_src *src,
 		      const struct ft_span *sp, struct ft_leaf_body *b, uint16_t *count)
 {

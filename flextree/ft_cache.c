@@ -125,7 +125,7 @@ void ft_cache_trim(struct flextree *t)
 
 /* Counts a leaf made resident outside ft_leaf_get (a new leaf, a new
  * file's root): dirty, so it joins the ring only when a commit writes it
- * (ft_cache_clean). */
+ * (ft_cache_clean_locked). */
 void ft_cache_add(struct flextree *t, struct ft_leaf *l)
 {
 	assert(l->h.dirty);
