@@ -300,6 +300,7 @@ int flexdb_get(const struct flexdb *cdb, const void *key, size_t klen, void *buf
  * open after a crash took. */
 #define FDB_REPLAY_BYTES (8u << 20)
 struct replay_op {
+	uint64_t pfx;	    /* the key's first 8 bytes, big-endian, 0-padded */
 	const uint8_t *key; /* then the value, in the arena */
 	uint32_t klen, vlen;
 	uint64_t seq, ord; /* ord: position in the log, for equal keys */
@@ -313,9 +314,22 @@ struct replay {
 	struct fdb_ar ar;
 };
 
+/* Keys are ordered by their prefixes first: padding with zeros keeps
+ * memcmp's order, shorter keys first, and only equal prefixes need the
+ * whole keys.  The sort took a third of a reopen after a crash. */
+static uint64_t replay_pfx(const uint8_t *k, uint32_t klen)
+{
+	uint64_t p = 0;
+	for (uint32_t i = 0; i < 8; i++)
+		p = p << 8 | (i < klen ? k[i] : 0);
+	return p;
+}
+
 static int replay_op_cmp(const void *a, const void *b)
 {
 	const struct replay_op *x = a, *y = b;
+	if (x->pfx != y->pfx)
+		return x->pfx < y->pfx ? -1 : 1;
 	int c = fdb_keycmp(x->key, x->klen, y->key, y->klen);
 	if (c)
 		return c;
@@ -378,8 +392,13 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 		memcpy(kv, op.key, op.klen);
 		if (vlen)
 			memcpy(kv + op.klen, op.val, vlen);
-		r->ops[r->n++] = (struct replay_op){
-		    .key = kv, .klen = op.klen, .vlen = vlen, .seq = seq, .ord = r->ord++, .tomb = tomb};
+		r->ops[r->n++] = (struct replay_op){.pfx = replay_pfx(kv, op.klen),
+						    .key = kv,
+						    .klen = op.klen,
+						    .vlen = vlen,
+						    .seq = seq,
+						    .ord = r->ord++,
+						    .tomb = tomb};
 		r->bytes += (size_t)op.klen + vlen;
 	}
 	fdb_batch_ranges_free(&br);
