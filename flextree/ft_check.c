@@ -15,30 +15,19 @@ struct ft_check {
 	int leaf_depth;
 };
 
-/* Whether a leaf's body is resident (under the lock: readers may be
- * loading other leaves). */
-static int ft_resident(const struct flextree *t, const struct ft_leaf *l)
-{
-	if (!t->paged)
-		return 1;
-	struct flextree *mt = (struct flextree *)t;
-	pthread_mutex_lock(&mt->cache_lock);
-	int r = l->b != NULL;
-	pthread_mutex_unlock(&mt->cache_lock);
-	return r;
-}
-
-/* Whether a leaf is in the CLOCK ring exactly when it is clean and
+/* Whether a leaf's cache state is sound (under the lock: readers may be
+ * loading other leaves): a dirty leaf is resident, since it has no other
+ * copy, and a leaf is in the CLOCK ring exactly when it is clean and
  * resident (flextree_int.h). */
-static int ft_ring_ok(const struct flextree *t, const struct ft_leaf *l)
+static int ft_leaf_cache_ok(const struct flextree *t, const struct ft_leaf *l)
 {
 	if (!t->paged)
 		return 1;
 	struct flextree *mt = (struct flextree *)t;
 	pthread_mutex_lock(&mt->cache_lock);
-	int in_ring = l->next != NULL, evictable = l->b != NULL && !l->h.dirty;
+	int resident = l->b != NULL, in_ring = l->next != NULL;
 	pthread_mutex_unlock(&mt->cache_lock);
-	return in_ring == evictable;
+	return (resident || !l->h.dirty) && in_ring == (resident && !l->h.dirty);
 }
 
 /* Checks the subtree n whose range ends at hi (its start is ck->pos). */
@@ -51,9 +40,7 @@ static int ft_check_node(const struct flextree *t, const struct ft_node *n, int6
 			ck->leaf_depth = depth;
 		if (ck->leaf_depth != depth)
 			return FLEX_ECORRUPT;
-		if (n->dirty && !ft_resident(t, l))
-			return FLEX_ECORRUPT; /* a dirty leaf has no other copy */
-		if (!ft_ring_ok(t, l))
+		if (!ft_leaf_cache_ok(t, l))
 			return FLEX_ECORRUPT;
 		struct ft_span sp = {.base = base, .lo = ck->pos, .hi = hi};
 		int rc = ft_leaf_get(t, l, &sp, NULL, 0, 0, 1);
