@@ -136,6 +136,16 @@ int fs_check_overlap(struct flexspace *fs)
 
 /* ---- live bytes per segment ---------------------------------------------- */
 
+/* Whether a mapped extent breaks what every one keeps to: it lies in one
+ * segment of the file and is no longer than the maximum (open and
+ * flexspace_check). */
+static int fs_extent_misplaced(const struct flexspace *fs, const struct flextree_extent *e)
+{
+	uint64_t seg = e->poff / fs->seg_size;
+	return seg >= fs->nsegs || (e->poff + e->len - 1) / fs->seg_size != seg ||
+	       e->len > fs->max_extent;
+}
+
 struct fs_valid_scan {
 	struct flexspace *fs;
 	uint64_t data_size;
@@ -150,12 +160,10 @@ static int fs_count_extent(void *arg, const struct flextree_extent *e)
 	if (e->poff == FLEXTREE_HOLE)
 		return 0;
 	uint64_t seg = e->poff / fs->seg_size;
-	/* An extent never crosses a segment, is never longer than the
-	 * maximum, and lies inside the file: its bytes were synced before
+	/* It also lies inside the file: its bytes were synced before
 	 * anything durable referred to them, so one past the end of DATA
 	 * means DATA lost bytes. */
-	if (seg >= fs->nsegs || (e->poff + e->len - 1) / fs->seg_size != seg ||
-	    e->len > fs->max_extent || e->poff + e->len > vs->data_size) {
+	if (fs_extent_misplaced(fs, e) || e->poff + e->len > vs->data_size) {
 		vs->bad = 1;
 		return 1;
 	}
@@ -366,8 +374,7 @@ static int fs_check_extent(void *arg, const struct flextree_extent *e)
 	if (e->poff == FLEXTREE_HOLE)
 		return 0;
 	uint64_t s = e->poff / fs->seg_size;
-	if (s >= fs->nsegs || (e->poff + e->len - 1) / fs->seg_size != s ||
-	    e->len > fs->max_extent || fs->state[s] == SEG_FREE) {
+	if (fs_extent_misplaced(fs, e) || fs->state[s] == SEG_FREE) {
 		cs->bad = 1;
 		return 1;
 	}
