@@ -354,12 +354,12 @@ static int fs_commit_due(const struct flexspace *fs)
 
 /* The maintenance that is due: tree commit, then garbage collection.  The
  * caller holds sync_mu and change_mu. */
-static int fs_maintain_locked(struct flexspace *fs)
+static int fs_maintain_locked(struct flexspace *fs, double ratio)
 {
 	if (fs->failed)
 		return FLEX_EFAILED;
 	int rc = fs_commit_due(fs) ? fs_commit(fs) : 0;
-	if (!rc && fs_gc_due(fs)) {
+	if (!rc && fs_gc_due_at(fs, ratio)) {
 		rc = fs_gc_run(fs, 1);
 		if (rc)
 			rc = fs_fail(fs, rc);
@@ -380,7 +380,7 @@ static int fs_end_write(struct flexspace *fs, int rc)
 		pthread_mutex_lock(&fs->change_mu);
 	}
 	if (due)
-		rc = fs_maintain_locked(fs);
+		rc = fs_maintain_locked(fs, fs->gc_ratio);
 	pthread_mutex_unlock(&fs->change_mu);
 	if (due || fs->bounded)
 		pthread_mutex_unlock(&fs->sync_mu);
@@ -389,15 +389,21 @@ static int fs_end_write(struct flexspace *fs, int rc)
 
 int flexspace_maintain(struct flexspace *fs)
 {
-	if (!fs)
+	return flexspace_maintain_slack(fs, 0.0);
+}
+
+int flexspace_maintain_slack(struct flexspace *fs, double slack)
+{
+	if (!fs || !(slack >= 0.0))
 		return -EINVAL;
 	if (fs->read_only)
 		return FLEX_EREADONLY;
+	double ratio = fs->gc_ratio + slack;
 	pthread_mutex_lock(&fs->sync_mu);
 	pthread_mutex_lock(&fs->change_mu);
 	int rc = fs->failed ? FLEX_EFAILED : 0;
-	if (!rc && (fs_commit_due(fs) || fs_gc_due(fs)))
-		rc = fs_maintain_locked(fs);
+	if (!rc && (fs_commit_due(fs) || fs_gc_due_at(fs, ratio)))
+		rc = fs_maintain_locked(fs, ratio);
 	pthread_mutex_unlock(&fs->change_mu);
 	pthread_mutex_unlock(&fs->sync_mu);
 	return rc;

@@ -119,6 +119,11 @@ struct flexspace {
 	 * segment's freed_at <= s (flexspace_read_located). */
 	uint64_t *freed_at;
 	uint64_t free_seq;
+	/* Segments freed whose blocks go back to the file system once the
+	 * exclusive lock is let go (fs_seg_punch). */
+	uint32_t *punch;
+	uint32_t npunch;
+	size_t punch_cap;
 	uint64_t live;
 	uint32_t npending;
 	uint32_t nfree; /* segments in state SEG_FREE */
@@ -187,6 +192,9 @@ int fs_sync_data(struct flexspace *fs);
 void fs_seg_drop(struct flexspace *fs, uint64_t poff, uint64_t len);
 void fs_seg_mark_pending(struct flexspace *fs);
 void fs_seg_release(struct flexspace *fs, int all);
+/* change_mu held, not the exclusive lock: gives the blocks of the
+ * segments fs_seg_release freed back to the file system. */
+void fs_seg_punch(struct flexspace *fs);
 uint64_t fs_space_avail(const struct flexspace *fs);
 int fs_reserve_space(struct flexspace *fs, uint64_t len);
 void fs_trim_data(struct flexspace *fs);
@@ -200,6 +208,8 @@ int fs_read_located(struct flexspace *fs, uint8_t *buf, const struct flextree_ma
 /* fs_gc.c */
 int fs_rebuild_valid(struct flexspace *fs);
 int fs_gc_due(const struct flexspace *fs);
+/* Whether the data file is over `ratio` bytes per live byte. */
+int fs_gc_due_at(const struct flexspace *fs, double ratio);
 int fs_gc_run(struct flexspace *fs, int may_release);
 int fs_check_segments(struct flexspace *fs);
 int fs_check_overlap(struct flexspace *fs);

@@ -349,13 +349,18 @@ out:
 /* Whether the data file holds enough garbage for a collection. */
 int fs_gc_due(const struct flexspace *fs)
 {
+	return fs_gc_due_at(fs, fs->gc_ratio);
+}
+
+int fs_gc_due_at(const struct flexspace *fs, double ratio)
+{
 	if (fs->in_gc)
 		return 0;
 	uint64_t used = (uint64_t)(fs->nsegs - fs->npending) * fs->seg_size;
 	uint64_t garbage = used > fs->live ? used - fs->live : 0;
 	if (garbage < (uint64_t)FS_GC_MIN_SEGMENTS * fs->seg_size)
 		return 0;
-	return (double)used > (double)fs->live * fs->gc_ratio;
+	return (double)used > (double)fs->live * ratio;
 }
 
 /* ---- check -------------------------------------------------------------- */

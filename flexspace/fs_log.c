@@ -405,6 +405,7 @@ int fs_log_sync(struct flexspace *fs, int may_release)
 	fs->st.log_bytes_written += bytes + (sealed ? SEAL_BYTES : 0);
 	fs_seg_release(fs, 0);
 	fs_excl_unlock(fs);
+	fs_seg_punch(fs);
 	if (fs->log_size > fs->log_limit)
 		return fs_commit(fs);
 	return 0;
@@ -464,6 +465,7 @@ int fs_commit(struct flexspace *fs)
 	fs_seg_release(fs, 1);
 	fs_trim_data(fs);
 	fs_excl_unlock(fs);
+	fs_seg_punch(fs);
 	return 0;
 }
 

@@ -11,11 +11,13 @@
  * and the checks of the segment table are in fs_gc.c.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "../common/flex_killpoint.h"
+#include "../common/flex_vec.h"
 #include "flexspace_int.h"
 
 static int fs_grow_segments(struct flexspace *fs, uint32_t want)
@@ -100,6 +102,7 @@ void fs_seg_free(struct flexspace *fs)
 	free(fs->valid);
 	free(fs->state);
 	free(fs->freed_at);
+	free(fs->punch);
 	free(fs->buf);
 }
 
@@ -305,7 +308,8 @@ void fs_seg_mark_pending(struct flexspace *fs)
 }
 
 /* Frees the RELEASE segments (their removal is durable), and the PENDING
- * ones too when all is set (a tree commit made every removal durable). */
+ * ones too when all is set (a tree commit made every removal durable).
+ * Each is queued for fs_seg_punch. */
 void fs_seg_release(struct flexspace *fs, int all)
 {
 	if (!fs->npending)
@@ -318,10 +322,34 @@ void fs_seg_release(struct flexspace *fs, int all)
 			fs->freed_at[s] = ++fs->free_seq;
 			fs->nfree++;
 			fs->npending--;
+			if (!fs->bounded &&
+			    flex_vec_reserve(&fs->punch, &fs->punch_cap, fs->npunch + 1, 16) == 0)
+				fs->punch[fs->npunch++] = s;
 			if (s < fs->free_hint)
 				fs->free_hint = s;
 		}
 	}
+}
+
+/* A freed segment's blocks go back to the file system (a hole: nothing
+ * reads a free segment, and its next write allocates them again), so
+ * that segments freed below the end of DATA, which fs_trim_data cannot
+ * cut, do not count as space; where holes cannot be made they stay.
+ * Outside the exclusive lock, so that readers do not wait for the
+ * fallocate calls: with change_mu held no segment is reused meanwhile,
+ * and readers of located mappings found each freed (freed_at) under the
+ * shared lock before they could read it.  Not in a bounded space
+ * (max_data_size), whose collection counts on the blocks it has. */
+void fs_seg_punch(struct flexspace *fs)
+{
+	for (uint32_t i = 0; i < fs->npunch; i++) {
+		uint32_t s = fs->punch[i];
+		if (s < fs->nsegs && fs->state[s] == SEG_FREE)
+			(void)fs->io->fallocate(fs->io, fs->data_fd,
+						FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+						(uint64_t)s * fs->seg_size, fs->seg_size);
+	}
+	fs->npunch = 0;
 }
 
 /* Cuts free segments off the end of DATA (after a tree commit: nothing

@@ -380,6 +380,13 @@ FLEX_EXPORT int flexspace_ckpt_end(struct flexspace_ckpt *ck, int abort);
  * nothing was due), FLEX_EFAILED, FLEX_EREADONLY, -errno; an error fails
  * the handle as a failed sync does. */
 FLEX_EXPORT int flexspace_maintain(struct flexspace *fs);
+/* flexspace_maintain, collecting garbage only once the data file is over
+ * gc_ratio + slack bytes per live byte: for a caller about to empty the
+ * segments a collection would copy from (FlexDB rewriting its intervals
+ * in key order empties every older segment by the end of its pass).  A
+ * bounded space (max_data_size) still collects when a change needs room.
+ * -EINVAL for a negative slack. */
+FLEX_EXPORT int flexspace_maintain_slack(struct flexspace *fs, double slack);
 
 /* Paper section 5.4: reads from the start of the extent containing off
  * (up to maxlen bytes, continuing into later extents if maxlen asks for

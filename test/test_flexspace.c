@@ -389,6 +389,71 @@ Test(flexspace, repeated_overwrites_keep_data_file_bounded_1MiB_segments)
 	overwrite_bounded(1u << 20, 16u << 20, (int)scaled(1500));
 }
 
+/* Blocks of a file, in bytes (what du counts). */
+static uint64_t file_blocks(const char *path)
+{
+	struct stat sb;
+	cr_assert_eq(stat(path, &sb), 0, "stat %s", path);
+	return (uint64_t)sb.st_blocks * 512;
+}
+
+/* Segments emptied below the end of DATA give their blocks back: the file
+ * keeps its size but not its space. */
+Test(flexspace, freed_segments_below_the_end_take_no_space)
+{
+	char dir[PATH_MAX], data[PATH_MAX + 8];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "holes"), 0);
+	snprintf(data, sizeof(data), "%s/DATA", dir);
+	const uint32_t seg = 1u << 20;
+	struct flexspace_options o = {.segment_size = seg, .gc_ratio = 8.0};
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	/* Can this file system make holes at all? */
+	int fd = open(data, O_RDWR);
+	cr_assert(fd >= 0);
+	int holes = fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) == 0;
+	close(fd);
+	if (!holes) {
+		fprintf(stderr, "freed_segments: note: no holes on this file system; skipped\n");
+		cr_assert_eq(flexspace_close(fs), 0);
+		tmp_remove(dir);
+		cr_skip_test("no FALLOC_FL_PUNCH_HOLE");
+	}
+	uint64_t seed = test_seed("freed_segments"), r = seed;
+	uint8_t *b = malloc(seg), *rb = malloc(seg);
+	/* 16 segments, then the first 8 rewritten: their old segments empty. */
+	for (uint64_t off = 0; off < 16ull * seg; off += seg) {
+		op_data(rnd(&r), b, seg);
+		cr_assert_eq(flexspace_write(fs, b, off, seg), (ssize_t)seg);
+	}
+	cr_assert_eq(flexspace_sync(fs), 0);
+	op_data(rnd(&r), b, seg);
+	for (uint64_t off = 0; off < 8ull * seg; off += seg)
+		cr_assert_eq(flexspace_write(fs, b, off, seg), (ssize_t)seg);
+	cr_assert_eq(flexspace_sync(fs), 0); /* the removals durable: freed */
+	struct flexspace_stats st;
+	cr_assert_eq(flexspace_stats(fs, &st), 0);
+	uint64_t used = file_blocks(data);
+	fprintf(stderr, "freed_segments: DATA %" PRIu64 " bytes, %" PRIu64 " allocated, %" PRIu64
+		" live\n", st.data_file_bytes, used, st.live_bytes);
+	cr_assert_geq(st.data_file_bytes, 23ull * seg, "the rewrite went past the old end");
+	cr_assert_leq(used, st.live_bytes + 3ull * seg,
+		      "%" PRIu64 " bytes allocated for %" PRIu64 " live", used, st.live_bytes);
+	/* What was rewritten reads back, and so does what was not. */
+	cr_assert_eq(flexspace_read(fs, rb, 3ull * seg, seg), (ssize_t)seg);
+	cr_assert(!memcmp(rb, b, seg));
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	cr_assert_eq(flexspace_read(fs, rb, 7ull * seg, seg), (ssize_t)seg);
+	cr_assert(!memcmp(rb, b, seg));
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	free(b);
+	free(rb);
+	tmp_remove(dir);
+}
+
 /* ---- API edges ------------------------------------------------------------ */
 
 static struct flexspace *open_fresh(char *dir, size_t n, const struct flexspace_options *o)
