@@ -498,6 +498,19 @@ static int cmd_sync(struct cli_app *app, struct cli_token *a, size_t n)
 	return cli_done(app, flexdb_sync(ctx_of(app)->db));
 }
 
+static int cmd_compact(struct cli_app *app, struct cli_token *a, size_t n)
+{
+	int full = 0;
+	if (n > 1) {
+		if (a[1].len != 4 || memcmp(a[1].data, "full", 4) != 0) {
+			cli_error(app, "the only argument is \"full\"");
+			return 1;
+		}
+		full = 1;
+	}
+	return cli_done(app, flexdb_compact(ctx_of(app)->db, full));
+}
+
 static int cmd_backup(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	(void)n;
@@ -541,6 +554,8 @@ static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
 	P("writer_stalls", s.writer_stalls);
 	P("wal_syncs", s.wal_syncs);
 	P("recovered_ops", s.recovered_ops);
+	P("tidy_bytes", s.tidy_bytes);
+	P("tidy_due", (uint64_t)s.tidy_due);
 	P("space.size", s.space.size);
 	P("space.extents", s.space.extents);
 	P("space.data_file_bytes", s.space.data_file_bytes);
@@ -868,6 +883,12 @@ static const struct cli_cmd commands[] = {
     {"abort", "", 0, 0, "drop the open batch", NULL, cmd_abort, 0, 0, NULL},
     {"sync", "", 0, 0, "make every change so far durable (flexdb_sync)", NULL, cmd_sync, 0, 0,
      NULL},
+    {"compact", "[full]", 0, 1, "rewrite scattered intervals whole (flexdb_compact)",
+     "    Commits the memtables, then rewrites in key order the intervals whose\n"
+     "    pairs lie in more than one piece of the data file, as much as the\n"
+     "    writes since the last tidying pay for (what the store does by itself\n"
+     "    once writes pause), or with full every one.  Pairs do not change.\n",
+     cmd_compact, 0, 0, NULL},
     {"stats", "", 0, 0, "print the store's counters, one \"name value\" a line", NULL, cmd_stats,
      0, 1, NULL},
     {"check", "", 0, 0, "run the deep consistency check; prints ok", NULL, cmd_check, 0, 1, NULL},

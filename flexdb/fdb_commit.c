@@ -26,6 +26,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "../common/flex_killpoint.h"
 #include "../common/flex_vec.h"
@@ -203,13 +204,97 @@ void fdb_cache_reap(struct flexdb *db)
 	flex_brlock_wrunlock(&db->lock);
 }
 
+/* One step of tidying (fdb_store.c): reads what to rewrite under the
+ * shared lock, rewrites it in bursts under the exclusive lock, then runs
+ * the FlexSpace's maintenance without db->lock.  Garbage collection waits
+ * for a data file of FDB_TIDY_GC_SLACK more bytes per live byte than
+ * usual: a pass empties the older segments by itself, and collecting
+ * them half way would copy pairs the pass then rewrites.  The end of a
+ * pass collects as usual (what is left in the older segments: intervals
+ * already in one extent) and syncs, which frees the segments emptied.
+ * An error fails the handle, as the same error in a commit would: the
+ * committer could not go on with the next commit either. */
+#define FDB_TIDY_GC_SLACK 1.0
+static int tidy_step(struct flexdb *db)
+{
+	uint32_t n;
+	flex_brlock_rdlock(&db->lock);
+	int rc = fdb_store_tidy_read(&db->store, &n);
+	flex_brlock_rdunlock(&db->lock);
+	for (uint32_t i = 0; i < n && !rc;) {
+		flex_brlock_wrlock(&db->lock);
+		rc = fdb_store_tidy_write(&db->store, &i, FDB_APPLY_BURST);
+		flex_brlock_wrunlock(&db->lock);
+	}
+	if (rc)
+		return rc;
+	int end = !atomic_load(&db->store.tidy_due);
+	rc = flexspace_maintain_slack(db->fs, end ? 0.0 : FDB_TIDY_GC_SLACK);
+	if (!rc && end)
+		rc = flexspace_sync(db->fs);
+	return rc;
+}
+
+/* mtmu held, no memtable to commit: whether to tidy now (1), or nothing
+ * is due (0).  Tidying waits until no write arrived for
+ * FDB_TIDY_QUIET_MS (so that a load does not rewrite intervals its next
+ * commit splits again), unless flexdb_compact waits for it: then it
+ * sleeps that long, letting mtmu go, and returns -1 (look again). */
+#define FDB_TIDY_QUIET_MS 100
+static int tidy_now(struct flexdb *db)
+{
+	if (!atomic_load(&db->store.tidy_due) || atomic_load(&db->failed))
+		return 0;
+	if (db->compact_done != db->compact_gen)
+		return 1;
+	uint64_t w = atomic_load(&db->written);
+	if (w == db->tidy_written)
+		return 1;
+	db->tidy_written = w;
+	struct timespec ts;
+	fdb_deadline(&ts, FDB_TIDY_QUIET_MS);
+	pthread_cond_timedwait(&db->mtcond, &db->mtmu, &ts);
+	return -1;
+}
+
+/* mtmu held, the committer idle: starts the tidying flexdb_compact
+ * asked for, and answers the requests once it is done or cannot go on
+ * (the handle failed: a writer's failure wakes nobody, so the waiters
+ * also look at the handle now and then). */
+static void compact_serve(struct flexdb *db)
+{
+	if (db->compact_started != db->compact_gen) {
+		fdb_store_tidy_grant(&db->store, db->compact_full);
+		db->compact_full = 0;
+		db->compact_started = db->compact_gen;
+	}
+	if (db->compact_done != db->compact_started &&
+	    (!atomic_load(&db->store.tidy_due) || atomic_load(&db->failed))) {
+		db->compact_done = db->compact_started;
+		pthread_cond_broadcast(&db->mtcond);
+	}
+}
+
 void *fdb_committer_main(void *arg)
 {
 	struct flexdb *db = arg;
 	pthread_mutex_lock(&db->mtmu);
 	for (;;) {
-		while (!db->imm && !db->stop)
-			pthread_cond_wait(&db->mtcond, &db->mtmu);
+		while (!db->imm && !db->stop) {
+			compact_serve(db);
+			int now = tidy_now(db);
+			if (now == 0)
+				pthread_cond_wait(&db->mtcond, &db->mtmu);
+			if (now <= 0)
+				continue;
+			pthread_mutex_unlock(&db->mtmu);
+			int rc = tidy_step(db);
+			pthread_mutex_lock(&db->mtmu);
+			if (rc) {
+				fdb_db_fail(db, rc);
+				pthread_cond_broadcast(&db->mtcond);
+			}
+		}
 		if (!db->imm)
 			break;
 		struct fdb_memref *m = db->imm;
@@ -232,6 +317,8 @@ void *fdb_committer_main(void *arg)
 		 * reference (flexdb_get): the pairs are in the store now, and
 		 * once no reader holds the lock none can still be in m. */
 		flex_brlock_wrlock(&db->lock);
+		/* What the commit wrote may be tidied once writes pause. */
+		fdb_store_tidy_grant(&db->store, 0);
 		pthread_mutex_lock(&db->mtmu);
 		__atomic_store_n(&db->imm, NULL, __ATOMIC_RELEASE);
 		pthread_cond_broadcast(&db->mtcond);

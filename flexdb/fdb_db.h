@@ -12,6 +12,8 @@
 #ifndef FDB_DB_H
 #define FDB_DB_H
 
+#include <time.h>
+
 #include "../common/flex_brlock.h"
 #include "fdb_int.h"
 
@@ -42,6 +44,14 @@ struct flexdb {
 	pthread_cond_t mtcond;
 	struct fdb_memref *active, *imm;
 	int stop;
+	/* flexdb_compact's requests (under mtmu): the last one made, started
+	 * and answered (the committer answers once tidying is done), and
+	 * whether one not started yet asked for a whole pass.  tidy_written:
+	 * db->written when the committer last looked, to tell whether writes
+	 * paused. */
+	uint64_t compact_gen, compact_started, compact_done;
+	int compact_full;
+	uint64_t tidy_written;
 
 	pthread_mutex_t syncmu;
 	pthread_cond_t synccond;
@@ -62,6 +72,19 @@ struct flexdb {
 	_Atomic uint64_t writer_stalls, wal_syncs, committer_runs, committed_pairs;
 	uint64_t recovered_ops;
 };
+
+/* A deadline ms milliseconds from now, for pthread_cond_timedwait on a
+ * condition variable of the default clock. */
+static inline void fdb_deadline(struct timespec *ts, long ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
 
 /* Records the first failure: the handle refuses writes from then on
  * (FLEX_EFAILED).  Returns rc. */

@@ -359,6 +359,14 @@ struct fdb_store {
 	 * in_run is set the FlexSpace is behind the index. */
 	struct fdb_run *run;
 	int in_run;
+	/* Tidying (fdb_store.c): the committer's cursor and what it read;
+	 * tidy_credit: bytes commits wrote that tidying may still rewrite
+	 * (committer only); tidy_bytes, tidy_due: for stats. */
+	struct fdb_tidy *tidy;
+	int no_tidy; /* the space has max_data_size */
+	uint64_t tidy_credit;
+	_Atomic uint64_t tidy_bytes;
+	atomic_int tidy_due;
 };
 
 int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_limit);
@@ -368,6 +376,19 @@ void fdb_store_close(struct fdb_store *s);
  * at least one unless it fails) as one flexspace_apply.  After a failure
  * every fdb_store_* call below returns FLEX_EFAILED. */
 int fdb_store_apply_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n, int *done);
+
+/* Tidying: rewriting whole, in key order, the intervals whose bytes lie
+ * in more than one extent, between memtables (fdb_store.c).  Committer
+ * only.  fdb_store_tidy_read (shared lock) looks at the intervals from
+ * where the last step stopped and reads those to rewrite;
+ * fdb_store_tidy_write (exclusive lock) rewrites up to `burst` of them
+ * from *i on, each as one flexspace_apply (a failed one fails the store,
+ * as in fdb_store_apply_run).
+ * fdb_store_tidy_grant starts tidying with the credit commits gave, or
+ * with full, with enough for a whole pass. */
+int fdb_store_tidy_read(struct fdb_store *s, uint32_t *n);
+int fdb_store_tidy_write(struct fdb_store *s, uint32_t *i, uint32_t burst);
+void fdb_store_tidy_grant(struct fdb_store *s, int full);
 
 /* Exclusive lock held: removes every pair with start <= key < end: the
  * bytes of the edge intervals' pairs and of every interval between them

@@ -236,6 +236,38 @@ int flexdb_sync(struct flexdb *db)
 	return fdb_sync_to(db, seq);
 }
 
+int flexdb_compact(struct flexdb *db, int full)
+{
+	if (!db)
+		return -EINVAL;
+	if (db->read_only)
+		return FLEX_EREADONLY;
+	/* The memtable's pairs first: the committer tidies once it has
+	 * committed them. */
+	pthread_mutex_lock(&db->wmu);
+	int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
+	if (!rc && fdb_mt_count(db->active->mt))
+		rc = fdb_switch_memtable(db);
+	pthread_mutex_unlock(&db->wmu);
+	pthread_mutex_lock(&db->mtmu);
+	uint64_t mine = ++db->compact_gen;
+	db->compact_full |= full != 0;
+	pthread_cond_broadcast(&db->mtcond);
+	/* A failure elsewhere (a writer's sync) wakes nobody: look at the
+	 * handle every 100 ms too. */
+	while (!rc && db->compact_done < mine && !db->stop) {
+		if (atomic_load(&db->failed)) {
+			rc = FLEX_EFAILED;
+			break;
+		}
+		struct timespec ts;
+		fdb_deadline(&ts, 100);
+		pthread_cond_timedwait(&db->mtcond, &db->mtmu, &ts);
+	}
+	pthread_mutex_unlock(&db->mtmu);
+	return rc;
+}
+
 /* ---- reads -------------------------------------------------------------------------- */
 
 static int copy_val(const struct fdb_val *v, void *buf, size_t cap, size_t *vlen)
@@ -556,6 +588,7 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	db->wals = (struct fdb_walset){.io = db->io, .dir = db->dir, .dir_fd = db->dir_fd, .fs = db->fs};
 	if (!rc)
 		rc = fdb_store_open(&db->store, db->fs, cache - so.tree_cache_size);
+	db->store.no_tidy = so.max_data_size != 0;
 	if (!rc)
 		rc = db_recover(db);
 	if (!rc && db->read_only) {
@@ -879,5 +912,7 @@ int flexdb_stats(const struct flexdb *cdb, struct flexdb_stats *st)
 	st->writer_stalls = atomic_load(&db->writer_stalls);
 	st->wal_syncs = atomic_load(&db->wal_syncs);
 	st->recovered_ops = db->recovered_ops;
+	st->tidy_bytes = atomic_load(&db->store.tidy_bytes);
+	st->tidy_due = atomic_load(&db->store.tidy_due) != 0;
 	return flexspace_stats(db->fs, &st->space);
 }

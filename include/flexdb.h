@@ -60,8 +60,9 @@ struct flexdb_options {
 	 * Besides it and the memtables, a store's memory is its sparse index
 	 * (one entry per interval of up to 32 pairs, about 80 bytes each
 	 * with a 16-byte key: under 4 bytes per pair of 116 bytes), the tree's
-	 * internal nodes and leaf stubs (under a byte per extent), and the
-	 * FlexSpace's segment buffer (space.segment_size, 4 MiB).  Memory the
+	 * internal nodes and leaf stubs (under a byte per extent), the
+	 * FlexSpace's segment buffer (space.segment_size, 4 MiB) and the
+	 * committer's tidying buffer (about 1 MiB: flexdb_compact).  Memory the
 	 * program's allocator keeps after the library freed it is not
 	 * counted: a cache that turns over frees as much as it allocates. */
 	uint64_t cache_size;
@@ -122,6 +123,10 @@ struct flexdb_stats {
 	uint64_t writer_stalls;	   /* times a writer waited for the committer */
 	uint64_t wal_syncs;	   /* WAL fdatasyncs (group commits) */
 	uint64_t recovered_ops;	   /* WAL operations replayed at open */
+	/* Bytes of intervals the committer rewrote whole so that each lies in
+	 * one extent (flexdb_compact), and whether it has more to do. */
+	uint64_t tidy_bytes;
+	int tidy_due;
 	struct flexspace_stats space;
 };
 
@@ -204,6 +209,18 @@ FLEX_EXPORT int flexdb_get(const struct flexdb *db, const void *key, size_t klen
  * read-only handle (which has nothing to make durable, and writes
  * nothing). */
 FLEX_EXPORT int flexdb_sync(struct flexdb *db);
+
+/* Commits the memtables to the store and waits until the committer has
+ * tidied it: rewritten whole, in key order, the intervals whose pairs lie
+ * in more than one extent of the data file, so that a lookup reads one
+ * piece and a scan reads neighbours together.  Without full, it rewrites
+ * at most as many bytes as commits wrote since tidying last finished (the
+ * committer does this by itself whenever writes pause for 100 ms:
+ * tidy_due in flexdb_stats says whether it has more to do); with full,
+ * every such interval.  It makes nothing durable (flexdb_sync does), and
+ * readers and writers go on meanwhile.  Returns 0, FLEX_EFAILED, -errno,
+ * FLEX_EREADONLY for a read-only handle. */
+FLEX_EXPORT int flexdb_compact(struct flexdb *db, int full);
 
 /* Online backup: writes into directory dest_dir a copy of the store that
  * opens (flexdb_open) holding exactly the writes of a prefix of the

@@ -1038,6 +1038,7 @@ Test(api_edges, flexdb_null_handles)
 	cr_assert_eq(flexdb_delete(NULL, "k", 1), -EINVAL);
 	cr_assert_eq(flexdb_get(NULL, "k", 1, buf, sizeof(buf), &len), -EINVAL);
 	cr_assert_eq(flexdb_sync(NULL), -EINVAL);
+	cr_assert_eq(flexdb_compact(NULL, 0), -EINVAL);
 	cr_assert_eq(flexdb_batch_put(NULL, "k", 1, "v", 1), -EINVAL);
 	cr_assert_eq(flexdb_batch_delete(NULL, "k", 1), -EINVAL);
 	cr_assert_eq(flexdb_delete_range(NULL, "a", 1, "b", 1), -EINVAL);
@@ -1475,6 +1476,7 @@ Test(api_edges, flexdb_options_and_paths)
 	cr_assert_eq(flexdb_delete_range(db, "a", 1, "a", 1), -EINVAL);
 	cr_assert_eq(flexdb_delete_range(db, "a", 1, "z", 1), FLEX_EREADONLY);
 	cr_assert_eq(flexdb_sync(db), FLEX_EREADONLY);
+	cr_assert_eq(flexdb_compact(db, 1), FLEX_EREADONLY);
 	flexdb_batch_free(b);
 	uint8_t v[8];
 	size_t vn;
@@ -1733,6 +1735,7 @@ static const char *const exported_covered[] = {
     "flexspace_stats",	     "flexspace_durable",
     "flexdb_open",
     "flexdb_close",	     "flexdb_put",
+    "flexdb_compact",
     "flexdb_delete",	     "flexdb_get",
     "flexdb_sync",	     "flexdb_batch_new",
     "flexdb_batch_put",	     "flexdb_batch_delete",

@@ -991,6 +991,14 @@ Test(cli, db_sync_stats_check_timer)
 		cr_expect_eq(sscanf(p, "%63s %llu", name, &v), 2, "stats line: %.40s", p);
 	}
 	run_free(&r);
+	/* compact rewrites nothing visible; a bad argument is refused */
+	golden(dbcli, db, "put b 2\ncompact\ncompact full\nget a\nget b\ncheck\n", "1\n2\nok\n");
+	script(dbcli, db, "compact fully\nstats\n", &r);
+	cr_expect_eq(code(&r), 1);
+	cr_expect(strstr(r.err, "the only argument is \"full\""), "%s", r.err);
+	const char *due = strstr(r.out, "tidy_due ");
+	cr_expect(due && strtoull(due + 9, NULL, 10) == 0, "%s", r.out);
+	run_free(&r);
 	/* .timer: a time line after each command while on */
 	script(dbcli, db, ".timer on\nget a\n.timer off\nget a\n.timer maybe\n", &r);
 	double t1, t2;
@@ -2285,7 +2293,8 @@ Test(cli, readonly_reads_work_writes_fail_and_nothing_changes)
 	    "%s", r.out);
 	run_free(&r);
 	static const char *const writes[] = {
-	    "put z 9", "del a", "batch", "commit", "abort", "sync", "get a; put z 9; get z"};
+	    "put z 9", "del a", "batch",	 "commit",
+	    "abort",   "sync",	"compact", "get a; put z 9; get z"};
 	for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++)
 		expect_refused(dbcli, db, writes[i]);
 	char load[300];

@@ -269,8 +269,12 @@ static void *cwriter(void *arg)
 			continue;
 		}
 		if (pick < 8) {
-			if ((rc = flexdb_sync(s->db)) != 0) {
-				cfail(s, "writer %d: flexdb_sync: %s", w, flex_strerror(rc));
+			/* Now and then a compact: tidying under the readers. */
+			int compact = rnd_below(&r, 8) == 0;
+			rc = compact ? flexdb_compact(s->db, (int)rnd_below(&r, 2)) : flexdb_sync(s->db);
+			if (rc) {
+				cfail(s, "writer %d: %s: %s", w,
+				      compact ? "flexdb_compact" : "flexdb_sync", flex_strerror(rc));
 				break;
 			}
 			continue;
@@ -1354,6 +1358,10 @@ static void model_run(const char *name, struct flexdb_options opt, long nops, in
 			rc = flexdb_sync(mr->db);
 			if (rc)
 				MFAIL(mr, "flexdb_sync: %s (%d)", flex_strerror(rc), rc);
+		} else if (k < 978) {
+			rc = flexdb_compact(mr->db, (int)rnd_below(&mr->r, 2));
+			if (rc)
+				MFAIL(mr, "flexdb_compact: %s (%d)", flex_strerror(rc), rc);
 		} else {
 			m_stats(mr);
 		}
@@ -1514,6 +1522,115 @@ static void expect_absent(struct flexdb *db, const void *k, size_t kn)
 	size_t got;
 	int rc = flexdb_get(db, k, kn, buf, sizeof(buf), &got);
 	cr_assert_eq(rc, FLEXDB_NOTFOUND, "get: rc %d, expected FLEXDB_NOTFOUND", rc);
+}
+
+/* ======================================================================
+ * Tidying: flexdb_compact.
+ * ====================================================================== */
+
+/* Puts keys of the pool in random order, n at a time, each with a value of
+ * random length (empty ones too), into the store and the model. */
+static void tidy_puts(struct flexdb *db, struct fmodel *m, const struct keypool *pool, size_t n,
+		      uint64_t *r, uint8_t *vbuf)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct fkey *k = &pool->keys[rnd_below(r, pool->n)];
+		uint32_t vn = (uint32_t)rnd_below(r, 300);
+		val_fill(rnd(r), vbuf, vn);
+		int rc = flexdb_put(db, k->k, k->n, vbuf, vn);
+		cr_assert_eq(rc, 0, "put: %s", flex_strerror(rc));
+		fm_put(m, k->k, k->n, vbuf, vn);
+	}
+}
+
+/* The store holds exactly the model and passes its check. */
+static void tidy_verify(struct flexdb *db, const struct fmodel *m, const char *when)
+{
+	struct why w;
+	uint64_t d;
+	size_t n;
+	cr_assert_eq(store_digest(db, &d, &n, NULL, &w), 0, "%s: scan: %s", when, w.msg);
+	cr_assert(n == m->n && d == m->digest, "%s: the store holds %zu pairs, the model %zu",
+		  when, n, m->n);
+	uint8_t *buf = malloc(FLEXDB_MAX_VALUE);
+	for (size_t i = 0; i < m->n; i++) {
+		size_t vn;
+		int rc = flexdb_get(db, m->e[i].k, m->e[i].kn, buf, FLEXDB_MAX_VALUE, &vn);
+		cr_assert(rc == 0 && vn == m->e[i].vn && !memcmp(buf, m->e[i].v, vn),
+			  "%s: get of pair %zu: rc %d, %zu bytes for %u", when, i, rc, vn,
+			  m->e[i].vn);
+	}
+	free(buf);
+	cr_assert_eq(flexdb_check(db), 0, "%s: flexdb_check", when);
+}
+
+/* Extents per interval once tidying is done: each interval in one extent,
+ * but one that straddles the end of a segment. */
+static double tidy_extents(struct flexdb *db, const char *when)
+{
+	struct flexdb_stats st;
+	cr_assert_eq(flexdb_stats(db, &st), 0);
+	cr_assert_eq(st.tidy_due, 0, "%s: tidying not done", when);
+	return (double)st.space.extents / (double)st.intervals;
+}
+
+Test(flexdb, compact_leaves_every_interval_in_one_extent_and_every_pair_in_place)
+{
+	uint64_t seed = test_seed("compact"), r = seed;
+	struct flexdb_options o = fdb_tiny_opts();
+	o.space.segment_size = 1u << 20; /* few intervals straddle a segment */
+	struct tdb t;
+	tdb_open(&t, "compact", &o);
+	struct keypool pool;
+	pool_make(&pool, 6000, seed ^ 0x636f6d70u);
+	uint8_t *vbuf = malloc(FLEXDB_MAX_VALUE);
+	struct fmodel m = {0};
+
+	/* Random puts over many small commits scatter the intervals. */
+	tidy_puts(t.db, &m, &pool, 12000, &r, vbuf);
+	struct flexdb_stats st;
+	cr_assert_eq(flexdb_compact(t.db, 0), 0);
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	double per = tidy_extents(t.db, "after the load");
+	fprintf(stderr, "  compact: %" PRIu64 " intervals, %.2f extents each, %" PRIu64
+		" bytes rewritten for %" PRIu64 " of pairs\n", st.intervals, per, st.tidy_bytes,
+		st.bytes);
+	cr_assert_gt(st.tidy_bytes, 0, "nothing was rewritten");
+	cr_assert_leq(st.tidy_bytes, 2 * st.bytes + (1u << 20),
+		      "tidying rewrote %" PRIu64 " bytes for %" PRIu64 " written", st.tidy_bytes,
+		      st.bytes);
+	cr_assert_lt(per, 1.1, "%.2f extents per interval after compact", per);
+	tidy_verify(t.db, &m, "after compact");
+
+	/* Overwrites and deletes scatter some again; a whole pass tidies
+	 * them although nothing was committed since reopen. */
+	tdb_reopen(&t, &o);
+	tidy_verify(t.db, &m, "after reopen");
+	tidy_puts(t.db, &m, &pool, 3000, &r, vbuf);
+	for (int i = 0; i < 500; i++) {
+		const struct fkey *k = &pool.keys[rnd_below(&r, pool.n)];
+		cr_assert_eq(flexdb_delete(t.db, k->k, k->n), 0);
+		fm_del(&m, k->k, k->n);
+	}
+	tdb_reopen(&t, &o);
+	cr_assert_eq(flexdb_compact(t.db, 1), 0);
+	per = tidy_extents(t.db, "after a whole pass");
+	cr_assert_lt(per, 1.1, "%.2f extents per interval after a whole pass", per);
+	tidy_verify(t.db, &m, "after a whole pass");
+	tdb_reopen(&t, &o);
+	tidy_verify(t.db, &m, "after the last reopen");
+
+	/* A read-only handle has nothing to tidy. */
+	cr_assert_eq(flexdb_close(t.db), 0);
+	struct flexdb_options ro = o;
+	ro.read_only = 1;
+	cr_assert_eq(flexdb_open(t.dir, &ro, &t.db), 0);
+	cr_assert_eq(flexdb_compact(t.db, 1), FLEX_EREADONLY);
+	cr_assert_eq(flexdb_compact(NULL, 0), -EINVAL);
+	tdb_done(&t);
+	fm_free(&m);
+	pool_free(&pool);
+	free(vbuf);
 }
 
 Test(flexdb, invalid_arguments_are_rejected)

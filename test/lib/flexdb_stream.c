@@ -15,7 +15,8 @@ static int cop_type(uint64_t stream_seed, long i, uint64_t *opseed)
 	       : k < 69 ? COP_DEL
 	       : k < 72 ? COP_DELRANGE
 	       : k < 88 ? COP_BATCH
-			: COP_SYNC;
+	       : k < 98 ? COP_SYNC
+			: COP_COMPACT;
 }
 
 /* Above every key of the pool. */
@@ -89,6 +90,8 @@ int cop_run_db(struct flexdb *db, struct flexdb_batch *b, const struct keypool *
 	*type = cop_type(stream_seed, i, &os);
 	if (*type == COP_SYNC)
 		return flexdb_sync(db);
+	if (*type == COP_COMPACT)
+		return flexdb_compact(db, (int)(os & 1));
 	struct dbapply a = {db, NULL, 0};
 	if (*type == COP_BATCH) {
 		flexdb_batch_clear(b);
@@ -105,7 +108,7 @@ void cop_run_model(struct fmodel *m, const struct keypool *pool, uint64_t stream
 {
 	uint64_t os;
 	int type = cop_type(stream_seed, i, &os);
-	if (type != COP_SYNC)
+	if (type != COP_SYNC && type != COP_COMPACT)
 		cop_expand(pool, type, os, vbuf, mapply_fn, m);
 }
 

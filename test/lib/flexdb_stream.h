@@ -30,7 +30,8 @@
 
 /* ---- the operation stream ------------------------------------------------------ */
 
-enum { COP_PUT, COP_DEL, COP_BATCH, COP_SYNC, COP_DELRANGE };
+/* COP_COMPACT: flexdb_compact, which changes no pair and syncs nothing. */
+enum { COP_PUT, COP_DEL, COP_BATCH, COP_SYNC, COP_DELRANGE, COP_COMPACT };
 
 /* del: 0 a put, 1 a delete, 2 a range delete of [k, v). */
 typedef void (*cop_fn)(void *arg, int del, const uint8_t *k, uint32_t kn, const uint8_t *v,

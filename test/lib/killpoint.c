@@ -41,6 +41,7 @@ const struct kp_point kp_points[] = {
     {"fdb.commit.space_synced", KP_DB, 0},
     {"fdb.commit.dir.sync.before", KP_DB, 0},
     {"fdb.commit.dir.sync.after", KP_DB, 0},
+    {"fdb.tidy.rewritten", KP_DB, 0},
     {"fdb.replay.sync.before", KP_DB, KP_PREP_DIRTY},
     {"fdb.replay.sync.after", KP_DB, KP_PREP_DIRTY},
     {"fdb.recover.dir.sync.before", KP_DB, KP_PREP_EMPTY_WAL},

@@ -48,7 +48,7 @@ struct kp_point {
 
 /* Every FLEX_KILLPOINT in the libraries, in the order of
  * docs/DURABILITY.md (test_api_edges checks the three agree). */
-#define KP_NPOINTS 47
+#define KP_NPOINTS 48
 extern const struct kp_point kp_points[KP_NPOINTS];
 
 /* In a forked child, before its first call into the library: the n-th
