@@ -32,8 +32,9 @@
  * until no flush or compaction is pending or running; LevelDB (its C API
  * has no flush and no "compaction pending" property) waits, at most 60 s,
  * until level 0 has fewer files than its compaction trigger (4); FlexDB
- * and LMDB have nothing to wait for (FlexDB's close commits its
- * memtables).  kv_settle is what the programs do after a phase that
+ * commits its memtables and waits for its committer's tidying
+ * (flexdb_compact; whole with rocks_compact); LMDB has nothing to wait
+ * for.  kv_settle is what the programs do after a phase that
  * wrote: quiesce, close, open, quiesce (LevelDB writes its recovered
  * memtable to level 0 when it reopens).
  *
@@ -60,13 +61,19 @@
 struct engine_opts {
 	uint64_t cache_bytes, memtable_bytes;
 	int bloom_bits;	   /* RocksDB and LevelDB bloom filter bits per key, 0: none */
-	int rocks_compact; /* quiesce: also compact RocksDB's whole key space */
+	/* quiesce: also compact the whole key space (RocksDB, LevelDB, and
+	 * FlexDB: flexdb_compact with full) */
+	int rocks_compact;
 };
 
 extern struct engine_opts engine_opts;
 
 /* The defaults: 64 MiB of cache, two 32 MiB memtables, 10-bit blooms. */
 void engine_opts_default(void);
+/* What FlexDB's quiesce (flexdb_compact) rewrote tidying and its garbage
+ * collection moved, summed over the calls. */
+extern uint64_t kv_flex_tidy_bytes, kv_flex_gc_bytes;
+
 /* --cache-mb N, --memtable-mb N, --bloom-bits N, --rocksdb-compact:
  * whether argv[*i] was one of them (*i moves past a value). */
 int engine_opts_arg(int argc, char **argv, int *i);

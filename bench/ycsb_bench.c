@@ -61,10 +61,11 @@
  *     quiet state and reopened before the next phase: RocksDB flushes its
  *     memtables and waits until no flush or compaction is pending or
  *     running; LevelDB (no flush call in its C API) waits until level 0
- *     has fewer than 4 files (its compaction trigger); all are then closed
- *     (FlexDB commits its memtables; LevelDB writes its memtable to a
- *     table when reopening) and reopened, and LevelDB waits for level 0
- *     once more (kv_settle in bench/kv_engines.c).
+ *     has fewer than 4 files (its compaction trigger); FlexDB commits its
+ *     memtables and waits for its committer's tidying (flexdb_compact);
+ *     all are then closed (LevelDB writes its memtable to a table when
+ *     reopening) and reopened, and LevelDB waits for level 0 once more
+ *     (kv_settle in bench/kv_engines.c).
  *
  * Metrics, per engine and phase:
  *   ops/s      operations over the wall time of the timed loop (first
@@ -1097,7 +1098,8 @@ static void print_header(void)
 	       "returns: flexdb sync_writes=0, rocksdb/leveldb sync=false, lmdb one txn per put "
 	       "with MDB_NOSYNC|MDB_NOMETASYNC (writers serialised by its lock)\n");
 	printf("settle:   after each phase that wrote: rocksdb flush + wait for compactions; "
-	       "leveldb wait until L0 < 4 files; then close + reopen (not timed in ops/s)\n");
+	       "leveldb wait until L0 < 4 files; flexdb commit + wait for tidying "
+	       "(flexdb_compact); then close + reopen (not timed in ops/s)\n");
 	printf("process:  each engine's phases in its own forked child, engines in rotating "
 	       "order; reopen after-kill: a child writing %" PRIu64 "+ updates is SIGKILLed, the "
 	       "open is timed in a new child\n",
