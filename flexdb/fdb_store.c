@@ -267,10 +267,6 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 			break;
 		iv->size = (uint32_t)(end - off);
 		iv->pieces = a.pieces ? a.pieces[i] : 0;
-		/* A session that ended before tidying its writes left these:
-		 * credit for tidying them (flexdb.c grants it). */
-		if (iv->pieces > 1)
-			s->tidy_credit += iv->size;
 		iv->count = size ? FDB_COUNT_UNKNOWN : 0;
 		s->uncounted += size != 0;
 		if ((rc = fdb_index_append(s->index, iv, off)) != 0) {
@@ -744,10 +740,9 @@ int fdb_store_apply_run(struct fdb_store *s, const struct fdb_batch_op *ops, int
  * until the space frees it, then finds the new one: fdb_pmap_read).
  *
  * It costs a write of what it rewrites, so it spends credit: the bytes
- * commits wrote (run_op), and at open the bytes of the intervals an
- * earlier session left scattered (fdb_store_open), at most the store's
- * size; a pass that finds nothing left to rewrite ends it and drops what
- * is left: tidying adds at most one write per byte committed.  flexdb_compact asks for a
+ * commits wrote (run_op), at most the store's size, and a pass that
+ * finds nothing left to rewrite ends it and drops what is left: tidying
+ * adds at most one write per byte committed.  flexdb_compact asks for a
  * whole pass instead.  The committer runs it in steps of FDB_TIDY_BYTES
  * when writes have paused (fdb_commit.c).  A space with max_data_size is
  * never tidied: a rewrite needs room before it frees any, and near the

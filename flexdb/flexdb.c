@@ -604,9 +604,6 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	if (!rc && ident == FLEX_IDENT_LEGACY && create)
 		rc = flex_ident_write(db->io, dir, db->dir_fd, FLEX_KIND_DB, partial);
 	if (!rc) {
-		/* What an earlier session left scattered is tidied once
-		 * writes pause (fdb_store_open counted it). */
-		fdb_store_tidy_grant(&db->store, 0);
 		rc = db_start_committer(db);
 		db->committer_started = rc == 0;
 	}

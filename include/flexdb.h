@@ -214,15 +214,11 @@ FLEX_EXPORT int flexdb_sync(struct flexdb *db);
  * tidied it: rewritten whole, in key order, the intervals whose pairs lie
  * in more than one extent of the data file, so that a lookup reads one
  * piece and a scan reads neighbours together.  Without full, it rewrites
- * at most as many bytes as commits wrote since tidying last finished, or
- * an earlier session left scattered (the committer does this by itself
- * whenever writes pause for 100 ms: tidy_due in flexdb_stats says
- * whether it has more to do; close does not wait for it); with full,
- * every such interval (an interval that straddles the end of a segment
- * of the data file stays in two).  It makes nothing durable (flexdb_sync
- * does), and readers and writers go on meanwhile; writes that go on
- * during a full pass may leave new scattered intervals.  A store with
- * space.max_data_size is not tidied.  Returns 0, FLEX_EFAILED, -errno,
+ * at most as many bytes as commits wrote since tidying last finished (the
+ * committer does this by itself whenever writes pause for 100 ms:
+ * tidy_due in flexdb_stats says whether it has more to do); with full,
+ * every such interval.  It makes nothing durable (flexdb_sync does), and
+ * readers and writers go on meanwhile.  Returns 0, FLEX_EFAILED, -errno,
  * FLEX_EREADONLY for a read-only handle. */
 FLEX_EXPORT int flexdb_compact(struct flexdb *db, int full);
 
