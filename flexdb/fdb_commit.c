@@ -210,8 +210,12 @@ void fdb_cache_reap(struct flexdb *db)
  * for a data file of FDB_TIDY_GC_SLACK more bytes per live byte than
  * usual: a pass empties the older segments by itself, and collecting
  * them half way would copy pairs the pass then rewrites.  The end of a
- * pass collects as usual (what is left in the older segments: intervals
- * already in one extent) and syncs, which frees the segments emptied.
+ * pass syncs, which frees the segments emptied; a pass that left nothing
+ * to rewrite also collects as usual (what is left in the older segments:
+ * intervals already in one extent).  One that ran out of credit leaves
+ * its garbage to the commits' collections: a partial pass empties every
+ * older segment a little, and collecting them at once would copy far
+ * more than the pass wrote.
  * An error fails the handle, as the same error in a commit would: the
  * committer could not go on with the next commit either. */
 #define FDB_TIDY_GC_SLACK 1.0
@@ -228,8 +232,8 @@ static int tidy_step(struct flexdb *db)
 	}
 	if (rc)
 		return rc;
-	int end = !atomic_load(&db->store.tidy_due);
-	rc = flexspace_maintain_slack(db->fs, end ? 0.0 : FDB_TIDY_GC_SLACK);
+	int end = !atomic_load(&db->store.tidy_due), whole = end && db->store.tidy_whole;
+	rc = flexspace_maintain_slack(db->fs, whole ? 0.0 : FDB_TIDY_GC_SLACK);
 	if (!rc && end)
 		rc = flexspace_sync(db->fs);
 	return rc;

@@ -364,6 +364,7 @@ struct fdb_store {
 	 * (committer only); tidy_bytes, tidy_due: for stats. */
 	struct fdb_tidy *tidy;
 	int no_tidy; /* the space has max_data_size */
+	int tidy_whole; /* the last step ended a pass with nothing left */
 	uint64_t tidy_credit;
 	_Atomic uint64_t tidy_bytes;
 	atomic_int tidy_due;

@@ -886,8 +886,9 @@ int fdb_store_tidy_read(struct fdb_store *s, uint32_t *nread)
 	}
 	/* Out of credit (what it read is still rewritten), or a whole pass
 	 * without anything to rewrite: done until the next commit. */
-	if (broke == 2 || t->idle >= count) {
-		if (t->idle >= count)
+	s->tidy_whole = t->idle >= count;
+	if (broke == 2 || s->tidy_whole) {
+		if (s->tidy_whole)
 			s->tidy_credit = 0;
 		atomic_store(&s->tidy_due, 0);
 	}
