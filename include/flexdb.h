@@ -216,8 +216,11 @@ FLEX_EXPORT int flexdb_sync(struct flexdb *db);
  * piece and a scan reads neighbours together.  Without full, it rewrites
  * at most as many bytes as commits wrote since tidying last finished (the
  * committer does this by itself whenever writes pause for 100 ms:
- * tidy_due in flexdb_stats says whether it has more to do); with full,
- * every such interval.  It makes nothing durable (flexdb_sync does), and
+ * tidy_due in flexdb_stats says whether it has more to do; close does not
+ * wait for it, and what is left is not carried to the next open); with
+ * full, every such interval (one that straddles the end of a segment of
+ * the data file stays in two; writes during the pass may scatter others).
+ * A store with space.max_data_size is not tidied.  It makes nothing durable (flexdb_sync does), and
  * readers and writers go on meanwhile.  Returns 0, FLEX_EFAILED, -errno,
  * FLEX_EREADONLY for a read-only handle. */
 FLEX_EXPORT int flexdb_compact(struct flexdb *db, int full);
