@@ -817,7 +817,8 @@ static int tidy_cursor(struct fdb_tidy *t, const struct fdb_ival *iv)
 		t->from = k;
 		t->fcap = iv->klen;
 	}
-	memcpy(t->from, iv->key, iv->klen);
+	if (iv->klen) /* the first interval's key is empty */
+		memcpy(t->from, iv->key, iv->klen);
 	t->flen = iv->klen;
 	return 0;
 }
@@ -862,7 +863,8 @@ int fdb_store_tidy_read(struct fdb_store *s, uint32_t *nread)
 		*it = (struct fdb_tidy_item){.off = off, .size = iv->size, .klen = iv->klen,
 					     .at = t->used};
 		uint8_t *dst = t->buf + t->used + iv->klen;
-		memcpy(t->buf + t->used, iv->key, iv->klen);
+		if (iv->klen)
+			memcpy(t->buf + t->used, iv->key, iv->klen);
 		const struct fdb_cent *c = fdb_ival_cent(iv);
 		if (c && c->raw && c->size == iv->size) {
 			memcpy(dst, c->raw, iv->size);
