@@ -742,13 +742,17 @@ int fdb_store_apply_run(struct fdb_store *s, const struct fdb_batch_op *ops, int
  * It costs a write of what it rewrites, so it spends credit: the bytes
  * commits wrote (run_op), at most the store's size, and a pass that
  * finds nothing left to rewrite ends it and drops what is left: tidying
- * adds at most one write per byte committed.  flexdb_compact asks for a
- * whole pass instead.  The committer runs it in steps of FDB_TIDY_BYTES
+ * adds at most one write per byte committed.  Credit spent on one
+ * interval in two extents would tidy a few reads; spent on one in eight,
+ * many more: a pass goes round first for intervals in FDB_TIDY_FLOOR
+ * extents or more, then half as many, down to two.  flexdb_compact asks
+ * for a whole pass instead (every interval in two or more at once).  The committer runs it in steps of FDB_TIDY_BYTES
  * when writes have paused (fdb_commit.c).  A space with max_data_size is
  * never tidied: a rewrite needs room before it frees any, and near the
  * cap it would force collections under the exclusive lock or fail. */
 #define FDB_TIDY_BYTES (1u << 20) /* read per step */
 #define FDB_TIDY_VISIT 16384	  /* intervals looked at per step, at most */
+#define FDB_TIDY_FLOOR 8	  /* extents of the intervals a pass takes first */
 
 struct fdb_tidy_item {
 	uint64_t off;
@@ -760,6 +764,9 @@ struct fdb_tidy {
 	uint8_t *from; /* the first key of the next interval to look at */
 	uint32_t flen, fcap;
 	uint64_t idle; /* intervals looked at since the last one rewritten */
+	/* Intervals in fewer extents than this wait for a later round: with
+	 * credit for part of the store, the most scattered go first. */
+	uint32_t floor;
 	struct fdb_tidy_item *it;
 	uint32_t n;
 	size_t cap;
@@ -774,6 +781,7 @@ void fdb_store_tidy_grant(struct fdb_store *s, int full)
 	uint64_t cap = s->bytes + FDB_TIDY_BYTES;
 	s->tidy_credit = full || s->tidy_credit > cap ? cap : s->tidy_credit;
 	s->tidy->idle = 0;
+	s->tidy->floor = full ? 2 : FDB_TIDY_FLOOR;
 	atomic_store(&s->tidy_due, s->tidy_credit > 0);
 }
 
@@ -840,7 +848,7 @@ int fdb_store_tidy_read(struct fdb_store *s, uint32_t *nread)
 	int rc = 0, broke = 0;
 	for (uint32_t seen = 0; iv && seen < FDB_TIDY_VISIT && t->idle < count;
 	     seen++, iv = fdb_index_next(&p)) {
-		if (iv->pieces <= 1 || !iv->size) {
+		if (iv->pieces < t->floor || !iv->size) {
 			t->idle++;
 			continue;
 		}
@@ -849,7 +857,7 @@ int fdb_store_tidy_read(struct fdb_store *s, uint32_t *nread)
 		if ((rc = flexspace_scan(s->fs, off, iv->size, count_piece, &k)) != 0)
 			break;
 		iv->pieces = (uint8_t)(k > FDB_PIECES_MAX ? FDB_PIECES_MAX : k);
-		if (k <= 1) {
+		if (k < t->floor) {
 			t->idle++;
 			continue;
 		}
@@ -886,8 +894,14 @@ int fdb_store_tidy_read(struct fdb_store *s, uint32_t *nread)
 		t->n = 0;
 		return rc;
 	}
-	/* Out of credit (what it read is still rewritten), or a whole pass
-	 * without anything to rewrite: done until the next commit. */
+	/* A round without anything left at its floor: the next takes
+	 * intervals in fewer extents.  Out of credit (what it read is still
+	 * rewritten), or a round at the last floor without anything to
+	 * rewrite: done until the next commit. */
+	if (t->idle >= count && t->floor > 2) {
+		t->floor = t->floor / 2 > 2 ? t->floor / 2 : 2;
+		t->idle = 0;
+	}
 	s->tidy_whole = t->idle >= count;
 	if (broke == 2 || s->tidy_whole) {
 		if (s->tidy_whole)
