@@ -1,9 +1,10 @@
 /*
- * fdb_cache.h - what the three parts of the store share: the interval
- * cache (fdb_cache.c: entries, the CLOCK ring, loading and admission),
- * the store (fdb_store.c: open, changes, range deletes, check) and the
- * reads (fdb_read.c: gets, prefetch, scans).  Private to libflexdb; the
- * locking rules are those of fdb_store.c.
+ * fdb_cache.h - what the parts of the store share: the interval cache
+ * (fdb_cache.c: entries, the CLOCK ring, loading and admission), the
+ * store (fdb_store.c: open, changes and their runs, range deletes,
+ * check), tidying (fdb_tidy.c) and the reads (fdb_read.c: gets,
+ * prefetch, scans).  Private to libflexdb; the locking rules are those
+ * of fdb_store.c.
  */
 #ifndef FDB_CACHE_H
 #define FDB_CACHE_H
@@ -73,5 +74,37 @@ size_t fdb_ring_limit(const struct fdb_store *s);
 
 /* fdb_store.c */
 int fdb_anchor_verify(struct fdb_store *s, uint64_t off);
+
+/* A run is the changes of a commit chunk that fall into one interval.
+ * They are made to the interval's entry and the index as they are worked
+ * out, and their bytes and tags are collected here, to go to the
+ * FlexSpace as one flexspace_apply at the end: readers, a crash and the
+ * FlexSpace's maintenance see all of a run or none of it.  Until then the
+ * FlexSpace is behind the index, so nothing reads it meanwhile (the
+ * interval is loaded before the run starts, and an eviction does not
+ * locate entries while a run is open: fdb_cache_evict). */
+struct fdb_run {
+	struct flexspace_op *ops;
+	uint32_t n, cap;
+	uint8_t *buf; /* the records the ops put, back to back */
+	size_t used, bcap;
+	uint64_t size; /* the FlexSpace's size once the ops are applied */
+};
+
+/* Exclusive lock: starts a run (s->in_run set); fdb_run_room makes room
+ * for one more op and `bytes` more of records (at s->run->buf +
+ * s->run->used), fdb_run_add adds the op, fdb_run_apply hands the run to
+ * flexspace_apply (s->in_run cleared).  fdb_set_tag: an op of the run
+ * while one is open, else flexspace_tag_set. */
+int fdb_run_open(struct fdb_store *s);
+int fdb_run_room(struct fdb_run *r, size_t bytes);
+void fdb_run_add(struct fdb_run *r, int type, uint64_t off, uint64_t len, size_t rs, uint16_t tag);
+int fdb_run_apply(struct fdb_store *s);
+int fdb_set_tag(struct fdb_store *s, uint64_t off, uint16_t tag);
+/* A flexspace_scan callback that counts extents in *(uint32_t *)arg. */
+int fdb_count_piece(void *arg, const struct flextree_extent *e);
+
+/* fdb_tidy.c */
+void fdb_tidy_free(struct fdb_tidy *t);
 
 #endif /* FDB_CACHE_H */

@@ -204,7 +204,7 @@ void fdb_cache_reap(struct flexdb *db)
 	flex_brlock_wrunlock(&db->lock);
 }
 
-/* One step of tidying (fdb_store.c): reads what to rewrite under the
+/* One step of tidying (fdb_tidy.c): reads what to rewrite under the
  * shared lock, rewrites it in bursts under the exclusive lock, then runs
  * the FlexSpace's maintenance without db->lock.  Garbage collection waits
  * for a data file of FDB_TIDY_GC_SLACK more bytes per live byte than

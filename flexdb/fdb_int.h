@@ -11,6 +11,8 @@
  *   fdb_store.c    intervals in the FlexSpace: the index rebuilt at open,
  *                  puts and deletes applied a run at a time, splits and
  *                  merges, range deletes, check
+ *   fdb_tidy.c     tidying: scattered intervals rewritten whole, in key
+ *                  order, by the committer (flexdb_compact)
  *   fdb_cache.c    the interval cache: entries (whole or thin, with maps),
  *                  the CLOCK ring, loading an interval, admission
  *   fdb_read.c     gets, the committer's prefetch, scans (fdb_cache.h is
@@ -359,7 +361,7 @@ struct fdb_store {
 	 * in_run is set the FlexSpace is behind the index. */
 	struct fdb_run *run;
 	int in_run;
-	/* Tidying (fdb_store.c): the committer's cursor and what it read;
+	/* Tidying (fdb_tidy.c): the committer's cursor and what it read;
 	 * tidy_credit: bytes commits wrote that tidying may still rewrite
 	 * (committer only); tidy_bytes, tidy_due: for stats. */
 	struct fdb_tidy *tidy;
@@ -379,7 +381,7 @@ void fdb_store_close(struct fdb_store *s);
 int fdb_store_apply_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n, int *done);
 
 /* Tidying: rewriting whole, in key order, the intervals whose bytes lie
- * in more than one extent, between memtables (fdb_store.c).  Committer
+ * in more than one extent, between memtables (fdb_tidy.c).  Committer
  * only.  fdb_store_tidy_read (shared lock) looks at the intervals from
  * where the last step stopped and reads those to rewrite;
  * fdb_store_tidy_write (exclusive lock) rewrites up to `burst` of them

@@ -26,8 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/flex_killpoint.h"
-#include "../common/flex_vec.h"
 #include "fdb_cache.h"
 
 /* ---- open: rebuilding the index from the anchors ---------------------------- */
@@ -290,23 +288,7 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 
 /* ---- runs: one interval's changes as one FlexSpace change -------------------- */
 
-/* A run is the changes of a commit chunk that fall into one interval.
- * They are made to the interval's entry and the index as they are worked
- * out, and their bytes and tags are collected here, to go to the
- * FlexSpace as one flexspace_apply at the end: readers, a crash and the
- * FlexSpace's maintenance see all of a run or none of it.  Until then the
- * FlexSpace is behind the index, so nothing reads it meanwhile (the
- * interval is loaded before the run starts, and an eviction does not
- * locate entries while a run is open: fdb_cache_evict). */
-struct fdb_run {
-	struct flexspace_op *ops;
-	uint32_t n, cap;
-	uint8_t *buf; /* the records the ops put, back to back */
-	size_t used, bcap;
-	uint64_t size; /* the FlexSpace's size once the ops are applied */
-};
-
-static int run_open(struct fdb_store *s)
+int fdb_run_open(struct fdb_store *s)
 {
 	struct fdb_run *r = s->run;
 	if (!r && !(r = s->run = calloc(1, sizeof(*r))))
@@ -329,7 +311,7 @@ static void run_free(struct fdb_run *r)
 
 /* Room for one more op and `bytes` more of records, which then go at
  * r->buf + r->used. */
-static int run_room(struct fdb_run *r, size_t bytes)
+int fdb_run_room(struct fdb_run *r, size_t bytes)
 {
 	if (r->n == r->cap) {
 		uint32_t cap = r->cap ? r->cap * 2 : 64;
@@ -353,9 +335,9 @@ static int run_room(struct fdb_run *r, size_t bytes)
 }
 
 /* Adds an op to the run.  A record's rs bytes, encoded by the caller at
- * run_room's address, are known by their place in buf (which may move)
- * until run_apply points at them. */
-static void run_add(struct fdb_run *r, int type, uint64_t off, uint64_t len, size_t rs,
+ * fdb_run_room's address, are known by their place in buf (which may move)
+ * until fdb_run_apply points at them. */
+void fdb_run_add(struct fdb_run *r, int type, uint64_t off, uint64_t len, size_t rs,
 		    uint16_t tag)
 {
 	r->ops[r->n++] = (struct flexspace_op){.type = type,
@@ -371,7 +353,7 @@ static void run_add(struct fdb_run *r, int type, uint64_t off, uint64_t len, siz
 		r->size += rs;
 }
 
-static int run_apply(struct fdb_store *s)
+int fdb_run_apply(struct fdb_store *s)
 {
 	struct fdb_run *r = s->run;
 	s->in_run = 0;
@@ -389,19 +371,17 @@ static int run_apply(struct fdb_store *s)
 }
 
 /* Sets an extent tag: an op of the run while one is open. */
-static int set_tag(struct fdb_store *s, uint64_t off, uint16_t tag)
+int fdb_set_tag(struct fdb_store *s, uint64_t off, uint16_t tag)
 {
 	if (!s->in_run)
 		return off < flexspace_size(s->fs) ? flexspace_tag_set(s->fs, off, tag) : 0;
 	if (off >= s->run->size)
 		return 0;
-	int rc = run_room(s->run, 0);
+	int rc = fdb_run_room(s->run, 0);
 	if (!rc)
-		run_add(s->run, FLEXSPACE_OP_TAG, off, 0, 0, tag);
+		fdb_run_add(s->run, FLEXSPACE_OP_TAG, off, 0, 0, tag);
 	return rc;
 }
-
-static void tidy_free(struct fdb_tidy *t);
 
 void fdb_store_close(struct fdb_store *s)
 {
@@ -416,7 +396,7 @@ void fdb_store_close(struct fdb_store *s)
 	fdb_index_free(s->index);
 	free(s->rec);
 	run_free(s->run);
-	tidy_free(s->tidy);
+	fdb_tidy_free(s->tidy);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -459,7 +439,7 @@ static int ival_split(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival 
 	nv->count = nc->n;
 	iv->size = at;
 	iv->count = m;
-	int rc = set_tag(s, off + at, FDB_ANCHOR);
+	int rc = fdb_set_tag(s, off + at, FDB_ANCHOR);
 	if (!rc)
 		rc = fdb_index_insert_after(s->index, p, nv, off + at);
 	if (rc) {
@@ -484,7 +464,7 @@ static int ival_maybe_merge(struct fdb_store *s, struct fdb_ipath *p, struct fdb
 	    iv->size + nx->size > FDB_SPLIT_BYTES / 2)
 		return 0;
 	uint64_t nx_off = fdb_index_offset(&q);
-	int rc = set_tag(s, nx_off, 0);
+	int rc = fdb_set_tag(s, nx_off, 0);
 	if (rc)
 		return rc;
 	/* Extend the cached entry when both are cached, else drop both. */
@@ -559,29 +539,29 @@ static int run_op(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, 
 	if (op->op == FDB_OP_DEL) {
 		if (!found)
 			return 0;
-		if ((rc = run_room(r, 0)) != 0)
+		if ((rc = fdb_run_room(r, 0)) != 0)
 			return rc;
-		run_add(r, FLEXSPACE_OP_COLLAPSE, at, old, 0, 0);
+		fdb_run_add(r, FLEXSPACE_OP_COLLAPSE, at, old, 0, 0);
 		if ((rc = fdb_cent_splice(c, pos, 1, NULL, 0, 0)) != 0)
 			return rc;
 		fdb_cache_recharge(s, c);
 		*delta = -(int64_t)old;
 		iv->count--;
 		s->keys--;
-		return pos == 0 && c->n > 0 ? set_tag(s, off0, FDB_ANCHOR) : 0;
+		return pos == 0 && c->n > 0 ? fdb_set_tag(s, off0, FDB_ANCHOR) : 0;
 	}
-	if ((rc = run_room(r, FDB_REC_MAX)) != 0)
+	if ((rc = fdb_run_room(r, FDB_REC_MAX)) != 0)
 		return rc;
 	uint8_t *rec = r->buf + r->used;
 	size_t rs = fdb_rec_encode(rec, op->key, op->klen, op->val, op->vlen);
 	s->tidy_credit += rs;
 	uint16_t fp = fdb_fingerprint(op->key, op->klen);
 	if (!found)
-		run_add(r, FLEXSPACE_OP_INSERT, at, 0, rs, 0);
+		fdb_run_add(r, FLEXSPACE_OP_INSERT, at, 0, rs, 0);
 	else if (rs == old)
-		run_add(r, FLEXSPACE_OP_WRITE, at, 0, rs, 0);
+		fdb_run_add(r, FLEXSPACE_OP_WRITE, at, 0, rs, 0);
 	else
-		run_add(r, FLEXSPACE_OP_REPLACE, at, old, rs, 0);
+		fdb_run_add(r, FLEXSPACE_OP_REPLACE, at, old, rs, 0);
 	if ((rc = fdb_cent_splice(c, pos, (uint32_t)found, rec, (uint32_t)rs, fp)) != 0)
 		return rc;
 	fdb_cache_recharge(s, c);
@@ -592,12 +572,12 @@ static int run_op(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, 
 	}
 	/* A new or rewritten first pair must carry the anchor tag; the pair
 	 * it pushed back must not. */
-	if (pos == 0 && (rc = set_tag(s, off0, FDB_ANCHOR)) == 0 && !found && c->n > 1)
-		rc = set_tag(s, off0 + rs, 0);
+	if (pos == 0 && (rc = fdb_set_tag(s, off0, FDB_ANCHOR)) == 0 && !found && c->n > 1)
+		rc = fdb_set_tag(s, off0 + rs, 0);
 	return rc;
 }
 
-static int count_piece(void *arg, const struct flextree_extent *e)
+int fdb_count_piece(void *arg, const struct flextree_extent *e)
 {
 	(void)e;
 	(*(uint32_t *)arg)++;
@@ -619,7 +599,7 @@ static int ival_scattered(struct fdb_store *s, struct fdb_ival *iv, uint64_t off
 	if (iv->pieces <= n / 2 + 2 || !iv->size)
 		return 0;
 	uint32_t k = 0;
-	if (flexspace_scan(s->fs, off, iv->size, count_piece, &k) != 0)
+	if (flexspace_scan(s->fs, off, iv->size, fdb_count_piece, &k) != 0)
 		return 0;
 	iv->pieces = (uint8_t)(k > FDB_PIECES_MAX ? FDB_PIECES_MAX : k);
 	return iv->pieces > n / 2 + 2;
@@ -642,14 +622,14 @@ static int run_pieces(struct fdb_store *s, struct fdb_ival *iv, const struct fdb
 	r->n = 0;
 	r->used = 0;
 	r->size = space0;
-	int rc = run_room(r, c->size);
+	int rc = fdb_run_room(r, c->size);
 	if (rc)
 		return rc;
 	if (c->size)
 		memcpy(r->buf, c->raw, c->size);
-	run_add(r, FLEXSPACE_OP_REPLACE, off0, size0, c->size, 0);
+	fdb_run_add(r, FLEXSPACE_OP_REPLACE, off0, size0, c->size, 0);
 	iv->pieces = 1;
-	return c->n ? set_tag(s, off0, FDB_ANCHOR) : 0;
+	return c->n ? fdb_set_tag(s, off0, FDB_ANCHOR) : 0;
 }
 
 static int store_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n, int *done)
@@ -667,7 +647,7 @@ static int store_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
 	uint64_t off0 = fdb_index_offset(&p);
 	uint32_t size0 = iv->size;
 	int rewrite = ival_scattered(s, iv, off0);
-	if ((rc = run_open(s)) != 0)
+	if ((rc = fdb_run_open(s)) != 0)
 		goto out;
 	uint64_t space0 = s->run->size;
 	int64_t shift = 0;
@@ -694,7 +674,7 @@ static int store_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
 	else if (!rc && deleted)
 		rc = ival_maybe_merge(s, &p, iv);
 	if (!rc)
-		rc = run_apply(s);
+		rc = fdb_run_apply(s);
 	s->in_run = 0;
 out:
 	fdb_cent_free(tmp);
@@ -722,234 +702,6 @@ int fdb_store_apply_run(struct fdb_store *s, const struct fdb_batch_op *ops, int
 		s->failed = rc;
 	if (s->cache_bytes > fdb_ring_limit(s))
 		fdb_cache_evict(s, 0, NULL, 0);
-	return rc;
-}
-
-/* ---- tidying (the committer, between memtables) ------------------------------ */
-
-/* Each run of a commit leaves its interval in one to three more extents
- * (ival_scattered rewrites it only past half its pairs), so after a
- * random load an interval lies in about nine: nine reads when it is
- * loaded from a cold page cache, nine extents in the FlexTree, and its
- * pairs spread over as many pages of the data file among other
- * intervals' pairs and garbage.  Tidying rewrites such intervals whole,
- * in key order, each as one flexspace_apply: each then lies in one
- * extent, neighbours lie side by side (a scan reads them in one request)
- * and the data file's pages hold only live pairs.  The contents do not
- * change, so cache entries stay (a thin entry's map reads the old copy
- * until the space frees it, then finds the new one: fdb_pmap_read).
- *
- * It costs a write of what it rewrites, so it spends credit: the bytes
- * commits wrote (run_op), at most the store's size, and a pass that
- * finds nothing left to rewrite ends it and drops what is left: tidying
- * adds at most one write per byte committed.  Credit spent on one
- * interval in two extents would tidy a few reads; spent on one in eight,
- * many more: a pass goes round first for intervals in FDB_TIDY_FLOOR
- * extents or more, then half as many, down to two.  flexdb_compact asks
- * for a whole pass instead (every interval in two or more at once).  The committer runs it in steps of FDB_TIDY_BYTES
- * when writes have paused (fdb_commit.c).  A space with max_data_size is
- * never tidied: a rewrite needs room before it frees any, and near the
- * cap it would force collections under the exclusive lock or fail. */
-#define FDB_TIDY_BYTES (1u << 20) /* read per step */
-#define FDB_TIDY_VISIT 16384	  /* intervals looked at per step, at most */
-#define FDB_TIDY_FLOOR 8	  /* extents of the intervals a pass takes first */
-
-struct fdb_tidy_item {
-	uint64_t off;
-	uint32_t size, klen;
-	size_t at; /* its key, then its bytes, in buf */
-};
-
-struct fdb_tidy {
-	uint8_t *from; /* the first key of the next interval to look at */
-	uint32_t flen, fcap;
-	uint64_t idle; /* intervals looked at since the last one rewritten */
-	/* Intervals in fewer extents than this wait for a later round: with
-	 * credit for part of the store, the most scattered go first. */
-	uint32_t floor;
-	struct fdb_tidy_item *it;
-	uint32_t n;
-	size_t cap;
-	uint8_t *buf;
-	size_t used, bcap;
-};
-
-void fdb_store_tidy_grant(struct fdb_store *s, int full)
-{
-	if (s->no_tidy || (!s->tidy && !(s->tidy = calloc(1, sizeof(*s->tidy)))))
-		return; /* without memory there is no tidying */
-	uint64_t cap = s->bytes + FDB_TIDY_BYTES;
-	s->tidy_credit = full || s->tidy_credit > cap ? cap : s->tidy_credit;
-	s->tidy->idle = 0;
-	s->tidy->floor = full ? 2 : FDB_TIDY_FLOOR;
-	atomic_store(&s->tidy_due, s->tidy_credit > 0);
-}
-
-static void tidy_free(struct fdb_tidy *t)
-{
-	if (t) {
-		free(t->from);
-		free(t->it);
-		free(t->buf);
-		free(t);
-	}
-}
-
-/* Room in t for one more interval of klen + size bytes. */
-static int tidy_room(struct fdb_tidy *t, size_t bytes)
-{
-	if (flex_vec_reserve(&t->it, &t->cap, t->n + 1, 64))
-		return -ENOMEM;
-	if (t->used + bytes > t->bcap) {
-		size_t cap = t->bcap ? t->bcap : 64u << 10;
-		while (cap < t->used + bytes)
-			cap *= 2;
-		uint8_t *b = realloc(t->buf, cap);
-		if (!b)
-			return -ENOMEM;
-		t->buf = b;
-		t->bcap = cap;
-	}
-	return 0;
-}
-
-static int tidy_cursor(struct fdb_tidy *t, const struct fdb_ival *iv)
-{
-	t->flen = 0; /* past the last interval: the pass wraps around */
-	if (!iv)
-		return 0;
-	if (iv->klen > t->fcap) {
-		uint8_t *k = realloc(t->from, iv->klen);
-		if (!k)
-			return -ENOMEM;
-		t->from = k;
-		t->fcap = iv->klen;
-	}
-	if (iv->klen) /* the first interval's key is empty */
-		memcpy(t->from, iv->key, iv->klen);
-	t->flen = iv->klen;
-	return 0;
-}
-
-int fdb_store_tidy_read(struct fdb_store *s, uint32_t *nread)
-{
-	struct fdb_tidy *t = s->tidy;
-	*nread = 0;
-	if (s->failed)
-		return FLEX_EFAILED;
-	if (!t || !atomic_load(&s->tidy_due))
-		return 0;
-	t->n = 0;
-	t->used = 0;
-	uint64_t count = fdb_index_count(s->index), want = 0;
-	struct fdb_ipath p;
-	struct fdb_ival *iv = t->flen ? fdb_index_find(s->index, t->from, t->flen, &p)
-				      : fdb_index_first(s->index, &p);
-	int rc = 0, broke = 0;
-	for (uint32_t seen = 0; iv && seen < FDB_TIDY_VISIT && t->idle < count;
-	     seen++, iv = fdb_index_next(&p)) {
-		if (iv->pieces < t->floor || !iv->size) {
-			t->idle++;
-			continue;
-		}
-		uint64_t off = fdb_index_offset(&p);
-		uint32_t k = 0;
-		if ((rc = flexspace_scan(s->fs, off, iv->size, count_piece, &k)) != 0)
-			break;
-		iv->pieces = (uint8_t)(k > FDB_PIECES_MAX ? FDB_PIECES_MAX : k);
-		if (k < t->floor) {
-			t->idle++;
-			continue;
-		}
-		if ((t->n && want + iv->size > FDB_TIDY_BYTES) || want + iv->size > s->tidy_credit) {
-			broke = want + iv->size > s->tidy_credit ? 2 : 1;
-			break;
-		}
-		if ((rc = tidy_room(t, (size_t)iv->klen + iv->size)) != 0)
-			break;
-		struct fdb_tidy_item *it = &t->it[t->n];
-		*it = (struct fdb_tidy_item){.off = off, .size = iv->size, .klen = iv->klen,
-					     .at = t->used};
-		uint8_t *dst = t->buf + t->used + iv->klen;
-		if (iv->klen)
-			memcpy(t->buf + t->used, iv->key, iv->klen);
-		const struct fdb_cent *c = fdb_ival_cent(iv);
-		if (c && c->raw && c->size == iv->size) {
-			memcpy(dst, c->raw, iv->size);
-		} else {
-			ssize_t got = flexspace_read(s->fs, dst, off, iv->size);
-			if (got != (ssize_t)iv->size) {
-				rc = got < 0 ? (int)got : FLEX_ECORRUPT;
-				break;
-			}
-		}
-		t->used += (size_t)iv->klen + iv->size;
-		want += iv->size;
-		t->n++;
-		t->idle = 0;
-	}
-	if (!rc)
-		rc = tidy_cursor(t, iv);
-	if (rc) {
-		t->n = 0;
-		return rc;
-	}
-	/* A round without anything left at its floor: the next takes
-	 * intervals in fewer extents.  Out of credit (what it read is still
-	 * rewritten), or a round at the last floor without anything to
-	 * rewrite: done until the next commit. */
-	if (t->idle >= count && t->floor > 2) {
-		t->floor = t->floor / 2 > 2 ? t->floor / 2 : 2;
-		t->idle = 0;
-	}
-	s->tidy_whole = t->idle >= count;
-	if (broke == 2 || s->tidy_whole) {
-		if (s->tidy_whole)
-			s->tidy_credit = 0;
-		atomic_store(&s->tidy_due, 0);
-	}
-	*nread = t->n;
-	return 0;
-}
-
-int fdb_store_tidy_write(struct fdb_store *s, uint32_t *i, uint32_t burst)
-{
-	struct fdb_tidy *t = s->tidy;
-	int rc = 0;
-	if (s->failed)
-		return FLEX_EFAILED;
-	atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
-	for (; t && *i < t->n && burst && !rc; (*i)++, burst--) {
-		const struct fdb_tidy_item *it = &t->it[*i];
-		struct fdb_ipath p;
-		struct fdb_ival *iv = fdb_index_find(s->index, t->buf + it->at, it->klen, &p);
-		/* Only the committer changes the store, so the interval is as
-		 * it was read. */
-		if (!iv || iv->size != it->size || fdb_index_offset(&p) != it->off)
-			continue;
-		if ((rc = run_open(s)) != 0)
-			break;
-		if ((rc = run_room(s->run, it->size)) == 0) {
-			memcpy(s->run->buf, t->buf + it->at + it->klen, it->size);
-			run_add(s->run, FLEXSPACE_OP_REPLACE, it->off, it->size, it->size, 0);
-			rc = set_tag(s, it->off, FDB_ANCHOR);
-		}
-		if (rc) {
-			s->in_run = 0; /* nothing was applied */
-			break;
-		}
-		if ((rc = run_apply(s)) != 0) {
-			/* As for a commit's run: the space may have failed
-			 * part-way through the rewrite (tidying never runs in
-			 * a bounded space, whose refusals change nothing). */
-			s->failed = rc;
-		} else {
-			FLEX_KILLPOINT("fdb.tidy.rewritten");
-			iv->pieces = 1;
-			s->tidy_credit -= it->size < s->tidy_credit ? it->size : s->tidy_credit;
-			atomic_fetch_add_explicit(&s->tidy_bytes, it->size, memory_order_relaxed);
-		}
-	}
 	return rc;
 }
 
@@ -1077,7 +829,7 @@ static int store_delete_range(struct fdb_store *s, const void *start, uint32_t s
 	/* The pair now at a starts an interval, unless the range lay inside
 	 * one interval that keeps pairs before it. */
 	if (a > 0 && a < s->bytes && !(l.iv == r.iv && l.pos > 0))
-		rc = set_tag(s, a, FDB_ANCHOR);
+		rc = fdb_set_tag(s, a, FDB_ANCHOR);
 	/* Emptied edges go (the right one first: the left may be the first
 	 * interval, whose key passes to its successor). */
 	if (!rc && r.iv != l.iv && r.iv->count == 0 && fdb_index_count(s->index) > 1) {

@@ -411,7 +411,7 @@ Test(flexdb_crash, kill_point_table_matches_sources_and_docs)
 					   "flexspace/fs_seg.c",    "flexspace/fs_gc.c",
 					   "flexspace/fs_ckpt.c",   "flexdb/fdb_wal.c",
 					   "flexdb/flexdb.c",	    "flexdb/fdb_commit.c",
-					   "flexdb/fdb_store.c"};
+					   "flexdb/fdb_tidy.c"};
 	static char src[128][128], doc[128][128];
 	int ns = 0, nd = 0;
 	for (size_t i = 0; i < sizeof(srcs) / sizeof(srcs[0]); i++) {
