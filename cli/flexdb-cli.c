@@ -500,15 +500,11 @@ static int cmd_sync(struct cli_app *app, struct cli_token *a, size_t n)
 
 static int cmd_compact(struct cli_app *app, struct cli_token *a, size_t n)
 {
-	int full = 0;
-	if (n > 1) {
-		if (a[1].len != 4 || memcmp(a[1].data, "full", 4) != 0) {
-			cli_error(app, "the only argument is \"full\"");
-			return 1;
-		}
-		full = 1;
+	if (n > 1 && (a[1].len != 4 || memcmp(a[1].data, "full", 4) != 0)) {
+		cli_error(app, "the only argument is \"full\"");
+		return 1;
 	}
-	return cli_done(app, flexdb_compact(ctx_of(app)->db, full));
+	return cli_done(app, flexdb_compact(ctx_of(app)->db, n > 1));
 }
 
 static int cmd_backup(struct cli_app *app, struct cli_token *a, size_t n)
