@@ -30,10 +30,11 @@
  * interval in two extents would tidy a few reads; spent on one in eight,
  * many more: a pass goes round first for intervals in FDB_TIDY_FLOOR
  * extents or more, then half as many, down to two.  flexdb_compact asks
- * for a whole pass instead (every interval in two or more at once).  The committer runs it in steps of FDB_TIDY_BYTES
- * when writes have paused (fdb_commit.c).  A space with max_data_size is
- * never tidied: a rewrite needs room before it frees any, and near the
- * cap it would force collections under the exclusive lock or fail. */
+ * for a whole pass instead (every interval in two or more at once).  The
+ * committer runs it in steps of FDB_TIDY_BYTES when writes have paused
+ * (fdb_commit.c).  A space with max_data_size is never tidied: a rewrite
+ * needs room before it frees any, and near the cap it would force
+ * collections under the exclusive lock or fail. */
 #define FDB_TIDY_BYTES (1u << 20) /* read per step */
 #define FDB_TIDY_VISIT 16384	  /* intervals looked at per step, at most */
 #define FDB_TIDY_FLOOR 8	  /* extents of the intervals a pass takes first */
@@ -145,15 +146,16 @@ int fdb_store_tidy_read(struct fdb_store *s, uint32_t *nread)
 			t->idle++;
 			continue;
 		}
-		if ((t->n && want + iv->size > FDB_TIDY_BYTES) || want + iv->size > s->tidy_credit) {
+		if ((t->n && want + iv->size > FDB_TIDY_BYTES) ||
+		    want + iv->size > s->tidy_credit) {
 			broke = want + iv->size > s->tidy_credit ? 2 : 1;
 			break;
 		}
 		if ((rc = tidy_room(t, (size_t)iv->klen + iv->size)) != 0)
 			break;
 		struct fdb_tidy_item *it = &t->it[t->n];
-		*it = (struct fdb_tidy_item){.off = off, .size = iv->size, .klen = iv->klen,
-					     .at = t->used};
+		*it = (struct fdb_tidy_item){
+		    .off = off, .size = iv->size, .klen = iv->klen, .at = t->used};
 		uint8_t *dst = t->buf + t->used + iv->klen;
 		if (iv->klen)
 			memcpy(t->buf + t->used, iv->key, iv->klen);
