@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/flex_vec.h"
 #include "fdb_cache.h"
 
 /* ---- open: rebuilding the index from the anchors ---------------------------- */
@@ -321,16 +322,8 @@ int fdb_run_room(struct fdb_run *r, size_t bytes)
 		r->ops = o;
 		r->cap = cap;
 	}
-	if (bytes && r->used + bytes > r->bcap) {
-		size_t cap = r->bcap ? r->bcap * 2 : 64u << 10;
-		while (cap < r->used + bytes)
-			cap *= 2;
-		uint8_t *b = realloc(r->buf, cap);
-		if (!b)
-			return -ENOMEM;
-		r->buf = b;
-		r->bcap = cap;
-	}
+	if (bytes && flex_vec_reserve(&r->buf, &r->bcap, r->used + bytes, 64u << 10))
+		return -ENOMEM;
 	return 0;
 }
 

@@ -83,18 +83,9 @@ void fdb_tidy_free(struct fdb_tidy *t)
 /* Room in t for one more interval of klen + size bytes. */
 static int tidy_room(struct fdb_tidy *t, size_t bytes)
 {
-	if (flex_vec_reserve(&t->it, &t->cap, t->n + 1, 64))
+	if (flex_vec_reserve(&t->it, &t->cap, t->n + 1, 64) ||
+	    flex_vec_reserve(&t->buf, &t->bcap, t->used + bytes, 64u << 10))
 		return -ENOMEM;
-	if (t->used + bytes > t->bcap) {
-		size_t cap = t->bcap ? t->bcap : 64u << 10;
-		while (cap < t->used + bytes)
-			cap *= 2;
-		uint8_t *b = realloc(t->buf, cap);
-		if (!b)
-			return -ENOMEM;
-		t->buf = b;
-		t->bcap = cap;
-	}
 	return 0;
 }
 
