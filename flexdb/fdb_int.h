@@ -182,18 +182,30 @@ int fdb_wal_copy(const struct flex_io *io, int src_fd, uint64_t gen, uint64_t up
 		 const char *dir);
 
 typedef int (*fdb_wal_fn)(void *arg, uint64_t seq, const uint8_t *payload, size_t len);
-/* Replays one file (fdb_walset_list lists them): calls fn
- * for each valid record in order, stopping at the first torn one, which
- * is cut off.  *last_seq is the previous file's last sequence number on
- * entry and this file's on return; *nrec gets the records replayed.
- * `newest`: no later file exists; space[2]: the point the FlexSpace
- * recovered to; read_only: the file is opened O_RDONLY and neither cut
- * nor synced.  FLEX_ECORRUPT when a record that was synced is missing
- * or damaged, or the FlexSpace is older than when the file was created
- * (see fdb_wal.c). */
-int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int newest,
-		   const uint64_t space[2], int read_only, fdb_wal_fn fn, void *arg,
-		   uint64_t *last_seq, uint64_t *nrec);
+/* Replaying a WAL file takes two steps, so that the first may run while
+ * the FlexSpace opens.  fdb_wal_scan reads one file (fdb_walset_list
+ * lists them), calls fn for each valid record in order, stopping at the
+ * first torn one, and syncs the file (not when read_only: it is opened
+ * O_RDONLY); it changes nothing a reader sees.  *last_seq is the previous
+ * file's last sequence number on entry and this file's on return; *nrec
+ * gets the records replayed; `newest`: no later file exists.
+ * fdb_wal_settle then holds the file against space[2], the point the
+ * FlexSpace recovered to, and cuts the torn tail off (not when
+ * read_only).  FLEX_ECORRUPT when a record that was synced is missing or
+ * damaged, or the FlexSpace is older than when the file was created (see
+ * fdb_wal.c). */
+struct fdb_wal_scanned {
+	uint64_t gen;
+	uint64_t point[2];  /* the FlexSpace's durable point at its creation */
+	uint64_t end, size; /* where its sound records end; its size */
+	int has_point;	    /* point is known (not a format 1 file) */
+	int headless;	    /* its header never became durable */
+};
+int fdb_wal_scan(const struct flex_io *io, const char *dir, uint64_t gen, int newest, int read_only,
+		 fdb_wal_fn fn, void *arg, uint64_t *last_seq, uint64_t *nrec,
+		 struct fdb_wal_scanned *out);
+int fdb_wal_settle(const struct flex_io *io, const char *dir, const struct fdb_wal_scanned *sc,
+		   const uint64_t space[2], int read_only);
 
 /* A batch payload: u32 count, then per op: u8 op, varint klen, [varint
  * vlen], key, [value]; a range delete is encoded as a put of start and end
@@ -506,9 +518,8 @@ int fdb_walset_path(const struct fdb_walset *ws, uint64_t gen, char *buf, size_t
 int fdb_walset_list(const struct fdb_walset *ws, uint64_t **gens, size_t *n);
 /* fdb_wal_create, recording the FlexSpace's durable point now. */
 int fdb_walset_create(const struct fdb_walset *ws, uint64_t gen, struct fdb_wal **out);
-/* fdb_wal_replay, against the point the FlexSpace recovered to. */
-int fdb_walset_replay(const struct fdb_walset *ws, uint64_t gen, int newest, int read_only,
-		      fdb_wal_fn fn, void *arg, uint64_t *last_seq, uint64_t *nrec);
+/* fdb_wal_settle, against the point the FlexSpace recovered to. */
+int fdb_walset_settle(const struct fdb_walset *ws, const struct fdb_wal_scanned *sc, int read_only);
 /* Opens the file of generation gen read-only: its descriptor, or -errno
  * (-ENOENT when it is gone). */
 int fdb_walset_open(const struct fdb_walset *ws, uint64_t gen);

@@ -235,29 +235,28 @@ int fdb_mt_put_next(struct fdb_mt *m, struct fdb_mt_finger *f, const void *key, 
 	return mt_put(m, f, key, klen, val, vlen, tomb, seq);
 }
 
-/* find_ge from a finger: f->prev[level] precedes the last key put, which
- * is <= key, so each level's search may start there. */
+/* find_ge from a finger: f->prev[level] is the last node before the last
+ * key put, which is <= key, so each level's search may start there.
+ * Until a search moves, the finger's node at the level below is at or
+ * after where it stands; once it has moved it stands on a node at or
+ * after the last key put, past every node of the finger below.  No key is
+ * compared but those the search steps over and the one it stops at. */
 static struct mt_node *find_ge_from(const struct fdb_mt *m, const struct fdb_mt_finger *f,
 				    const void *key, uint32_t klen, struct mt_node **prev)
 {
 	struct mt_node *x = m->head;
-	int level = atomic_load_explicit(&m->height, memory_order_relaxed) - 1;
-	for (;;) {
-		if (level < f->height) {
-			struct mt_node *y = f->prev[level];
-			/* Start at the finger unless the search above is past it. */
-			if (y != m->head && (x == m->head || node_cmp(x, node_key(y), y->klen) < 0))
-				x = y;
-		}
-		struct mt_node *n = nxt(x, level);
-		if (n && node_cmp(n, key, klen) < 0) {
+	int moved = 0;
+	for (int level = atomic_load_explicit(&m->height, memory_order_relaxed) - 1;; level--) {
+		if (!moved && level < f->height)
+			x = f->prev[level];
+		struct mt_node *n;
+		while ((n = nxt(x, level)) != NULL && node_cmp(n, key, klen) < 0) {
 			x = n;
-			continue;
+			moved = 1;
 		}
 		prev[level] = x;
 		if (level == 0)
 			return n;
-		level--;
 	}
 }
 

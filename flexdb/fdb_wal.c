@@ -295,14 +295,15 @@ static int wal_window_get(struct wal_window *w, uint64_t off, size_t n, const ui
 	return 0;
 }
 
-int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int newest,
-		   const uint64_t space[2], int read_only, fdb_wal_fn fn, void *arg,
-		   uint64_t *last_seq, uint64_t *nrec)
+int fdb_wal_scan(const struct flex_io *io, const char *dir, uint64_t gen, int newest, int read_only,
+		 fdb_wal_fn fn, void *arg, uint64_t *last_seq, uint64_t *nrec,
+		 struct fdb_wal_scanned *out)
 {
 	char path[4096], name[FDB_WAL_NAME];
 	fdb_wal_name(name, gen);
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	*nrec = 0;
+	*out = (struct fdb_wal_scanned){.gen = gen};
 	int fd = io->open(io, path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
 	if (fd < 0)
 		return fd;
@@ -320,6 +321,7 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 		io->close(io, fd);
 		/* Created but its header never became durable.  Only the newest
 		 * file can be left so: recovery removes empty files. */
+		out->headless = 1;
 		return newest ? 0 : FLEX_ECORRUPT;
 	}
 	/* Format 1: checksum of [0, 24) at 24; later ones: of [0, 56) at 56. */
@@ -329,11 +331,13 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 		rc = FLEX_ECORRUPT;
 	if (!rc && format != 1 && format != WAL_FORMAT)
 		rc = FLEX_EVERSION;
-	/* The FlexSpace had reached this point when the file was created. */
-	if (!rc && format >= 2 &&
-	    (flex_get_le64(h + 24) > space[0] ||
-	     (flex_get_le64(h + 24) == space[0] && flex_get_le64(h + 32) > space[1])))
-		rc = FLEX_ECORRUPT;
+	/* The point the FlexSpace had reached when the file was created:
+	 * fdb_wal_settle holds it against the one it recovered to. */
+	if (!rc && format >= 2) {
+		out->has_point = 1;
+		out->point[0] = flex_get_le64(h + 24);
+		out->point[1] = flex_get_le64(h + 32);
+	}
 	uint64_t off = format == 1 ? WAL_HDR1 : WAL_RECORDS;
 	/* Between the header and the first record there is only the mark,
 	 * written after records were: a file ending there was cut. */
@@ -375,18 +379,41 @@ int fdb_wal_replay(const struct flex_io *io, const char *dir, uint64_t gen, int 
 	}
 	if (!rc && format >= 2 && !newest && (off != size || !*nrec))
 		rc = FLEX_ECORRUPT; /* synced whole before the next file */
-	/* A read-only replay leaves the file as it is, torn tail and all:
-	 * the next writable open judges it the same way. */
-	if (!rc && off < size && !read_only)
-		rc = io->ftruncate(io, fd, off); /* the torn tail */
+	out->end = off;
+	out->size = size;
 	/* What is replayed must stay durable: it may never have been synced
-	 * by the session that wrote it. */
+	 * by the session that wrote it.  Syncing changes nothing a reader
+	 * sees, so it is done here, while the FlexSpace opens. */
 	if (!rc && !read_only) {
 		FLEX_KILLPOINT("fdb.replay.sync.before");
 		rc = io->fdatasync(io, fd);
 	}
 	if (!rc)
 		FLEX_KILLPOINT("fdb.replay.sync.after");
+	io->close(io, fd);
+	return rc;
+}
+
+int fdb_wal_settle(const struct flex_io *io, const char *dir, const struct fdb_wal_scanned *sc,
+		   const uint64_t space[2], int read_only)
+{
+	/* The FlexSpace had reached this point when the file was created. */
+	if (sc->has_point &&
+	    (sc->point[0] > space[0] || (sc->point[0] == space[0] && sc->point[1] > space[1])))
+		return FLEX_ECORRUPT;
+	/* A read-only replay leaves the file as it is, torn tail and all:
+	 * the next writable open judges it the same way. */
+	if (read_only || sc->headless || sc->end >= sc->size)
+		return 0;
+	char path[4096], name[FDB_WAL_NAME];
+	fdb_wal_name(name, sc->gen);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	int fd = io->open(io, path, O_RDWR | O_CLOEXEC, 0);
+	if (fd < 0)
+		return fd;
+	int rc = io->ftruncate(io, fd, sc->end); /* the torn tail */
+	if (!rc)
+		rc = io->fdatasync(io, fd);
 	io->close(io, fd);
 	return rc;
 }
@@ -413,17 +440,14 @@ int fdb_walset_create(const struct fdb_walset *ws, uint64_t gen, struct fdb_wal 
 	return fdb_wal_create(ws->io, ws->dir_fd, ws->dir, gen, space, out);
 }
 
-int fdb_walset_replay(const struct fdb_walset *ws, uint64_t gen, int newest, int read_only,
-		      fdb_wal_fn fn, void *arg, uint64_t *last_seq, uint64_t *nrec)
+int fdb_walset_settle(const struct fdb_walset *ws, const struct fdb_wal_scanned *sc, int read_only)
 {
 	struct flexspace_point rec;
-	*nrec = 0;
 	int rc = flexspace_durable(ws->fs, NULL, &rec);
 	if (rc)
 		return rc;
 	uint64_t space[2] = {rec.version, rec.batches};
-	return fdb_wal_replay(ws->io, ws->dir, gen, newest, space, read_only, fn, arg, last_seq,
-			      nrec);
+	return fdb_wal_settle(ws->io, ws->dir, sc, space, read_only);
 }
 
 int fdb_walset_open(const struct fdb_walset *ws, uint64_t gen)

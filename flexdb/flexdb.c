@@ -332,7 +332,7 @@ int flexdb_get(const struct flexdb *cdb, const void *key, size_t klen, void *buf
  * open after a crash took. */
 #define FDB_REPLAY_BYTES (8u << 20)
 struct replay_op {
-	uint64_t pfx;	    /* the key's first 8 bytes, big-endian, 0-padded */
+	uint64_t pfx;	    /* 8 of the key's bytes, big-endian, 0-padded (replay_pfx) */
 	const uint8_t *key; /* then the value, in the arena */
 	uint32_t klen, vlen;
 	uint64_t seq, ord; /* ord: position in the log, for equal keys */
@@ -346,13 +346,15 @@ struct replay {
 	struct fdb_ar ar;
 };
 
-/* Keys are ordered by their prefixes first: padding with zeros keeps
- * memcmp's order, shorter keys first, and only equal prefixes need the
- * whole keys.  The sort took a third of a reopen after a crash. */
-static uint64_t replay_pfx(const uint8_t *k, uint32_t klen)
+/* Keys are ordered by 8 bytes of theirs first, those after the prefix
+ * every key of the batch shares (keys of one application tend to share
+ * one, "user" and leading zeros, say): padding with zeros keeps memcmp's
+ * order, shorter keys first, and only equal words need the whole keys.
+ * The sort took a third of a reopen after a crash. */
+static uint64_t replay_pfx(const uint8_t *k, uint32_t klen, uint32_t from)
 {
 	uint64_t p = 0;
-	for (uint32_t i = 0; i < 8; i++)
+	for (uint32_t i = from; i < from + 8; i++)
 		p = p << 8 | (i < klen ? k[i] : 0);
 	return p;
 }
@@ -371,6 +373,16 @@ static int replay_op_cmp(const void *a, const void *b)
 /* Puts the buffered operations into the recovered memtable. */
 static int replay_flush(struct replay *r)
 {
+	uint32_t common = r->n ? r->ops[0].klen : 0;
+	for (size_t i = 1; i < r->n && common; i++) {
+		const struct replay_op *o = &r->ops[i];
+		uint32_t c = 0, lim = o->klen < common ? o->klen : common;
+		while (c < lim && o->key[c] == r->ops[0].key[c])
+			c++;
+		common = c;
+	}
+	for (size_t i = 0; i < r->n; i++)
+		r->ops[i].pfx = replay_pfx(r->ops[i].key, r->ops[i].klen, common);
 	qsort(r->ops, r->n, sizeof(*r->ops), replay_op_cmp);
 	struct fdb_mt_finger f = {0};
 	int rc = 0;
@@ -424,8 +436,7 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
 		memcpy(kv, op.key, op.klen);
 		if (vlen)
 			memcpy(kv + op.klen, op.val, vlen);
-		r->ops[r->n++] = (struct replay_op){.pfx = replay_pfx(kv, op.klen),
-						    .key = kv,
+		r->ops[r->n++] = (struct replay_op){.key = kv,
 						    .klen = op.klen,
 						    .vlen = vlen,
 						    .seq = seq,
@@ -447,26 +458,52 @@ static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t
  * sequence order, into a memtable that becomes the immutable one: the
  * committer applies it in the background, and open does not wait for the
  * FlexSpace.  The old files stay until then (and are synced now, so that
- * nothing written after this open can outlive what it recovered). */
-static int db_recover(struct flexdb *db)
-{
+ * nothing written after this open can outlive what it recovered).
+ *
+ * Two steps: recover_scan reads the files into the memtable and syncs
+ * them, which changes nothing a reader sees, so it runs while the
+ * FlexSpace opens (db_open); recover_finish holds each file against the
+ * point the FlexSpace recovered to and cuts its torn tail. */
+struct recovery {
 	uint64_t *gens;
 	size_t n;
-	int rc = fdb_walset_list(&db->wals, &gens, &n);
-	if (rc)
-		return rc;
-	uint64_t last = 0;
-	if (n && !(db->imm = fdb_memref_bare()))
+	struct fdb_wal_scanned *sc; /* per file scanned */
+	size_t nsc;
+	uint64_t last, nrec; /* nrec: records of the last file scanned */
+	int rc;
+};
+
+static void recover_scan(struct flexdb *db, struct recovery *rv)
+{
+	int rc = 0;
+	if (rv->n && !(db->imm = fdb_memref_bare()))
 		rc = -ENOMEM;
-	uint64_t nrec = 0;
+	if (!rc && rv->n && !(rv->sc = calloc(rv->n, sizeof(*rv->sc))))
+		rc = -ENOMEM;
 	struct replay r = {.db = db};
-	for (size_t i = 0; i < n && !rc; i++)
-		rc = fdb_walset_replay(&db->wals, gens[i], i + 1 == n, db->read_only, replay_record,
-				       &r, &last, &nrec);
+	for (size_t i = 0; i < rv->n && !rc; i++) {
+		rc = fdb_wal_scan(db->io, db->dir, rv->gens[i], i + 1 == rv->n, db->read_only,
+				  replay_record, &r, &rv->last, &rv->nrec, &rv->sc[i]);
+		rv->nsc = i + 1;
+	}
 	if (!rc && r.n)
 		rc = replay_flush(&r);
 	free(r.ops);
 	fdb_ar_free(&r.ar);
+	rv->rc = rc;
+}
+
+static int recover_finish(struct flexdb *db, struct recovery *rv)
+{
+	uint64_t *gens = rv->gens;
+	size_t n = rv->n;
+	int rc = 0;
+	for (size_t i = 0; i < rv->nsc && !rc; i++)
+		rc = fdb_walset_settle(&db->wals, &rv->sc[i], db->read_only);
+	if (!rc)
+		rc = rv->rc;
+	free(rv->sc);
+	rv->sc = NULL;
 	if (!rc && db->read_only) {
 		/* The replayed writes stay in the memtable for the handle's
 		 * life, and the files stay for the next writable open. */
@@ -478,7 +515,7 @@ static int db_recover(struct flexdb *db)
 		gens = NULL;
 		n = 0;
 	}
-	if (!rc && n > 1 && nrec == 0 && fdb_mt_count(db->imm->mt) > 0) {
+	if (!rc && n > 1 && rv->nrec == 0 && fdb_mt_count(db->imm->mt) > 0) {
 		/* The newest file holds nothing (its session died before a
 		 * write); it goes now, and durably, before the next file is
 		 * created: a file older than another is never empty, which is
@@ -494,10 +531,11 @@ static int db_recover(struct flexdb *db)
 		gens = NULL;
 		n = 0;
 	}
-	db->seq = last;
-	atomic_store(&db->written, last);
-	atomic_store(&db->visible, last);
-	db->synced = last;
+	rv->gens = NULL;
+	db->seq = rv->last;
+	atomic_store(&db->written, rv->last);
+	atomic_store(&db->visible, rv->last);
+	db->synced = rv->last;
 	db->wal_gen = 1;
 	if (n) {
 		db->wal_gen = gens[n - 1] + 1;
@@ -530,25 +568,50 @@ static void db_free(struct flexdb *db)
 	free(db);
 }
 
-/* Identity first (flex_ident.h): a directory the library cannot prove it
- * made is refused before anything in it is created or written.  A store
- * made before identities gets its IDENTITY once it (and its FlexSpace,
- * which adds its own) has opened. */
-/* The committer takes no signal of the host program's: it is started with
- * every signal blocked, so a process-directed signal (a Ctrl-C, a timer) is
- * delivered to one of the host's own threads, as if FlexDB were not there. */
-static int db_start_committer(struct flexdb *db)
+/* The library's threads (the committer, the FlexSpace's opener) take no
+ * signal of the host program's: they start with every signal blocked, so
+ * a process-directed signal (a Ctrl-C, a timer) is delivered to one of the
+ * host's own threads, as if FlexDB were not there. */
+static int db_thread_start(pthread_t *th, void *(*fn)(void *), void *arg)
 {
 	sigset_t all, old;
 	sigfillset(&all);
 	int rc = pthread_sigmask(SIG_SETMASK, &all, &old);
 	if (rc)
 		return -rc;
-	rc = pthread_create(&db->committer, NULL, fdb_committer_main, db);
+	rc = pthread_create(th, NULL, fn, arg);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return -rc;
 }
 
+static int db_start_committer(struct flexdb *db)
+{
+	return db_thread_start(&db->committer, fdb_committer_main, db);
+}
+
+struct space_open {
+	struct flexdb *db;
+	char path[PATH_MAX];
+	struct flexspace_options so;
+	uint64_t cache;
+	int rc;
+};
+
+/* Opens the FlexSpace and reads its sparse index (db_open). */
+static void *space_open_main(void *arg)
+{
+	struct space_open *sp = arg;
+	struct flexdb *db = sp->db;
+	sp->rc = flexspace_open(sp->path, &sp->so, &db->fs);
+	if (!sp->rc)
+		sp->rc = fdb_store_open(&db->store, db->fs, sp->cache - sp->so.tree_cache_size);
+	return NULL;
+}
+
+/* Identity first (flex_ident.h): a directory the library cannot prove it
+ * made is refused before anything in it is created or written.  A store
+ * made before identities gets its IDENTITY once it (and its FlexSpace,
+ * which adds its own) has opened. */
 static int db_open(struct flexdb *db, const char *dir, const struct flexdb_options *o)
 {
 	int create = !o->no_create && !o->read_only;
@@ -573,24 +636,39 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 		return db->lock_fd;
 	if ((rc = db->io->lock(db->io, db->lock_fd, !o->read_only)) != 0)
 		return rc == -EWOULDBLOCK ? FLEX_EBUSY : rc;
-	snprintf(path, sizeof(path), "%s/space", dir);
-	struct flexspace_options so = o->space;
-	so.no_create = !create;
-	so.read_only = o->read_only;
-	so.defer_maintenance = 1;
-	if (!so.io)
-		so.io = db->io;
+	/* The FlexSpace and its sparse index open on a thread of their own
+	 * while this one replays the WAL files, when there are any. */
+	struct space_open sp = {.db = db};
+	snprintf(sp.path, sizeof(sp.path), "%s/space", dir);
+	sp.so = o->space;
+	sp.so.no_create = !create;
+	sp.so.read_only = o->read_only;
+	sp.so.defer_maintenance = 1;
+	if (!sp.so.io)
+		sp.so.io = db->io;
 	/* cache_size covers the tree's leaves too (flexdb.h). */
-	uint64_t cache = o->cache_size ? o->cache_size : FDB_DEFAULT_CACHE;
-	if (!so.tree_cache_size)
-		so.tree_cache_size = cache / 4;
-	rc = flexspace_open(path, &so, &db->fs);
-	db->wals = (struct fdb_walset){.io = db->io, .dir = db->dir, .dir_fd = db->dir_fd, .fs = db->fs};
+	sp.cache = o->cache_size ? o->cache_size : FDB_DEFAULT_CACHE;
+	if (!sp.so.tree_cache_size)
+		sp.so.tree_cache_size = sp.cache / 4;
+	db->wals = (struct fdb_walset){.io = db->io, .dir = db->dir, .dir_fd = db->dir_fd};
+	struct recovery rv = {0};
+	rc = fdb_walset_list(&db->wals, &rv.gens, &rv.n);
+	if (rc)
+		return rc;
+	pthread_t th;
+	int apart = rv.n && !db_thread_start(&th, space_open_main, &sp);
+	if (!apart)
+		space_open_main(&sp);
+	recover_scan(db, &rv);
+	if (apart)
+		pthread_join(th, NULL);
+	db->wals.fs = db->fs;
+	db->store.no_tidy = sp.so.max_data_size != 0;
+	rc = sp.rc;
 	if (!rc)
-		rc = fdb_store_open(&db->store, db->fs, cache - so.tree_cache_size);
-	db->store.no_tidy = so.max_data_size != 0;
-	if (!rc)
-		rc = db_recover(db);
+		rc = recover_finish(db, &rv);
+	free(rv.sc);
+	free(rv.gens);
 	if (!rc && db->read_only) {
 		/* No WAL and no committer: nothing is ever written. */
 		db->active = fdb_memref_bare();
