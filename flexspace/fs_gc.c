@@ -29,12 +29,14 @@
  * bytes -- would let a write through one change the other, and garbage
  * collection would count the bytes twice.  Checked at open and by
  * flexspace_check.  The extents are bucketed by segment (a counting sort:
- * every extent lies within one segment), then each bucket's ranges are
- * marked in a bitmap of one segment, which must not have a bit marked
- * twice, and cleared again for the next bucket.  Linear: two tree scans
- * (at open the first is the one that counts live bytes), 8 bytes per extent and a bit per byte of one segment; about 40 ms per
- * million extents (docs/DURABILITY.md).  Sorting each bucket instead cost
- * five times that. */
+ * every extent lies within one segment).  A bucket whose extents come in
+ * the order of their bytes, each after the last, passes as it is;
+ * otherwise its ranges are marked in a bitmap of one segment, which must
+ * not have a bit marked twice, and the span marked is cleared for the
+ * next bucket.  Linear: two tree scans (at open the first is the one that
+ * counts live bytes), 8 bytes per extent and a bit per byte of one
+ * segment; about 40 ms per million extents (docs/DURABILITY.md).  Sorting
+ * each bucket instead cost five times that. */
 struct fs_ov_scan {
 	struct flexspace *fs;
 	uint32_t *pos; /* per segment: next free index in ent */
@@ -57,36 +59,30 @@ static int fs_ov_extent(void *arg, const struct flextree_extent *e)
 	return 0;
 }
 
-/* Sets (set = 1) or clears bits [a, b) of map; when setting, returns 1 if
- * one of them was set already.  The whole words between the edges are
- * tested with one OR over them and written with memset: a rewritten
- * interval is one extent of kilobytes, and a word at a time made this
- * check most of what an open of a large space computed. */
+/* Sets bits [a, b) of map; returns 1 if one of them was set already.
+ * The whole words between the edges are tested with one OR over them and
+ * written with memset: a rewritten interval is one extent of kilobytes,
+ * and a word at a time made this check most of what an open of a large
+ * space computed. */
 static uint64_t fs_ov_bits(uint64_t lo, uint64_t n)
 {
 	return (n == 64 ? ~0ull : ((1ull << n) - 1)) << lo;
 }
 
-static int fs_ov_mark(uint64_t *map, uint64_t a, uint64_t b, int set)
+static int fs_ov_mark(uint64_t *map, uint64_t a, uint64_t b)
 {
 	if (a >= b)
 		return 0;
 	uint64_t wa = a / 64, wb = (b - 1) / 64;
 	uint64_t ma = fs_ov_bits(a % 64, wa == wb ? b - a : 64 - a % 64);
 	uint64_t mb = wa == wb ? 0 : fs_ov_bits(0, (b - 1) % 64 + 1);
-	uint64_t seen = 0;
-	if (set) {
-		seen = (map[wa] & ma) | (map[wb] & mb);
-		for (uint64_t w = wa + 1; w < wb; w++)
-			seen |= map[w];
-		map[wa] |= ma;
-		map[wb] |= mb;
-	} else {
-		map[wa] &= ~ma;
-		map[wb] &= ~mb;
-	}
+	uint64_t seen = (map[wa] & ma) | (map[wb] & mb);
+	for (uint64_t w = wa + 1; w < wb; w++)
+		seen |= map[w];
+	map[wa] |= ma;
+	map[wb] |= mb;
 	if (wb > wa + 1)
-		memset(map + wa + 1, set ? 0xff : 0, (wb - wa - 1) * sizeof(*map));
+		memset(map + wa + 1, 0xff, (wb - wa - 1) * sizeof(*map));
 	return seen != 0;
 }
 
@@ -113,14 +109,26 @@ static int fs_check_overlap_counted(struct flexspace *fs, uint32_t *counted)
 		o.fill = 1;
 		rc = flextree_scan(fs->tree, 0, UINT64_MAX, fs_ov_extent, &o);
 	}
-	/* Bucket s is now [pos[s - 1], pos[s]) (pos[-1] = 0). */
+	/* Bucket s is now [pos[s - 1], pos[s]) (pos[-1] = 0).  A bucket whose
+	 * extents come in the order of their bytes, each after the last (a
+	 * segment tidying or a sequential load wrote), needs no bitmap. */
 	for (uint32_t s = 0, from = 0; !rc && s < fs->nsegs; from = o.pos[s++]) {
-		for (uint32_t i = from; i < o.pos[s] && !rc; i++)
-			if (fs_ov_mark(map, o.ent[i] >> 32, (o.ent[i] >> 32) + (uint32_t)o.ent[i],
-				       1))
+		uint64_t end = 0, lo = UINT64_MAX, hi = 0;
+		uint32_t i = from;
+		for (; i < o.pos[s] && o.ent[i] >> 32 >= end; i++)
+			end = (o.ent[i] >> 32) + (uint32_t)o.ent[i];
+		if (i == o.pos[s])
+			continue;
+		for (i = from; i < o.pos[s] && !rc; i++) {
+			uint64_t a = o.ent[i] >> 32, b = a + (uint32_t)o.ent[i];
+			lo = a < lo ? a : lo;
+			hi = b > hi ? b : hi;
+			if (fs_ov_mark(map, a, b))
 				rc = FLEX_ECORRUPT;
-		for (uint32_t i = from; i < o.pos[s]; i++)
-			fs_ov_mark(map, o.ent[i] >> 32, (o.ent[i] >> 32) + (uint32_t)o.ent[i], 0);
+		}
+		/* Cleared for the next bucket over the span it marked. */
+		if (hi > lo)
+			memset(map + lo / 64, 0, ((hi - 1) / 64 - lo / 64 + 1) * sizeof(*map));
 	}
 	free(o.ent);
 	free(o.pos);

@@ -961,7 +961,7 @@ Test(flexspace_crash, two_extents_on_the_same_bytes_are_reported)
 	cr_assert_eq(tmp_make(dir, sizeof(dir), "overlap"), 0);
 	snprintf(log, sizeof(log), "%s/LOG", dir);
 	snprintf(data, sizeof(data), "%s/DATA", dir);
-	for (int v = 0; v < 3; v++) {
+	for (int v = 0; v < 4; v++) {
 		tmp_clear(dir);
 		struct flexspace_options o = dmg_options();
 		struct flexspace *fs;
@@ -974,8 +974,11 @@ Test(flexspace_crash, two_extents_on_the_same_bytes_are_reported)
 			log_append_record(log, 1, 100, 50, 20);
 		} else if (v == 1) { /* remap [0, 10) -> DATA [50, 60) */
 			log_append_record(log, 3, 0, 10, 50);
-		} else { /* control: insert [100, 150) -> fresh DATA [100, 150) */
+		} else if (v == 2) { /* control: insert [100, 150) -> fresh DATA [100, 150) */
 			log_append_record(log, 1, 100, 50, 100);
+			fpwrite(data, 100, b, 50);
+		} else { /* control, bytes out of logical order: [0, 50) -> DATA [100, 150) */
+			log_append_record(log, 1, 0, 50, 100);
 			fpwrite(data, 100, b, 50);
 		}
 		int rc = flexspace_open(dir, &o, &fs);
