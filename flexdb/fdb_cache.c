@@ -6,10 +6,11 @@
  * and a 16-bit key fingerprint of each pair, and is updated write-through
  * by every change; CLOCK picks victims, and every byte of an entry is
  * charged to the cache size.  A victim is first made *thin* (its raw bytes
- * dropped), while thin entries take at most a quarter of the cache: a
- * lookup through one reads only the record whose fingerprint matches, so
- * a cache smaller than the store still spares most lookups the read of a
- * whole interval.  A thin entry also keeps where its interval's bytes lie
+ * dropped), while thin entries take at most half of the cache: a lookup
+ * through one reads only the record whose fingerprint matches, so a cache
+ * smaller than the store still spares most lookups the read of a whole
+ * interval.  A thin entry costs about 8 bytes per pair, so half of the
+ * cache keeps one for every interval of a store many times its size.  A thin entry also keeps where its interval's bytes lie
  * in the FlexSpace's data file (struct fdb_pmap, from the read that loaded
  * the interval or from the FlexTree when the entry is made thin), so that
  * the record is read without a FlexTree lookup: after random inserts an
@@ -465,8 +466,8 @@ static struct fdb_pmap *cent_locate(struct fdb_store *s, const struct fdb_cent *
 
 /* Makes `need` more bytes fit in the ring; never touches `pin`.  CLOCK:
  * an entry whose bit is set gets its bit cleared and is passed.  An
- * unreferenced whole entry is made thin while thin entries take at most a
- * quarter of the cache (they are about a tenth the size and still spare a
+ * unreferenced whole entry is made thin while thin entries take at most
+ * half of the cache (they are about a tenth the size and still spare a
  * lookup most of its reading); past that, and for unreferenced thin
  * entries beyond their share, the entry goes.  Each entry is passed at
  * most three times, so this ends; a last pass ignores the bits, so the
@@ -475,7 +476,7 @@ static struct fdb_pmap *cent_locate(struct fdb_store *s, const struct fdb_cent *
  * bytes do not fit then. */
 int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin, int shared)
 {
-	size_t thin_cap = s->cache_limit / 4, limit = fdb_ring_limit(s);
+	size_t thin_cap = s->cache_limit / 2, limit = fdb_ring_limit(s);
 	uint32_t steps = 3 * s->nring + 3;
 	while (s->cache_bytes + need > limit && s->nring > 0) {
 		int force = steps == 0;
