@@ -835,6 +835,24 @@ int flexspace_locate(const struct flexspace *cfs, uint64_t off, uint64_t len,
 	return 0;
 }
 
+int flexspace_resident(const struct flexspace *cfs, uint64_t off, uint64_t len)
+{
+	struct flexspace *fs = fs_mut(cfs);
+	if (!fs)
+		return -EINVAL;
+	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];
+	flex_brlock_rdlock(&fs->lock);
+	uint64_t size = flextree_size(fs->tree);
+	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
+	ssize_t got = n ? flextree_query(fs->tree, off, n, loc, FLEXSPACE_LOCATE_MAX) : 0;
+	int rc = got < 0 ? (int)got : 1;
+	for (ssize_t i = 0; rc == 1 && i < got && i < FLEXSPACE_LOCATE_MAX; i++)
+		if (loc[i].poff != FLEXTREE_HOLE)
+			rc = fs_data_resident(fs, loc[i].poff, loc[i].len);
+	flex_brlock_rdunlock(&fs->lock);
+	return rc;
+}
+
 int flexspace_read_located(const struct flexspace *cfs, void *buf,
 			   const struct flextree_mapping *loc, size_t nloc, uint64_t stamp)
 {

@@ -50,6 +50,27 @@ static int fs_map_resident(const struct flexspace *fs, uint64_t off)
 	return mincore((void *)page, 1, &vec) != 0 || (vec & 1);
 }
 
+int fs_data_resident(const struct flexspace *fs, uint64_t poff, uint64_t len)
+{
+	if (!fs->map || poff + len > fs->map_end || !len)
+		return 1;
+	uintptr_t a = ((uintptr_t)fs->map + poff) & ~(uintptr_t)4095;
+	uintptr_t b = (uintptr_t)fs->map + poff + len;
+	unsigned char vec[64];
+	while (a < b) {
+		size_t pages = (b - a + 4095) / 4096;
+		if (pages > sizeof(vec))
+			pages = sizeof(vec);
+		if (mincore((void *)a, pages * 4096, vec) != 0)
+			return 1;
+		for (size_t i = 0; i < pages; i++)
+			if (!(vec[i] & 1))
+				return 0;
+		a += pages * 4096;
+	}
+	return 1;
+}
+
 /* Whether a read of pieces v[0..n) should copy from the mapping: a probe
  * looks at the first, middle and last pieces. */
 static int fs_map_warm(struct flexspace *fs, const struct flex_iovec *v, int n)

@@ -718,6 +718,12 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_read_locate(fs, buf, 0, 1000, loc, &nl, &stamp), 1000);
 	cr_assert_eq(nl, 1);
 	cr_assert_eq(flexspace_read_located(fs, buf, loc, nl, stamp), 0);
+	/* Just written and read: in memory (or the space cannot tell); past
+	 * the end there is nothing to miss. */
+	cr_assert_eq(flexspace_resident(NULL, 0, 1), -EINVAL);
+	cr_assert_eq(flexspace_resident(fs, 0, 1000), 1);
+	cr_assert_eq(flexspace_resident(fs, 5000, 10), 1);
+	cr_assert_eq(flexspace_resident(fs, 0, UINT64_MAX), 1);
 	cr_assert_eq(flexspace_locate(fs, 999, UINT64_MAX, loc, &nl, &stamp), 0,
 		     "lengths are clipped to the size");
 	cr_assert_eq(nl, 1);
@@ -1729,7 +1735,7 @@ static const char *const exported_covered[] = {
     "flexspace_maintain",    "flexspace_maintain_slack",
     "flexspace_read_extent", "flexspace_tag_set", "flexspace_apply",
     "flexspace_read_locate", "flexspace_locate",
-    "flexspace_read_located",
+    "flexspace_read_located", "flexspace_resident",
     "flexspace_tag_get",     "flexspace_scan",
     "flexspace_defrag",	     "flexspace_check",
     "flexspace_stats",	     "flexspace_durable",
