@@ -369,6 +369,20 @@ size_t fdb_ring_limit(const struct fdb_store *s)
 	return s->cache_limit - s->cache_limit / 32;
 }
 
+/* What thin entries may take of the cache. */
+static size_t thin_share(const struct fdb_store *s)
+{
+	return s->cache_limit / 2;
+}
+
+size_t fdb_cache_thin_room(struct fdb_store *s)
+{
+	pthread_mutex_lock(&s->cache_mu);
+	size_t cap = thin_share(s), room = s->thin_bytes < cap ? cap - s->thin_bytes : 0;
+	pthread_mutex_unlock(&s->cache_mu);
+	return room;
+}
+
 /* cache_bytes and grave_bytes change under cache_mu or the exclusive
  * lock and are read without them (fdb_store_scan, fdb_store_reap_due). */
 static void set_bytes(size_t *field, size_t v)
@@ -476,7 +490,7 @@ static struct fdb_pmap *cent_locate(struct fdb_store *s, const struct fdb_cent *
  * bytes do not fit then. */
 int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin, int shared)
 {
-	size_t thin_cap = s->cache_limit / 2, limit = fdb_ring_limit(s);
+	size_t thin_cap = thin_share(s), limit = fdb_ring_limit(s);
 	uint32_t steps = 3 * s->nring + 3;
 	while (s->cache_bytes + need > limit && s->nring > 0) {
 		int force = steps == 0;
@@ -737,7 +751,7 @@ static int admit_whole(struct fdb_store *s, uint32_t size)
 /* Whether thin entries keep where their pairs lie.  A map spares a thin
  * hit the FlexTree but about doubles the entry (12 bytes per extent
  * against 6 per pair): worth it while thin entries with maps for every
- * interval would take at most twice the thin share (whole entries hold
+ * interval would fit in the thin share, half the cache (whole entries hold
  * the rest of what is read often), a loss when the store is far larger
  * than the cache, where covering more intervals spares whole-interval
  * reads (2M pairs: a 24 MiB interval cache read 39.8 KB per get with
@@ -754,7 +768,7 @@ void fdb_maps_policy(struct fdb_store *s)
 	/* Pairs are at least as many as extents after random inserts. */
 	double per = (double)sizeof(struct fdb_cent) + sizeof(struct fdb_pmap) +
 		     (6.0 + 12.0) * (double)st.extents / (double)n;
-	int use = per * (double)n <= 2.0 * (double)(s->cache_limit / 4);
+	int use = per * (double)n <= (double)thin_share(s);
 	__atomic_store_n(&s->use_maps, use, __ATOMIC_RELAXED);
 }
 
@@ -763,7 +777,7 @@ void fdb_cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent
 {
 	cands->v[cands->n].iv = iv;
 	cands->v[cands->n].c = c;
-	cands->v[cands->n++].whole = kind == ADMIT_WHOLE;
+	cands->v[cands->n++].kind = kind;
 }
 
 void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands, struct fdb_cand *v, int cap)
@@ -800,7 +814,11 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 		struct fdb_ival *iv = cands->v[i].iv;
 		struct fdb_cent *c = cands->v[i].c;
 		cands->v[i].c = NULL;
-		if (!cands->v[i].whole && !admit_whole(s, c->size)) {
+		int kind = cands->v[i].kind;
+		int whole = kind == ADMIT_WHOLE ||
+			    (kind == ADMIT_AUTO ? admit_whole(s, c->size)
+						: s->cache_bytes + 2 * (size_t)c->size <= fdb_ring_limit(s));
+		if (!whole) {
 			if (!__atomic_load_n(&s->use_maps, __ATOMIC_RELAXED))
 				fdb_cent_unmap(c);
 			c = cent_pack(c, 1);

@@ -37,8 +37,9 @@
 #define FDB_SCAN_READ_IVALS 32
 
 /* How an interval read by a reader enters the cache: ADMIT_AUTO leaves
- * it to fdb_store_admit (admit_whole). */
-enum { ADMIT_NONE, ADMIT_AUTO, ADMIT_WHOLE };
+ * it to fdb_store_admit (admit_whole); ADMIT_ROOM: whole while the cache
+ * has room, thin after (warming, which must not push entries out). */
+enum { ADMIT_NONE, ADMIT_AUTO, ADMIT_WHOLE, ADMIT_ROOM };
 
 /* fdb_cache.c */
 int fdb_cache_attach(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, int shared);
@@ -71,6 +72,9 @@ void fdb_maps_policy(struct fdb_store *s);
 int fdb_pmap_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, uint32_t len,
 		  uint8_t *buf);
 size_t fdb_ring_limit(const struct fdb_store *s);
+/* Bytes thin entries may still take before they reach their share of
+ * the cache (takes cache_mu). */
+size_t fdb_cache_thin_room(struct fdb_store *s);
 
 /* fdb_store.c */
 int fdb_anchor_verify(struct fdb_store *s, uint64_t off);

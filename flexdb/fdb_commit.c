@@ -261,6 +261,16 @@ static int tidy_now(struct flexdb *db)
 	return -1;
 }
 
+/* One step of warming the cache (fdb_store_warm), under the shared lock
+ * as a lookup's reads are. */
+static void warm_step(struct flexdb *db)
+{
+	flex_brlock_rdlock(&db->lock);
+	(void)fdb_store_warm(&db->store);
+	flex_brlock_rdunlock(&db->lock);
+	fdb_cache_reap(db);
+}
+
 /* mtmu held, the committer idle: starts the tidying flexdb_compact
  * asked for, and answers the requests once it is done or cannot go on
  * (the handle failed: a writer's failure wakes nobody, so the waiters
@@ -287,6 +297,12 @@ void *fdb_committer_main(void *arg)
 		while (!db->imm && !db->stop) {
 			compact_serve(db);
 			int now = tidy_now(db);
+			if (now == 0 && !atomic_load(&db->store.warm_done)) {
+				pthread_mutex_unlock(&db->mtmu);
+				warm_step(db);
+				pthread_mutex_lock(&db->mtmu);
+				continue;
+			}
 			if (now == 0)
 				pthread_cond_wait(&db->mtcond, &db->mtmu);
 			if (now <= 0)

@@ -377,6 +377,11 @@ struct fdb_store {
 	 * tidy_credit: bytes commits wrote that tidying may still rewrite
 	 * (committer only); tidy_bytes, tidy_due: for stats. */
 	struct fdb_tidy *tidy;
+	/* Warming (fdb_read.c, fdb_store_warm): the committer's cursor, the
+	 * key of the next interval to read; warm_done once a pass ended. */
+	uint8_t *warm_key;
+	uint32_t warm_klen;
+	atomic_int warm_done;
 	int no_tidy; /* the space has max_data_size */
 	int tidy_whole; /* the last step ended a pass with nothing left */
 	uint64_t tidy_credit;
@@ -418,7 +423,7 @@ int fdb_store_delete_range(struct fdb_store *s, const void *start, uint32_t slen
 struct fdb_cand {
 	struct fdb_ival *iv;
 	struct fdb_cent *c;
-	int whole; /* cached whole; otherwise as the cache's policy says */
+	int kind; /* ADMIT_WHOLE, ADMIT_AUTO or ADMIT_ROOM (fdb_cache.h) */
 };
 struct fdb_cands {
 	uint64_t gen;
@@ -448,6 +453,9 @@ void fdb_store_cache_counts(struct fdb_store *s, uint64_t out[FDB_ST_N]);
  * FLEXDB_NOTFOUND or an error.  A miss offers its interval in cands. */
 int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf, size_t cap,
 		  size_t *vlen, struct fdb_cands *cands);
+/* Shared lock held, the committer only: one step of warming the cache
+ * (fdb_read.c); whether the pass goes on. */
+int fdb_store_warm(struct fdb_store *s);
 /* Shared lock held: reads the uncached intervals that ops[0..n) (in key
  * order) will change, neighbours together, and offers them in cands, so
  * that the committer applies them under the exclusive lock without

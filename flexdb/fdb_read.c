@@ -262,6 +262,74 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 	return rc;
 }
 
+/* Warming: after an open the cache is empty, and every interval a lookup
+ * reaches first is read whole and decoded while the client waits.  The
+ * committer, when it has nothing to commit or tidy, reads the intervals
+ * in key order instead, a few dozen at a time, and offers them as a miss
+ * would, whole while the cache has room and thin after, until every
+ * interval is cached or the thin entries' share of the cache is full.
+ * It reads only intervals whose bytes are in the page cache.  A failure
+ * only ends the pass; the lookup that meets the same failure reports it. */
+int fdb_store_warm(struct fdb_store *s)
+{
+	int more = 0;
+	if (s->failed)
+		atomic_store(&s->warm_done, 1);
+	if (atomic_load(&s->warm_done))
+		return 0;
+	size_t thin_room = fdb_cache_thin_room(s);
+	struct fdb_cands cands;
+	fdb_cands_init(s, &cands, NULL, 0);
+	struct fdb_ipath p;
+	struct fdb_ival *iv = s->warm_key ? fdb_index_find(s->index, s->warm_key, s->warm_klen, &p)
+					  : fdb_index_first(s->index, &p);
+	int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
+	size_t bytes = 0, thin = 0;
+	int rc = 0, k = 0;
+	for (; iv && k < FDB_SCAN_READ_IVALS && bytes < FDB_SCAN_READ_BYTES;
+	     iv = fdb_index_next(&p), k++) {
+		/* What a whole entry and a thin one take, about: the bytes,
+		 * and 8 per pair (offset, fingerprint, map). */
+		size_t t = 64 + (size_t)iv->size / 16;
+		if (thin + t > thin_room)
+			break;
+		if (fdb_ival_cent(iv) || !iv->size || !fdb_ival_keepable(s, iv->size))
+			continue;
+		/* Only what the page cache holds: a store larger than memory
+		 * is read as lookups ask, not pulled in whole. */
+		uint64_t off = fdb_index_offset(&p);
+		if (flexspace_resident(s->fs, off, iv->size) != 1)
+			continue;
+		uint8_t *raw;
+		struct fdb_pmap *map = NULL;
+		struct fdb_cent *c;
+		rc = fdb_ival_read_raw(s, iv, off, &raw, maps ? &map : NULL);
+		if (!rc)
+			rc = fdb_cent_from_raw(iv, raw, iv->size, map, &c);
+		if (rc)
+			break;
+		fdb_cand_push(&cands, iv, c, ADMIT_ROOM);
+		bytes += iv->size;
+		thin += t;
+	}
+	if (!rc && iv && k > 0) {
+		uint8_t *key = realloc(s->warm_key, iv->klen ? iv->klen : 1);
+		if (key) {
+			memcpy(key, iv->key, iv->klen);
+			s->warm_key = key;
+			s->warm_klen = iv->klen;
+			more = 1;
+		}
+	}
+	if (!more) {
+		atomic_store(&s->warm_done, 1);
+		free(s->warm_key);
+		s->warm_key = NULL;
+	}
+	fdb_store_admit(s, &cands, 1);
+	return more;
+}
+
 #define FDB_AR_BLOCK (64u << 10)
 /* Blocks an emptied arena keeps, at most. */
 #define FDB_AR_KEEP (256u << 10)

@@ -390,6 +390,7 @@ void fdb_store_close(struct fdb_store *s)
 	free(s->rec);
 	run_free(s->run);
 	fdb_tidy_free(s->tidy);
+	free(s->warm_key);
 	memset(s, 0, sizeof(*s));
 }
 

@@ -992,5 +992,6 @@ int flexdb_stats(const struct flexdb *cdb, struct flexdb_stats *st)
 	st->recovered_ops = db->recovered_ops;
 	st->tidy_bytes = atomic_load(&db->store.tidy_bytes);
 	st->tidy_due = atomic_load(&db->store.tidy_due) != 0;
+	st->warming = !db->read_only && !atomic_load(&db->store.warm_done);
 	return flexspace_stats(db->fs, &st->space);
 }

@@ -127,6 +127,12 @@ struct flexdb_stats {
 	 * one extent (flexdb_compact), and whether it has more to do. */
 	uint64_t tidy_bytes;
 	int tidy_due;
+	/* Nonzero while the committer, after an open, is still reading the
+	 * store into the interval cache (when it has nothing to commit or
+	 * tidy): intervals in key order, whole while the cache has room and
+	 * thin after, until every one is cached or the thin entries' share of
+	 * the cache is full; it never pushes an entry out. */
+	int warming;
 	struct flexspace_stats space;
 };
 

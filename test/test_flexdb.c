@@ -694,6 +694,162 @@ static int conc_one(const struct crun *c, uint64_t seed, char *msg, size_t cap)
 	return bad;
 }
 
+/* Warming beside readers and a writer: a store of WK pairs (key i holds
+ * a value made from i) is reopened, and while the committer reads it
+ * into the cache, readers get and check random pairs, one iterates, and
+ * a writer puts pairs of keys of its own (committed beside the warming)
+ * and overwrites pairs with the values they hold. */
+#define WK 6000
+struct wstate {
+	struct flexdb *db;
+	atomic_int stop, failed;
+	atomic_ullong gets;
+	uint64_t seed;
+	char msg[256];
+	pthread_mutex_t mu;
+};
+
+static int wkey(char *b, int i)
+{
+	return snprintf(b, 24, "w%06d", i);
+}
+
+static size_t wval(uint8_t *b, int i)
+{
+	size_t n = 40 + (size_t)(i % 97);
+	for (size_t j = 0; j < n; j++)
+		b[j] = (uint8_t)(i * 31 + (int)j);
+	return n;
+}
+
+static void wfail(struct wstate *s, const char *what, int i, int rc)
+{
+	pthread_mutex_lock(&s->mu);
+	if (!atomic_exchange(&s->failed, 1))
+		snprintf(s->msg, sizeof(s->msg), "%s of w%06d: rc %d", what, i, rc);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void *wreader(void *arg)
+{
+	struct wstate *s = arg;
+	uint64_t r = s->seed ^ (uint64_t)pthread_self();
+	uint8_t want[256], got[256];
+	char k[24];
+	while (!atomic_load(&s->stop) && !atomic_load(&s->failed)) {
+		int i = (int)rnd_below(&r, WK);
+		size_t n = wval(want, i), vn = 0;
+		int rc = flexdb_get(s->db, k, (size_t)wkey(k, i), got, sizeof(got), &vn);
+		if (rc || vn != n || memcmp(got, want, n))
+			wfail(s, "get", i, rc);
+		atomic_fetch_add(&s->gets, 1);
+	}
+	return NULL;
+}
+
+static void *wwriter(void *arg)
+{
+	struct wstate *s = arg;
+	uint64_t r = s->seed ^ 0x77777u;
+	uint8_t v[256];
+	char k[24];
+	for (int j = 0; !atomic_load(&s->stop) && !atomic_load(&s->failed); j++) {
+		int i = (int)rnd_below(&r, WK);
+		int rc = flexdb_put(s->db, k, (size_t)wkey(k, i), v, wval(v, i));
+		if (!rc) {
+			int kn = snprintf(k, sizeof(k), "x%08d", j);
+			rc = flexdb_put(s->db, k, (size_t)kn, v, 10);
+		}
+		if (rc)
+			wfail(s, "put", i, rc);
+	}
+	return NULL;
+}
+
+static void *witer(void *arg)
+{
+	struct wstate *s = arg;
+	uint8_t want[256];
+	while (!atomic_load(&s->stop) && !atomic_load(&s->failed)) {
+		struct flexdb_iter *it;
+		int rc = flexdb_iter_open(s->db, &it);
+		if (!rc)
+			rc = flexdb_iter_seek(it, "w", 1);
+		for (int n = 0; !rc && flexdb_iter_valid(it) && n < 3000; n++) {
+			size_t kn, vn;
+			const uint8_t *key = flexdb_iter_key(it, &kn);
+			const uint8_t *val = flexdb_iter_value(it, &vn);
+			int i;
+			if (kn != 7 || key[0] != 'w' || sscanf((const char *)key + 1, "%6d", &i) != 1)
+				break;
+			size_t wn = wval(want, i);
+			if (vn != wn || memcmp(val, want, wn)) {
+				wfail(s, "iterator", i, 0);
+				break;
+			}
+			rc = flexdb_iter_next(it);
+		}
+		if (rc)
+			wfail(s, "iterator", -1, rc);
+		flexdb_iter_close(it);
+	}
+	return NULL;
+}
+
+static int warm_conc_run(uint64_t seed, double seconds, char *msg, size_t cap)
+{
+	char dir[256];
+	fdb_tmpdir(dir, sizeof(dir), "warmconc");
+	struct flexdb_options o = fdb_tiny_opts();
+	o.cache_size = 4u << 20;
+	o.memtable_size = CONC_MEMTABLE;
+	struct wstate *s = calloc(1, sizeof(*s));
+	pthread_mutex_init(&s->mu, NULL);
+	s->seed = seed;
+	uint8_t v[256];
+	char k[24];
+	int rc = flexdb_open(dir, &o, &s->db);
+	for (int i = 0; !rc && i < WK; i++)
+		rc = flexdb_put(s->db, k, (size_t)wkey(k, i), v, wval(v, i));
+	if (!rc)
+		rc = flexdb_close(s->db);
+	if (!rc)
+		rc = flexdb_open(dir, &o, &s->db);
+	if (rc) {
+		snprintf(msg, cap, "load and reopen: %s", flex_strerror(rc));
+		free(s);
+		tmp_remove(dir);
+		return 1;
+	}
+	pthread_t th[4];
+	pthread_create(&th[0], NULL, wreader, s);
+	pthread_create(&th[1], NULL, wreader, s);
+	pthread_create(&th[2], NULL, witer, s);
+	pthread_create(&th[3], NULL, wwriter, s);
+	double t0 = now_sec();
+	while (now_sec() - t0 < seconds && !atomic_load(&s->failed))
+		usleep(10000);
+	atomic_store(&s->stop, 1);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	struct flexdb_stats st;
+	flexdb_stats(s->db, &st);
+	if (!atomic_load(&s->failed) && (rc = flexdb_check(s->db)) != 0)
+		wfail(s, "flexdb_check", -1, rc);
+	if ((rc = flexdb_close(s->db)) != 0)
+		wfail(s, "flexdb_close", -1, rc);
+	int bad = atomic_load(&s->failed);
+	if (bad)
+		snprintf(msg, cap, "%s", s->msg);
+	fprintf(stderr, "  warming beside readers: %llu gets, cache %" PRIu64 " bytes, %s\n",
+		(unsigned long long)atomic_load(&s->gets), st.cache_bytes,
+		st.warming ? "still warming" : "warm");
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+	tmp_remove(dir);
+	return bad;
+}
+
 #ifdef FLEXDB_TSAN_MAIN
 
 int main(void)
@@ -706,6 +862,11 @@ int main(void)
 			printf("FAIL (%s): %s\n", conc_runs[i].name, msg);
 			bad = 1;
 		}
+	}
+	char wmsg[256] = "";
+	if (warm_conc_run(seed, 1.0 * test_scale(), wmsg, sizeof(wmsg))) {
+		printf("FAIL (warming): %s\n", wmsg);
+		bad = 1;
 	}
 	printf("%s\n", bad ? "FAIL" : "PASS");
 	return bad;
@@ -754,6 +915,14 @@ Test(flexdb, concurrent_writers_readers_iterators_on_hot_keys, .timeout = 120)
 Test(flexdb, concurrent_sync_writes_group_commit, .timeout = 120)
 {
 	conc_test(2, "concurrent_sync_writes");
+}
+
+Test(flexdb, concurrent_readers_iterator_writer_while_warming, .timeout = 120)
+{
+	uint64_t seed = test_seed("concurrent_warming");
+	char msg[256] = "";
+	cr_assert(!warm_conc_run(seed, 1.0 * test_scale(), msg, sizeof(msg)), "seed %" PRIu64 ": %s",
+		  seed, msg);
 }
 
 Test(flexdb, concurrent_readers_cache_alone_within_the_bound, .timeout = 120)
@@ -1627,6 +1796,100 @@ Test(flexdb, compact_leaves_every_interval_in_one_extent_and_every_pair_in_place
 	cr_assert_eq(flexdb_open(t.dir, &ro, &t.db), 0);
 	cr_assert_eq(flexdb_compact(t.db, 1), FLEX_EREADONLY);
 	cr_assert_eq(flexdb_compact(NULL, 0), -EINVAL);
+	tdb_done(&t);
+	fm_free(&m);
+	pool_free(&pool);
+	free(vbuf);
+}
+
+/* ======================================================================
+ * Warming: the committer reads the store into the cache after an open.
+ * ====================================================================== */
+
+/* Waits until warming is over (at most 30 s); returns the stats then. */
+static struct flexdb_stats warm_wait(struct flexdb *db)
+{
+	struct flexdb_stats st;
+	for (int i = 0; i < 3000; i++) {
+		cr_assert_eq(flexdb_stats(db, &st), 0);
+		if (!st.warming)
+			return st;
+		usleep(10000);
+	}
+	cr_assert_fail("warming did not end in 30 s");
+	return st;
+}
+
+/* Gets every pair of the model: each value right, and the misses of the
+ * interval cache they took. */
+static uint64_t warm_gets(struct flexdb *db, const struct fmodel *m, const char *when)
+{
+	struct flexdb_stats a, b;
+	cr_assert_eq(flexdb_stats(db, &a), 0);
+	uint8_t *buf = malloc(FLEXDB_MAX_VALUE);
+	for (size_t i = 0; i < m->n; i++) {
+		size_t vn;
+		int rc = flexdb_get(db, m->e[i].k, m->e[i].kn, buf, FLEXDB_MAX_VALUE, &vn);
+		cr_assert(rc == 0 && vn == m->e[i].vn && !memcmp(buf, m->e[i].v, vn),
+			  "%s: get of pair %zu: rc %d", when, i, rc);
+	}
+	free(buf);
+	cr_assert_eq(flexdb_stats(db, &b), 0);
+	return b.cache_misses - a.cache_misses;
+}
+
+Test(flexdb, warming_caches_every_interval_it_can_and_keeps_the_bound)
+{
+	uint64_t seed = test_seed("warm"), r = seed;
+	struct flexdb_options o = fdb_tiny_opts();
+	o.cache_size = 8u << 20;
+	struct tdb t;
+	tdb_open(&t, "warm", &o);
+	struct keypool pool;
+	pool_make(&pool, 60000, seed ^ 0x7761726du);
+	uint8_t *vbuf = malloc(FLEXDB_MAX_VALUE);
+	struct fmodel m = {0};
+	tidy_puts(t.db, &m, &pool, 80000, &r, vbuf);
+
+	/* A cache with room for every interval: after warming, no lookup
+	 * reads an interval. */
+	tdb_reopen(&t, &o);
+	struct flexdb_stats st = warm_wait(t.db);
+	fprintf(stderr, "  warm: %" PRIu64 " intervals, %" PRIu64 " bytes cached of %" PRIu64 "\n",
+		st.intervals, st.cache_bytes, st.bytes);
+	cr_assert_gt(st.cache_bytes, 0, "nothing was warmed");
+	cr_assert_leq(st.cache_bytes, o.cache_size);
+	cr_assert_eq(warm_gets(t.db, &m, "warm"), 0, "lookups missed after warming");
+	tidy_verify(t.db, &m, "warm");
+
+	/* A cache too small for thin entries of every interval: warming
+	 * stops at the thin entries' share, the bound holds, and lookups
+	 * still find every pair. */
+	struct flexdb_options small = o;
+	small.cache_size = 1u << 20;
+	tdb_reopen(&t, &small);
+	st = warm_wait(t.db);
+	cr_assert_gt(st.cache_bytes, 0, "nothing was warmed");
+	cr_assert_leq(st.cache_bytes, small.cache_size);
+	cr_assert_gt(warm_gets(t.db, &m, "small"), 0, "the small cache held everything");
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	cr_assert_leq(st.cache_bytes, small.cache_size);
+
+	/* Writes after the open change what warming reads meanwhile. */
+	tdb_reopen(&t, &o);
+	tidy_puts(t.db, &m, &pool, 3000, &r, vbuf);
+	st = warm_wait(t.db);
+	cr_assert_eq(flexdb_sync(t.db), 0);
+	tidy_verify(t.db, &m, "warm while writing");
+
+	/* A read-only handle has no committer, so nothing warms. */
+	cr_assert_eq(flexdb_close(t.db), 0);
+	struct flexdb_options ro = o;
+	ro.read_only = 1;
+	cr_assert_eq(flexdb_open(t.dir, &ro, &t.db), 0);
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	cr_assert_eq(st.warming, 0);
+	cr_assert_eq(st.cache_bytes, 0);
 	tdb_done(&t);
 	fm_free(&m);
 	pool_free(&pool);
