@@ -52,6 +52,10 @@ struct flexdb {
 	uint64_t compact_gen, compact_started, compact_done;
 	int compact_full;
 	uint64_t tidy_written;
+	/* Warming (fdb_commit.c, warm_room): the CPUs the process may run on,
+	 * and the lookup counters' stripes when the committer last looked. */
+	int ncpu;
+	uint64_t warm_seen[FDB_STAT_STRIPES];
 
 	pthread_mutex_t syncmu;
 	pthread_cond_t synccond;

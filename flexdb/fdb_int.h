@@ -330,7 +330,9 @@ struct fdb_cent {
 /* The counters lookups bump, in stripes 128 bytes apart so that readers on
  * different threads do not write the same cache line: a thread bumps its
  * own stripe (fdb_stat_add), fdb_store_cache_counts sums them. */
-enum { FDB_ST_HITS, FDB_ST_THIN_HITS, FDB_ST_THIN_LOCATED, FDB_ST_MISSES, FDB_ST_N };
+/* FDB_ST_SCANS: store reads of scans and iterators (for warming's count
+ * of the threads reading). */
+enum { FDB_ST_HITS, FDB_ST_THIN_HITS, FDB_ST_THIN_LOCATED, FDB_ST_MISSES, FDB_ST_SCANS, FDB_ST_N };
 #define FDB_STAT_STRIPES 8
 struct fdb_stat_stripe {
 	atomic_ullong v[FDB_ST_N];
@@ -448,6 +450,9 @@ void fdb_store_counts(struct fdb_store *s, uint64_t *keys, uint64_t *uncounted);
 /* Any lock: bumps counter `which` (FDB_ST_*); the sums of them. */
 void fdb_stat_add(struct fdb_store *s, int which);
 void fdb_store_cache_counts(struct fdb_store *s, uint64_t out[FDB_ST_N]);
+/* Any lock: how many of the counters' stripes moved since seen[] (which
+ * it updates), about how many threads looked pairs up meanwhile. */
+int fdb_store_lookup_threads(struct fdb_store *s, uint64_t seen[FDB_STAT_STRIPES]);
 
 /* Shared lock held.  Returns 0 (found: value copied as flexdb_get does),
  * FLEXDB_NOTFOUND or an error.  A miss offers its interval in cands. */

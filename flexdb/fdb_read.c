@@ -29,6 +29,19 @@ void fdb_store_cache_counts(struct fdb_store *s, uint64_t out[FDB_ST_N])
 	}
 }
 
+int fdb_store_lookup_threads(struct fdb_store *s, uint64_t seen[FDB_STAT_STRIPES])
+{
+	int n = 0;
+	for (int i = 0; i < FDB_STAT_STRIPES; i++) {
+		uint64_t sum = 0;
+		for (int k = 0; k < FDB_ST_N; k++)
+			sum += atomic_load_explicit(&s->stat[i].v[k], memory_order_relaxed);
+		n += sum != seen[i];
+		seen[i] = sum;
+	}
+	return n;
+}
+
 /* ---- reads (shared lock, or exclusive with load) ----------------------------- */
 
 /* Looks key up in an interval's raw bytes without building an entry.
@@ -596,6 +609,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 	*n = 0;
 	if (s->failed)
 		return FLEX_EFAILED;
+	fdb_stat_add(s, FDB_ST_SCANS);
 	struct fdb_ipath p;
 	struct fdb_ival *iv;
 	if (flen)

@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -586,6 +587,10 @@ static int db_thread_start(pthread_t *th, void *(*fn)(void *), void *arg)
 
 static int db_start_committer(struct flexdb *db)
 {
+	cpu_set_t set;
+	long n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+							     : sysconf(_SC_NPROCESSORS_ONLN);
+	db->ncpu = n > 0 ? (int)n : 1;
 	return db_thread_start(&db->committer, fdb_committer_main, db);
 }
 

@@ -129,9 +129,11 @@ struct flexdb_stats {
 	int tidy_due;
 	/* Nonzero while the committer, after an open, is still reading the
 	 * store into the interval cache (when it has nothing to commit or
-	 * tidy): intervals in key order, whole while the cache has room and
-	 * thin after, until every one is cached or the thin entries' share of
-	 * the cache is full; it never pushes an entry out. */
+	 * tidy, and fewer threads look pairs up than the process has CPUs):
+	 * the intervals whose bytes the page cache holds, in key order, whole
+	 * while the cache has room and thin after, until every one is cached
+	 * or the thin entries' share of the cache is full; it never pushes an
+	 * entry out. */
 	int warming;
 	struct flexspace_stats space;
 };
