@@ -307,7 +307,7 @@ int fdb_wal_scan(const struct flex_io *io, const char *dir, uint64_t gen, int ne
 	int fd = io->open(io, path, (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
 	if (fd < 0)
 		return fd;
-	uint64_t size;
+	uint64_t size = 0;
 	int rc = io->fsize(io, fd, &size);
 	uint8_t h[WAL_HDR];
 	uint32_t format = 0;
@@ -379,7 +379,9 @@ int fdb_wal_scan(const struct flex_io *io, const char *dir, uint64_t gen, int ne
 	}
 	if (!rc && format >= 2 && !newest && (off != size || !*nrec))
 		rc = FLEX_ECORRUPT; /* synced whole before the next file */
-	out->end = off;
+	/* A file that failed keeps all its bytes: what follows the failure
+	 * may be records a read error hid, for the next open to replay. */
+	out->end = rc ? size : off;
 	out->size = size;
 	/* What is replayed must stay durable: it may never have been synced
 	 * by the session that wrote it.  Syncing changes nothing a reader

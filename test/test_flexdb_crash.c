@@ -1254,12 +1254,18 @@ Test(flexdb_crash, damaged_synced_wal_record_is_reported)
 				flip_byte(wal, off[r] + 9);
 			else
 				cr_assert_eq(truncate(wal, (off_t)(off[r] + 24 + len[r] / 2)), 0);
+			struct stat before, after;
+			cr_assert_eq(stat(wal, &before), 0);
 			struct flexdb *db;
 			int rc = flexdb_open(dir, NULL, &db);
 			cr_expect_eq(rc, FLEX_ECORRUPT, "sync_writes %d, variant %d: open: %s", sw,
 				     variant, flex_strerror(rc));
 			if (rc == 0)
 				flexdb_close(db);
+			/* A refused open leaves the evidence: nothing is cut off. */
+			cr_assert_eq(stat(wal, &after), 0);
+			cr_expect_eq(after.st_size, before.st_size,
+				     "variant %d: the refused open cut the WAL", variant);
 			tmp_remove(dir);
 		}
 	}
