@@ -164,6 +164,11 @@ static size_t cent_thin_bytes(const struct fdb_cent *c)
 	       (c->map ? pmap_bytes(c->map->n) : 0);
 }
 
+size_t fdb_cent_thin_bytes(const struct fdb_cent *c)
+{
+	return cent_thin_bytes(c);
+}
+
 /* A copy of c without its raw bytes, its offsets and fingerprints right
  * after the struct (one allocation, so a lookup misses the cache once
  * less): what a thin entry is.  c is left as it was (readers may hold

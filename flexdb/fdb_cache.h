@@ -38,7 +38,8 @@
 
 /* How an interval read by a reader enters the cache: ADMIT_AUTO leaves
  * it to fdb_store_admit (admit_whole); ADMIT_ROOM: whole while the cache
- * has room, thin after (warming, which must not push entries out). */
+ * has room, thin after (warming: no whole entry of a cold interval
+ * pushes out one a lookup brought in). */
 enum { ADMIT_NONE, ADMIT_AUTO, ADMIT_WHOLE, ADMIT_ROOM };
 
 /* fdb_cache.c */
@@ -48,6 +49,8 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 void fdb_cache_recharge(struct fdb_store *s, struct fdb_cent *c);
 void fdb_cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent *c, int kind);
 size_t fdb_cent_bytes(const struct fdb_cent *c);
+/* What c would be charged as a thin entry (with its map, if any). */
+size_t fdb_cent_thin_bytes(const struct fdb_cent *c);
 void fdb_cent_free(struct fdb_cent *c);
 int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, struct fdb_pmap *map,
 		      struct fdb_cent **out);

@@ -279,8 +279,10 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
  * reaches first is read whole and decoded while the client waits.  The
  * committer, when it has nothing to commit or tidy, reads the intervals
  * in key order instead, a few dozen at a time, and offers them as a miss
- * would, whole while the cache has room and thin after, until every
- * interval is cached or the thin entries' share of the cache is full.
+ * would, whole while the cache has room and thin after (making room as a
+ * miss does: CLOCK makes whole entries thin), until every interval is
+ * cached or the thin entries' share of the cache is full, before one
+ * would have to be dropped.
  * It reads only intervals whose bytes are in the page cache.  A failure
  * only ends the pass; the lookup that meets the same failure reports it. */
 int fdb_store_warm(struct fdb_store *s)
@@ -299,13 +301,8 @@ int fdb_store_warm(struct fdb_store *s)
 	int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
 	size_t bytes = 0, thin = 0;
 	int rc = 0, k = 0;
-	for (; iv && k < FDB_SCAN_READ_IVALS && bytes < FDB_SCAN_READ_BYTES;
+	for (; iv && k < FDB_SCAN_READ_IVALS && bytes < FDB_SCAN_READ_BYTES && thin < thin_room;
 	     iv = fdb_index_next(&p), k++) {
-		/* What a whole entry and a thin one take, about: the bytes,
-		 * and 8 per pair (offset, fingerprint, map). */
-		size_t t = 64 + (size_t)iv->size / 16;
-		if (thin + t > thin_room)
-			break;
 		if (fdb_ival_cent(iv) || !iv->size || !fdb_ival_keepable(s, iv->size))
 			continue;
 		/* Only what the page cache holds: a store larger than memory
@@ -321,9 +318,9 @@ int fdb_store_warm(struct fdb_store *s)
 			rc = fdb_cent_from_raw(iv, raw, iv->size, map, &c);
 		if (rc)
 			break;
+		thin += fdb_cent_thin_bytes(c);
 		fdb_cand_push(&cands, iv, c, ADMIT_ROOM);
 		bytes += iv->size;
-		thin += t;
 	}
 	if (!rc && iv && k > 0) {
 		uint8_t *key = realloc(s->warm_key, iv->klen ? iv->klen : 1);

@@ -204,8 +204,9 @@ int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t le
 		   struct flextree_mapping *loc, size_t *nloc);
 int fs_read_located(struct flexspace *fs, uint8_t *buf, const struct flextree_mapping *m,
 		    size_t n, uint64_t stamp);
-/* Lock held: whether DATA's bytes [poff, poff + len) are in memory (1
- * when the space cannot tell: DATA is not mapped). */
+/* Lock held: whether DATA's bytes [poff, poff + len) are known to be in
+ * memory, in the page cache or the open segment's buffer (0 when the
+ * space cannot tell: DATA is not mapped there). */
 int fs_data_resident(const struct flexspace *fs, uint64_t poff, uint64_t len);
 
 /* fs_gc.c */

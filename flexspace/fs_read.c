@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "flexspace_int.h"
 
@@ -46,27 +47,36 @@
 static int fs_map_resident(const struct flexspace *fs, uint64_t off)
 {
 	unsigned char vec = 1;
-	uintptr_t page = ((uintptr_t)fs->map + off) & ~(uintptr_t)4095;
+	uintptr_t mask = (uintptr_t)sysconf(_SC_PAGESIZE) - 1;
+	uintptr_t page = ((uintptr_t)fs->map + off) & ~mask;
 	return mincore((void *)page, 1, &vec) != 0 || (vec & 1);
 }
 
 int fs_data_resident(const struct flexspace *fs, uint64_t poff, uint64_t len)
 {
-	if (!fs->map || poff + len > fs->map_end || !len)
+	/* Bytes of the open segment not yet flushed are in its buffer. */
+	uint64_t open_base = (uint64_t)fs->open_seg * fs->seg_size;
+	if (fs->open_seg != UINT32_MAX && poff >= open_base && poff < open_base + fs->seg_size &&
+	    poff + len > open_base + fs->flushed)
+		len = poff < open_base + fs->flushed ? open_base + fs->flushed - poff : 0;
+	if (!len)
 		return 1;
-	uintptr_t a = ((uintptr_t)fs->map + poff) & ~(uintptr_t)4095;
+	if (!fs->map || poff + len > fs->map_end)
+		return 0;
+	uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)fs->map + poff) & ~(ps - 1);
 	uintptr_t b = (uintptr_t)fs->map + poff + len;
 	unsigned char vec[64];
 	while (a < b) {
-		size_t pages = (b - a + 4095) / 4096;
+		size_t pages = (b - a + ps - 1) / ps;
 		if (pages > sizeof(vec))
 			pages = sizeof(vec);
-		if (mincore((void *)a, pages * 4096, vec) != 0)
-			return 1;
+		if (mincore((void *)a, pages * ps, vec) != 0)
+			return 0;
 		for (size_t i = 0; i < pages; i++)
 			if (!(vec[i] & 1))
 				return 0;
-		a += pages * 4096;
+		a += pages * ps;
 	}
 	return 1;
 }

@@ -131,9 +131,9 @@ struct flexdb_stats {
 	 * store into the interval cache (when it has nothing to commit or
 	 * tidy, and fewer threads look pairs up than the process has CPUs):
 	 * the intervals whose bytes the page cache holds, in key order, whole
-	 * while the cache has room and thin after, until every one is cached
-	 * or the thin entries' share of the cache is full; it never pushes an
-	 * entry out. */
+	 * while the cache has room and thin after (whole entries are made
+	 * thin to make room, as for a lookup), until every one is cached or
+	 * the thin entries' share of the cache is full; it drops no entry. */
 	int warming;
 	struct flexspace_stats space;
 };

@@ -223,8 +223,9 @@ FLEX_EXPORT int flexspace_read_located(const struct flexspace *fs, void *buf,
 
 /* Whether bytes [off, off+len) of the space are in memory now: 1 when
  * every page of the data file they lie in is in the page cache (or the
- * space cannot tell: its data file is not mapped), 0 when one is not, or
- * -EINVAL or an error as flexspace_read.  A hint for a caller choosing
+ * range holds no bytes of the file), 0 when one is not or the space
+ * cannot tell (its data file is not mapped), or -EINVAL or an error as
+ * flexspace_read.  A hint for a caller choosing
  * what to read ahead: the kernel may load or drop pages right after.
  * Only the first FLEXSPACE_LOCATE_MAX pieces of the range are looked at. */
 FLEX_EXPORT int flexspace_resident(const struct flexspace *fs, uint64_t off, uint64_t len);

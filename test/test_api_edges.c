@@ -718,12 +718,28 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_read_locate(fs, buf, 0, 1000, loc, &nl, &stamp), 1000);
 	cr_assert_eq(nl, 1);
 	cr_assert_eq(flexspace_read_located(fs, buf, loc, nl, stamp), 0);
-	/* Just written and read: in memory (or the space cannot tell); past
-	 * the end there is nothing to miss. */
+	/* Just written and read: in memory; past the end there is nothing
+	 * to miss.  Without a mapping of DATA the space cannot tell once the
+	 * bytes left the segment buffer. */
 	cr_assert_eq(flexspace_resident(NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_resident(fs, 0, 1000), 1);
 	cr_assert_eq(flexspace_resident(fs, 5000, 10), 1);
 	cr_assert_eq(flexspace_resident(fs, 0, UINT64_MAX), 1);
+	cr_assert_eq(flexspace_sync(fs), 0);
+	cr_assert_eq(flexspace_resident(fs, 0, 1000), 1);
+	{
+		char q[PATH_MAX];
+		join(q, sizeof(q), d.path, "nomap");
+		struct flexspace_options no = small_space();
+		no.no_mmap = 1;
+		struct flexspace *nf = NULL;
+		cr_assert_eq(flexspace_open(q, &no, &nf), 0);
+		cr_assert_eq(flexspace_write(nf, buf, 0, 1000), 1000);
+		cr_assert_eq(flexspace_resident(nf, 0, 1000), 1, "in the segment buffer");
+		cr_assert_eq(flexspace_sync(nf), 0);
+		cr_assert_eq(flexspace_resident(nf, 0, 1000), 0, "no mapping: cannot tell");
+		cr_assert_eq(flexspace_close(nf), 0);
+	}
 	cr_assert_eq(flexspace_locate(fs, 999, UINT64_MAX, loc, &nl, &stamp), 0,
 		     "lengths are clipped to the size");
 	cr_assert_eq(nl, 1);
