@@ -127,6 +127,31 @@ int fdb_sync_to(struct flexdb *db, uint64_t seq);
  * that is due and costs no wait. */
 void fdb_cache_reap(struct flexdb *db);
 
+/* ---- recovery (fdb_recover.c) ----------------------------------------------- */
+
+/* Replays the WAL files left by the last session, in generation and
+ * sequence order, into a memtable that becomes the immutable one: the
+ * committer applies it in the background, and open does not wait for the
+ * FlexSpace.  The old files stay until then (and are synced now, so that
+ * nothing written after this open can outlive what it recovered).
+ *
+ * Two steps: fdb_recover_scan reads the files into the memtable and syncs
+ * them, which changes nothing a reader sees, so it runs while the
+ * FlexSpace opens (db_open); fdb_recover_finish holds each file against the
+ * point the FlexSpace recovered to, cuts its torn tail and sets the
+ * handle's sequence numbers and WAL generation.  The caller lists the
+ * files into gens and n (fdb_walset_list) and frees gens and sc after. */
+struct fdb_recovery {
+	uint64_t *gens;
+	size_t n;
+	struct fdb_wal_scanned *sc; /* per file scanned */
+	size_t nsc;
+	uint64_t last, nrec; /* nrec: records of the last file scanned */
+	int rc;
+};
+void fdb_recover_scan(struct flexdb *db, struct fdb_recovery *rv);
+int fdb_recover_finish(struct flexdb *db, struct fdb_recovery *rv);
+
 /* ---- the write path (fdb_commit.c) ------------------------------------------ */
 
 /* The range deletes of a batch payload, with their places among its ops:

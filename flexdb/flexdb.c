@@ -15,8 +15,8 @@
  * Recovery: the FlexSpace recovers itself; the index is rebuilt from the
  * anchor tags (fdb_store.c); the WAL files left are replayed in
  * generation and sequence order into a memtable that becomes the
- * immutable one (db_recover), so that open does not wait for the
- * FlexSpace: the committer applies it like any other (re-applying a
+ * immutable one (fdb_recover.c, while the FlexSpace opens), so that open
+ * does not wait for the FlexSpace: the committer applies it like any other (re-applying a
  * committed put, delete or range delete is harmless) and removes the old
  * files once the FlexSpace has it durably.  A read-only handle replays
  * them the same way into a memtable it keeps as the immutable one for its
@@ -327,227 +327,6 @@ int flexdb_get(const struct flexdb *cdb, const void *key, size_t klen, void *buf
 
 /* ---- open, close, recovery ---------------------------------------------------------- */
 
-/* Replayed operations reach the recovered memtable a batch at a time in
- * key order (fdb_mt_put_next): inserting them in log order, each a search
- * from the head of a skip list of random keys, was most of the time an
- * open after a crash took. */
-#define FDB_REPLAY_BYTES (8u << 20)
-struct replay_op {
-	uint64_t pfx;	    /* 8 of the key's bytes, big-endian, 0-padded (replay_pfx) */
-	const uint8_t *key; /* then the value, in the arena */
-	uint32_t klen, vlen;
-	uint64_t seq, ord; /* ord: position in the log, for equal keys */
-	int tomb;
-};
-struct replay {
-	struct flexdb *db;
-	struct replay_op *ops;
-	size_t n, cap, bytes;
-	uint64_t ord;
-	struct fdb_ar ar;
-};
-
-/* Keys are ordered by 8 bytes of theirs first, those after the prefix
- * every key of the batch shares (keys of one application tend to share
- * one, "user" and leading zeros, say): padding with zeros keeps memcmp's
- * order, shorter keys first, and only equal words need the whole keys.
- * The sort took a third of a reopen after a crash. */
-static uint64_t replay_pfx(const uint8_t *k, uint32_t klen, uint32_t from)
-{
-	uint64_t p = 0;
-	for (uint32_t i = from; i < from + 8; i++)
-		p = p << 8 | (i < klen ? k[i] : 0);
-	return p;
-}
-
-static int replay_op_cmp(const void *a, const void *b)
-{
-	const struct replay_op *x = a, *y = b;
-	if (x->pfx != y->pfx)
-		return x->pfx < y->pfx ? -1 : 1;
-	int c = fdb_keycmp(x->key, x->klen, y->key, y->klen);
-	if (c)
-		return c;
-	return x->ord < y->ord ? -1 : x->ord > y->ord;
-}
-
-/* Puts the buffered operations into the recovered memtable. */
-static int replay_flush(struct replay *r)
-{
-	uint32_t common = r->n ? r->ops[0].klen : 0;
-	for (size_t i = 1; i < r->n && common; i++) {
-		const struct replay_op *o = &r->ops[i];
-		uint32_t c = 0, lim = o->klen < common ? o->klen : common;
-		while (c < lim && o->key[c] == r->ops[0].key[c])
-			c++;
-		common = c;
-	}
-	for (size_t i = 0; i < r->n; i++)
-		r->ops[i].pfx = replay_pfx(r->ops[i].key, r->ops[i].klen, common);
-	qsort(r->ops, r->n, sizeof(*r->ops), replay_op_cmp);
-	struct fdb_mt_finger f = {0};
-	int rc = 0;
-	for (size_t i = 0; i < r->n && !rc; i++) {
-		const struct replay_op *o = &r->ops[i];
-		rc = fdb_mt_put_next(r->db->imm->mt, &f, o->key, o->klen, o->key + o->klen, o->vlen,
-				     o->tomb, o->seq);
-	}
-	r->n = 0;
-	r->bytes = 0;
-	fdb_ar_reset(&r->ar);
-	return rc;
-}
-
-/* Buffers one WAL record (a whole batch) for the recovered memtable. */
-static int replay_record(void *arg, uint64_t seq, const uint8_t *payload, size_t len)
-{
-	struct replay *r = arg;
-	if (len < 4)
-		return FLEX_ECORRUPT;
-	uint32_t count = flex_get_le32(payload);
-	size_t pos = 0;
-	struct fdb_batch_op op;
-	int more, rc = 0;
-	uint32_t seen = 0;
-	/* A range delete goes straight into the memtable (its place among
-	 * the pairs is its sequence number); the record's earlier pairs it
-	 * covers are dropped, as db_write dropped them. */
-	struct fdb_batch_ranges br = {0};
-	rc = fdb_batch_ranges_get(payload, len, &br);
-	while (!rc && (more = fdb_payload_next(payload, len, &pos, &op)) == 1) {
-		uint32_t i = seen++;
-		r->db->recovered_ops++;
-		if (op.op == FDB_OP_DEL_RANGE) {
-			rc = fdb_mt_del_range(r->db->imm->mt, op.key, op.klen, op.val, op.vlen, seq);
-			continue;
-		}
-		if (br.n && fdb_batch_point_dead(&br, i, &op))
-			continue;
-		if (flex_vec_reserve(&r->ops, &r->cap, r->n + 1, 4096)) {
-			rc = -ENOMEM;
-			break;
-		}
-		int tomb = op.op == FDB_OP_DEL;
-		uint32_t vlen = tomb ? 0 : op.vlen;
-		uint8_t *kv = fdb_ar_alloc(&r->ar, (size_t)op.klen + vlen);
-		if (!kv) {
-			rc = -ENOMEM;
-			break;
-		}
-		memcpy(kv, op.key, op.klen);
-		if (vlen)
-			memcpy(kv + op.klen, op.val, vlen);
-		r->ops[r->n++] = (struct replay_op){.key = kv,
-						    .klen = op.klen,
-						    .vlen = vlen,
-						    .seq = seq,
-						    .ord = r->ord++,
-						    .tomb = tomb};
-		r->bytes += (size_t)op.klen + vlen;
-	}
-	fdb_batch_ranges_free(&br);
-	if (!rc && more < 0)
-		rc = more;
-	if (!rc && seen != count)
-		rc = FLEX_ECORRUPT;
-	if (!rc && r->bytes >= FDB_REPLAY_BYTES)
-		rc = replay_flush(r);
-	return rc;
-}
-
-/* Replays the WAL files left by the last session, in generation and
- * sequence order, into a memtable that becomes the immutable one: the
- * committer applies it in the background, and open does not wait for the
- * FlexSpace.  The old files stay until then (and are synced now, so that
- * nothing written after this open can outlive what it recovered).
- *
- * Two steps: recover_scan reads the files into the memtable and syncs
- * them, which changes nothing a reader sees, so it runs while the
- * FlexSpace opens (db_open); recover_finish holds each file against the
- * point the FlexSpace recovered to and cuts its torn tail. */
-struct recovery {
-	uint64_t *gens;
-	size_t n;
-	struct fdb_wal_scanned *sc; /* per file scanned */
-	size_t nsc;
-	uint64_t last, nrec; /* nrec: records of the last file scanned */
-	int rc;
-};
-
-static void recover_scan(struct flexdb *db, struct recovery *rv)
-{
-	int rc = 0;
-	if (rv->n && !(db->imm = fdb_memref_bare()))
-		rc = -ENOMEM;
-	if (!rc && rv->n && !(rv->sc = calloc(rv->n, sizeof(*rv->sc))))
-		rc = -ENOMEM;
-	struct replay r = {.db = db};
-	for (size_t i = 0; i < rv->n && !rc; i++) {
-		rc = fdb_wal_scan(db->io, db->dir, rv->gens[i], i + 1 == rv->n, db->read_only,
-				  replay_record, &r, &rv->last, &rv->nrec, &rv->sc[i]);
-		rv->nsc = i + 1;
-	}
-	if (!rc && r.n)
-		rc = replay_flush(&r);
-	free(r.ops);
-	fdb_ar_free(&r.ar);
-	rv->rc = rc;
-}
-
-static int recover_finish(struct flexdb *db, struct recovery *rv)
-{
-	uint64_t *gens = rv->gens;
-	size_t n = rv->n;
-	int rc = 0;
-	for (size_t i = 0; i < rv->nsc && !rc; i++)
-		rc = fdb_walset_settle(&db->wals, &rv->sc[i], db->read_only);
-	if (!rc)
-		rc = rv->rc;
-	free(rv->sc);
-	rv->sc = NULL;
-	if (!rc && db->read_only) {
-		/* The replayed writes stay in the memtable for the handle's
-		 * life, and the files stay for the next writable open. */
-		if (db->imm && fdb_mt_count(db->imm->mt) == 0) {
-			fdb_memref_put(db->imm);
-			db->imm = NULL;
-		}
-		free(gens);
-		gens = NULL;
-		n = 0;
-	}
-	if (!rc && n > 1 && rv->nrec == 0 && fdb_mt_count(db->imm->mt) > 0) {
-		/* The newest file holds nothing (its session died before a
-		 * write); it goes now, and durably, before the next file is
-		 * created: a file older than another is never empty, which is
-		 * what lets replay tell a removed file from a missing one. */
-		rc = fdb_walset_remove(&db->wals, &gens[n - 1], 1, FDB_WAL_RM_QUIET);
-	}
-	if (!rc && db->imm && fdb_mt_count(db->imm->mt) == 0) {
-		/* Nothing to commit: the files can go now. */
-		fdb_memref_put(db->imm);
-		db->imm = NULL;
-		rc = fdb_walset_remove(&db->wals, gens, n, FDB_WAL_RM_RECOVER);
-		free(gens);
-		gens = NULL;
-		n = 0;
-	}
-	rv->gens = NULL;
-	db->seq = rv->last;
-	atomic_store(&db->written, rv->last);
-	atomic_store(&db->visible, rv->last);
-	db->synced = rv->last;
-	db->wal_gen = 1;
-	if (n) {
-		db->wal_gen = gens[n - 1] + 1;
-		db->rec_gens = gens;
-		db->nrec_gens = n;
-	} else {
-		free(gens);
-	}
-	return rc;
-}
-
 static void db_free(struct flexdb *db)
 {
 	if (db->store.index)
@@ -656,7 +435,7 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	if (!sp.so.tree_cache_size)
 		sp.so.tree_cache_size = sp.cache / 4;
 	db->wals = (struct fdb_walset){.io = db->io, .dir = db->dir, .dir_fd = db->dir_fd};
-	struct recovery rv = {0};
+	struct fdb_recovery rv = {0};
 	rc = fdb_walset_list(&db->wals, &rv.gens, &rv.n);
 	if (rc)
 		return rc;
@@ -664,14 +443,14 @@ static int db_open(struct flexdb *db, const char *dir, const struct flexdb_optio
 	int apart = rv.n && !db_thread_start(&th, space_open_main, &sp);
 	if (!apart)
 		space_open_main(&sp);
-	recover_scan(db, &rv);
+	fdb_recover_scan(db, &rv);
 	if (apart)
 		pthread_join(th, NULL);
 	db->wals.fs = db->fs;
 	db->store.no_tidy = sp.so.max_data_size != 0;
 	rc = sp.rc;
 	if (!rc)
-		rc = recover_finish(db, &rv);
+		rc = fdb_recover_finish(db, &rv);
 	free(rv.sc);
 	free(rv.gens);
 	if (!rc && db->read_only) {
