@@ -282,7 +282,7 @@ static int warm_room(struct flexdb *db)
 static void warm_step(struct flexdb *db)
 {
 	flex_brlock_rdlock(&db->lock);
-	(void)fdb_store_warm(&db->store);
+	fdb_store_warm(&db->store);
 	flex_brlock_rdunlock(&db->lock);
 	fdb_cache_reap(db);
 }

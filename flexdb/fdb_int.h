@@ -459,8 +459,8 @@ int fdb_store_lookup_threads(struct fdb_store *s, uint64_t seen[FDB_STAT_STRIPES
 int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf, size_t cap,
 		  size_t *vlen, struct fdb_cands *cands);
 /* Shared lock held, the committer only: one step of warming the cache
- * (fdb_read.c); whether the pass goes on. */
-int fdb_store_warm(struct fdb_store *s);
+ * (fdb_read.c); sets warm_done once the pass is over. */
+void fdb_store_warm(struct fdb_store *s);
 /* Shared lock held: reads the uncached intervals that ops[0..n) (in key
  * order) will change, neighbours together, and offers them in cands, so
  * that the committer applies them under the exclusive lock without

@@ -285,13 +285,13 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
  * would have to be dropped.
  * It reads only intervals whose bytes are in the page cache.  A failure
  * only ends the pass; the lookup that meets the same failure reports it. */
-int fdb_store_warm(struct fdb_store *s)
+void fdb_store_warm(struct fdb_store *s)
 {
 	int more = 0;
 	if (s->failed)
 		atomic_store(&s->warm_done, 1);
 	if (atomic_load(&s->warm_done))
-		return 0;
+		return;
 	size_t thin_room = fdb_cache_thin_room(s);
 	struct fdb_cands cands;
 	fdb_cands_init(s, &cands, NULL, 0);
@@ -337,7 +337,6 @@ int fdb_store_warm(struct fdb_store *s)
 		s->warm_key = NULL;
 	}
 	fdb_store_admit(s, &cands, 1);
-	return more;
 }
 
 #define FDB_AR_BLOCK (64u << 10)
