@@ -2,7 +2,9 @@
  * fs_gc.c - FlexSpace's garbage collection and the checks of its segment
  * table (paper section 4.1).
  *
- * When the file holds more than gc_ratio bytes per live byte, garbage
+ * When the segments holding data take more than gc_ratio bytes per live
+ * byte (free segments are reused before DATA grows, and are holes in a
+ * space without max_data_size), garbage
  * collection picks the least-live segments, copies their extents to the
  * open segment and re-points the tree at the copies (logged as remap
  * records); the emptied segments are reused once that log is durable.
@@ -264,6 +266,17 @@ static int fs_relocate(struct flexspace *fs, const struct flextree_extent *e, co
 	return 0;
 }
 
+/* Bytes of the segments that hold data: the open one and the used ones.
+ * Free segments are not counted: they are reused before DATA grows and,
+ * in a space without max_data_size, they are holes.  Counting them would
+ * keep a collection due that cannot bring the count down (it only turns
+ * used segments into more free ones), and every maintenance would move
+ * nearly-live segments for nothing. */
+static uint64_t fs_used_bytes(const struct flexspace *fs)
+{
+	return (uint64_t)(fs->nsegs - fs->npending - fs->nfree) * fs->seg_size;
+}
+
 /* One collection run: relocates the live extents of up to FS_GC_BATCH
  * least-live segments, then makes the log durable so they can be reused.
  * The caller holds sync_mu and change_mu, not the rwlock: the victims are
@@ -289,7 +302,7 @@ int fs_gc_run(struct flexspace *fs, int may_release)
 	qsort_r(cand, nc, sizeof(*cand), fs_cmp_seg_live, fs->valid);
 	/* Enough victims to bring the file back under the ratio, each
 	 * freeing at least a 32nd of a segment. */
-	uint64_t used = (uint64_t)(fs->nsegs - fs->npending) * fs->seg_size;
+	uint64_t used = fs_used_bytes(fs);
 	uint64_t target = (uint64_t)((double)fs->live * fs->gc_ratio * 0.8);
 	uint64_t reclaim = 0, need = used > target ? used - target : fs->seg_size;
 	/* The copies must fit in the space available now: the victims are
@@ -364,7 +377,7 @@ int fs_gc_due_at(const struct flexspace *fs, double ratio)
 {
 	if (fs->in_gc)
 		return 0;
-	uint64_t used = (uint64_t)(fs->nsegs - fs->npending) * fs->seg_size;
+	uint64_t used = fs_used_bytes(fs);
 	uint64_t garbage = used > fs->live ? used - fs->live : 0;
 	if (garbage < (uint64_t)FS_GC_MIN_SEGMENTS * fs->seg_size)
 		return 0;
