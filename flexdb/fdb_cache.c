@@ -286,19 +286,6 @@ int fdb_cent_reserve(struct fdb_cent *c, uint32_t n, uint32_t size)
 	return 0;
 }
 
-/* Pair i of an entry: its key and value inside the raw bytes (verified
- * when they entered the entry) and its record size. */
-void fdb_cent_pair(const struct fdb_cent *c, uint32_t i, const uint8_t **key, uint32_t *klen,
-		   const uint8_t **val, uint32_t *vlen, uint32_t *size)
-{
-	const uint8_t *p = c->raw + c->off[i];
-	size_t a = flex_varint_get(p, c->raw + c->size, klen);
-	size_t b = flex_varint_get(p + a, c->raw + c->size, vlen);
-	*key = p + a + b;
-	*val = *key + *klen;
-	*size = (i + 1 < c->n ? c->off[i + 1] : c->size) - c->off[i];
-}
-
 /* Position of the first pair >= key; *found when equal. */
 uint32_t fdb_cent_lower(const struct fdb_cent *c, const void *key, uint32_t klen, int *found)
 {

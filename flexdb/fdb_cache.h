@@ -56,8 +56,21 @@ int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, st
 		      struct fdb_cent **out);
 uint32_t fdb_cent_lower(const struct fdb_cent *c, const void *key, uint32_t klen, int *found);
 struct fdb_cent *fdb_cent_new(void);
-void fdb_cent_pair(const struct fdb_cent *c, uint32_t i, const uint8_t **key, uint32_t *klen,
-		   const uint8_t **val, uint32_t *vlen, uint32_t *size);
+/* Pair i of an entry: its key and value inside the raw bytes (verified
+ * when they entered the entry) and its record size.  Inline: scans and
+ * the binary search take it for every pair they pass. */
+static inline void fdb_cent_pair(const struct fdb_cent *c, uint32_t i, const uint8_t **key,
+				 uint32_t *klen, const uint8_t **val, uint32_t *vlen,
+				 uint32_t *size)
+{
+	const uint8_t *p = c->raw + c->off[i];
+	*klen = *vlen = 0; /* (never malformed: the entry was verified) */
+	size_t a = flex_varint_get(p, c->raw + c->size, klen);
+	size_t b = flex_varint_get(p + a, c->raw + c->size, vlen);
+	*key = p + a + b;
+	*val = *key + *klen;
+	*size = (i + 1 < c->n ? c->off[i + 1] : c->size) - c->off[i];
+}
 int fdb_cent_reserve(struct fdb_cent *c, uint32_t n, uint32_t size);
 int fdb_cent_splice(struct fdb_cent *c, uint32_t pos, uint32_t del, const uint8_t *rec, uint32_t rs,
 		    uint16_t fp);

@@ -290,6 +290,21 @@ static const struct fdb_pair *iter_bound(const struct iter_pass *p, int reverse)
 static void iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int reverse, int bounded)
 {
 	struct fdb_pair *const *src = p->src;
+	/* One source alone (most often the store, the memtables holding
+	 * nothing in the range) and no range deletes: its pairs in order,
+	 * tombstones dropped.  The bound is then its own last pair. */
+	int only = -1, nonempty = 0;
+	for (int s = 0; s < 3; s++)
+		if (p->cnt[s]) {
+			only = s;
+			nonempty++;
+		}
+	if (nonempty == 1 && !p->ranges) {
+		for (int i = 0; i < p->cnt[only]; i++)
+			if (!src[only][i].tomb)
+				it->pairs[it->n++] = src[only][i];
+		return;
+	}
 	int idx[3] = {0, 0, 0};
 	for (;;) {
 		int best = -1;

@@ -413,21 +413,6 @@ void fdb_ar_free(struct fdb_ar *a)
 	a->blk = a->spare = NULL;
 }
 
-static int pair_set(struct fdb_pair *out, const uint8_t *key, uint32_t klen, const uint8_t *val,
-		    uint32_t vlen, struct fdb_ar *ar)
-{
-	out->key = fdb_ar_alloc(ar, (size_t)klen + vlen);
-	if (!out->key)
-		return -ENOMEM;
-	memcpy(out->key, key, klen);
-	if (vlen)
-		memcpy(out->key + klen, val, vlen);
-	out->klen = klen;
-	out->vlen = vlen;
-	out->tomb = 0;
-	return 0;
-}
-
 /* A pair located in raw interval bytes: its record, key and value. */
 struct pair_ref {
 	const uint8_t *rec, *key, *val;
@@ -598,6 +583,44 @@ static int scan_beyond(const void *key, uint32_t klen, const void *lim, uint32_t
 	return reverse ? c < 0 : c >= 0;
 }
 
+/* Pairs of a cached entry from position i on (down with reverse) into
+ * out, until max, the limit or the entry's end: their records are copied
+ * into the arena as one span (a pair's value follows its key in its
+ * record), and the pairs point into the copy. */
+static int scan_copy_cent(const struct fdb_cent *c, int64_t i, int reverse, const void *lim,
+			  uint32_t limlen, struct fdb_pair *out, int max, int *n, struct fdb_ar *ar,
+			  int *past)
+{
+	int first = *n;
+	int64_t step = reverse ? -1 : 1, j = i;
+	for (; j >= 0 && j < c->n && *n < max; j += step) {
+		const uint8_t *k, *v;
+		uint32_t kl, vl, sz;
+		fdb_cent_pair(c, (uint32_t)j, &k, &kl, &v, &vl, &sz);
+		if ((*past = scan_beyond(k, kl, lim, limlen, reverse)) != 0)
+			break;
+		struct fdb_pair *o = &out[(*n)++];
+		o->key = (uint8_t *)k;
+		o->klen = kl;
+		o->vlen = vl;
+		o->tomb = 0;
+	}
+	if (*n == first)
+		return 0;
+	/* Records [lo, hi] of the entry were taken. */
+	uint32_t lo = (uint32_t)(reverse ? j + 1 : i), hi = (uint32_t)(reverse ? i : j - 1);
+	uint32_t a = c->off[lo], b = hi + 1 < c->n ? c->off[hi + 1] : c->size;
+	uint8_t *copy = fdb_ar_alloc(ar, b - a);
+	if (!copy) {
+		*n = first;
+		return -ENOMEM;
+	}
+	memcpy(copy, c->raw + a, b - a);
+	for (int q = first; q < *n; q++)
+		out[q].key = copy + (out[q].key - (c->raw + a));
+	return 0;
+}
+
 int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inclusive, int reverse,
 		   const void *lim, uint32_t limlen, struct fdb_pair *out, int max, int *n,
 		   struct fdb_ar *ar, struct fdb_cands *cands)
@@ -641,7 +664,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		if (c && c->raw) {
 			/* Copied from the entry (which may change once the
 			 * lock is dropped): a binary search in the first one,
-			 * then pair after pair. */
+			 * then the pairs' records in one copy. */
 			int64_t i = reverse ? (int64_t)c->n - 1 : 0;
 			if (first && flen) {
 				int found;
@@ -649,16 +672,9 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 				i = scan_start(lo, found, inclusive, reverse);
 			}
 			first = 0;
-			for (; i >= 0 && i < c->n && *n < max; i += reverse ? -1 : 1) {
-				const uint8_t *k, *v;
-				uint32_t kl, vl, sz;
-				fdb_cent_pair(c, (uint32_t)i, &k, &kl, &v, &vl, &sz);
-				if ((past = scan_beyond(k, kl, lim, limlen, reverse)) != 0)
-					break;
-				if ((rc = pair_set(&out[*n], k, kl, v, vl, ar)) != 0)
-					break;
-				(*n)++;
-			}
+			if ((rc = scan_copy_cent(c, i, reverse, lim, limlen, out, max, n, ar,
+						 &past)) != 0)
+				break;
 			if (lim && reverse && fdb_keycmp(iv->key, iv->klen, lim, limlen) <= 0)
 				break; /* the keys before it are below the limit */
 			iv = reverse ? fdb_index_prev(&p) : fdb_index_next(&p);
