@@ -587,6 +587,10 @@ static int cent_index(const struct fdb_ival *iv, struct fdb_cent *c)
 	uint32_t pklen = iv->klen;
 	int first = 1, rc = 0;
 	c->n = 0;
+	/* Room for the pairs the interval should hold, at once. */
+	uint32_t count = __atomic_load_n(&iv->count, __ATOMIC_RELAXED);
+	if (p < end)
+		rc = fdb_cent_reserve(c, count != FDB_COUNT_UNKNOWN && count ? count : 16, c->size);
 	while (!rc && p < end) {
 		size_t size;
 		const uint8_t *key, *val;
@@ -598,7 +602,7 @@ static int cent_index(const struct fdb_ival *iv, struct fdb_cent *c)
 			rc = FLEX_ECORRUPT;
 			break;
 		}
-		if ((rc = fdb_cent_reserve(c, c->n + 1, c->size)) != 0)
+		if (c->n == c->cap && (rc = fdb_cent_reserve(c, c->n + 1, c->size)) != 0)
 			break;
 		c->off[c->n] = (uint32_t)(p - c->raw);
 		c->fp[c->n] = fdb_fingerprint(key, klen);
@@ -608,7 +612,6 @@ static int cent_index(const struct fdb_ival *iv, struct fdb_cent *c)
 		first = 0;
 		p += size;
 	}
-	uint32_t count = __atomic_load_n(&iv->count, __ATOMIC_RELAXED);
 	if (!rc && count != FDB_COUNT_UNKNOWN && count != c->n)
 		rc = FLEX_ECORRUPT;
 	c->bytes = fdb_cent_bytes(c);
