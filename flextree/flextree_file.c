@@ -38,7 +38,12 @@
 #include "flextree_int.h"
 
 #define FT_SLOT 4096u
-#define FT_FORMAT 1u
+/* Format 2: leaves of up to 200 entries (format 1: 128).  Both are read;
+ * commits write format 2, so that a build that knows only format 1
+ * refuses the file with FLEX_EVERSION instead of calling its larger
+ * leaves corrupt. */
+#define FT_FORMAT 2u
+#define FT_FORMAT_OLDEST 1u
 #define FT_MAGIC "FLEXTREE"
 #define FT_LEAF_MAGIC 0x314c5446u     /* "FTL1" */
 #define FT_INTERNAL_MAGIC 0x31495446u /* "FTI1" */
@@ -121,7 +126,8 @@ static int ft_header_decode(uint8_t *buf, struct ft_header *h)
 		return FLEX_ECORRUPT;
 	if (flex_get_le64(buf + H_CSUM) != ft_slot_csum(buf, H_CSUM))
 		return FLEX_ECORRUPT;
-	if (flex_get_le32(buf + H_FORMAT) != FT_FORMAT || flex_get_le32(buf + H_SLOT) != FT_SLOT)
+	uint32_t format = flex_get_le32(buf + H_FORMAT);
+	if (format < FT_FORMAT_OLDEST || format > FT_FORMAT || flex_get_le32(buf + H_SLOT) != FT_SLOT)
 		return FLEX_EVERSION;
 	h->version = flex_get_le64(buf + H_VERSION);
 	h->root_slot = flex_get_le32(buf + H_ROOT);

@@ -54,9 +54,11 @@
  * its slot: every tree commit writes whole slots, so fuller leaves mean
  * fewer bytes per commit (a third less than leaves of 128).  Internal
  * nodes keep 128 pivots, which make the O(fanout) shift updates on the
- * path cheaper than the cache misses of a taller tree.  The test suite also builds the tree with tiny capacities so that
- * every split/merge path runs on a few hundred extents; the on-disk format
- * stores counts, so either build reads the other's files. */
+ * path cheaper than the cache misses of a taller tree.  The test suite
+ * also builds the tree with tiny capacities so that every split/merge
+ * path runs on a few hundred extents.  The on-disk format stores counts:
+ * a build reads the nodes of any build with capacities no larger than
+ * its own (format 1 in flextree_file.c: leaves of at most 128). */
 #ifndef FT_LEAF_CAP
 #define FT_LEAF_CAP 200
 #endif

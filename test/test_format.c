@@ -41,6 +41,21 @@ static uint64_t slot_csum(const uint8_t *slot, int at)
 	return XXH3_64bits(copy, sizeof(copy));
 }
 
+/* Rewrites the format field of both header copies of a tree file. */
+static void tree_set_format(const char *path, uint32_t format)
+{
+	int fd = open(path, O_RDWR);
+	cr_assert_geq(fd, 0);
+	uint8_t h[4096];
+	for (int copy = 0; copy < 2; copy++) {
+		cr_assert_eq(pread(fd, h, sizeof(h), copy * 4096), 4096);
+		flex_put_le32(h + 8, format);
+		flex_put_le64(h + 4088, slot_csum(h, 4088));
+		cr_assert_eq(pwrite(fd, h, sizeof(h), copy * 4096), 4096);
+	}
+	close(fd);
+}
+
 Test(format, flextree_header_and_leaf_bytes_match_the_doc)
 {
 	char dir[] = "/tmp/flexfmt.XXXXXX";
@@ -65,7 +80,7 @@ Test(format, flextree_header_and_leaf_bytes_match_the_doc)
 
 	const uint8_t *h = f; /* version 2 lives in slot 2 & 1 = 0 */
 	cr_assert_eq(memcmp(h, "FLEXTREE", 8), 0);
-	cr_assert_eq(le(h + 8, 4), 1);
+	cr_assert_eq(le(h + 8, 4), 2, "format");
 	cr_assert_eq(le(h + 12, 4), 4096);
 	cr_assert_eq(le(h + 16, 8), 2, "version");
 	cr_assert_eq(le(h + 24, 4), 3, "root slot");
@@ -93,6 +108,17 @@ Test(format, flextree_header_and_leaf_bytes_match_the_doc)
 	for (int i = 52; i < 4096; i++)
 		cr_assert_eq(n[i], 0, "rest of the leaf slot is zero");
 	free(f);
+
+	/* Format 1 (leaves of at most 128 entries) still opens; a later
+	 * format is refused as such, not as damage. */
+	tree_set_format(path, 1);
+	cr_assert_eq(flextree_open(path, NULL, &t), 0, "a format-1 file opens");
+	struct flextree_mapping m;
+	cr_assert_eq(flextree_query(t, 0, 100, &m, 1), 1);
+	cr_assert_eq(m.poff, 0x123456);
+	cr_assert_eq(flextree_close(t), 0);
+	tree_set_format(path, 3);
+	cr_assert_eq(flextree_open(path, NULL, &t), FLEX_EVERSION);
 	unlink(path);
 	rmdir(dir);
 }
