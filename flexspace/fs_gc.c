@@ -3,8 +3,8 @@
  * table (paper section 4.1).
  *
  * When the segments holding data take more than gc_ratio bytes per live
- * byte (free segments are reused before DATA grows, and are holes in a
- * space without max_data_size), garbage
+ * byte (free segments are reused before DATA grows; in a space without
+ * max_data_size they are punched as holes when freed), garbage
  * collection picks the least-live segments, copies their extents to the
  * open segment and re-points the tree at the copies (logged as remap
  * records); the emptied segments are reused once that log is durable.
@@ -268,10 +268,10 @@ static int fs_relocate(struct flexspace *fs, const struct flextree_extent *e, co
 
 /* Bytes of the segments that hold data: the open one and the used ones.
  * Free segments are not counted: they are reused before DATA grows and,
- * in a space without max_data_size, they are holes.  Counting them would
- * keep a collection due that cannot bring the count down (it only turns
- * used segments into more free ones), and every maintenance would move
- * nearly-live segments for nothing. */
+ * in a space without max_data_size, punched as holes when freed.
+ * Counting them would keep a collection due that cannot bring the count
+ * down (it only turns used segments into more free ones), and every
+ * maintenance would move nearly-live segments for nothing. */
 static uint64_t fs_used_bytes(const struct flexspace *fs)
 {
 	return (uint64_t)(fs->nsegs - fs->npending - fs->nfree) * fs->seg_size;

@@ -62,9 +62,12 @@ struct flexspace_options {
 	 * (about 1.4x this); larger means fewer tree commits and slower
 	 * recovery. */
 	uint64_t log_limit;
-	/* Garbage collection starts when the data file holds more than this
-	 * many bytes for each byte of live data (space amplification), counted
-	 * over whole segments.  0 means 1.5.  Range: 1.1 .. 100. */
+	/* Garbage collection starts when the segments holding data take more
+	 * than this many bytes for each byte of live data (space
+	 * amplification), counted over whole segments.  Free segments are
+	 * not counted: they are reused before the data file grows (and, in a
+	 * space without max_data_size, punched as holes when freed).  0
+	 * means 1.5.  Range: 1.1 .. 100. */
 	double gc_ratio;
 	/* Largest data file in bytes; writes that would need more fail with
 	 * -ENOSPC.  Live data is capped at 30/32 of it so that collection can
@@ -100,7 +103,7 @@ struct flexspace_options {
 	 * tree's last commit cannot leave memory, so a change that leaves
 	 * more of them than this commits the tree early (as log_limit does),
 	 * which bounds the tree's memory by about this plus the internal
-	 * nodes and leaf stubs (about 75 bytes per leaf of up to 128
+	 * nodes and leaf stubs (about 75 bytes per leaf of up to 200
 	 * extents: under a byte per extent).  Log replay at open and one
 	 * garbage-collection run may exceed it until the next commit. */
 	uint64_t tree_cache_size;

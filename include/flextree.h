@@ -49,7 +49,7 @@ extern "C" {
  * Valid physical addresses are below it: extents live in a 48-bit space. */
 #define FLEXTREE_HOLE ((uint64_t)0xFFFFFFFFFFFFULL)
 /* The leaf cache of a persistent tree when flextree_options.cache_size is
- * 0: 16 MiB, about 6,500 leaves, which hold every leaf of a tree of about
+ * 0: 16 MiB, about 4,200 leaves, which hold every leaf of a tree of about
  * 600,000 extents (leaves are about 70 % full after random inserts) and
  * keep a larger tree's leaves to a fraction of FlexDB's default memory.
  * Not stored on disk. */
