@@ -502,6 +502,28 @@ Test(flexspace, free_segments_keep_no_collection_due)
 		cr_assert_eq(flexspace_read(fs, rb, s * seg, seg), (ssize_t)seg);
 		cr_assert(!memcmp(rb, model + s * seg, seg), "segment %" PRIu64, s);
 	}
+	/* The control: with free segments still below the end, garbage in
+	 * the used segments past gc_ratio is collected, and the used
+	 * segments come back under it. */
+	int k = 0;
+	for (; k < 200 && st.gc_bytes_moved == 0; k++) {
+		uint64_t off = rnd_below(&r, 12ull * seg - seg / 2);
+		op_data(rnd(&r), b, seg / 2);
+		cr_assert_eq(flexspace_write(fs, b, off, seg / 2), (ssize_t)(seg / 2));
+		memcpy(model + off, b, seg / 2);
+		cr_assert_eq(flexspace_sync(fs), 0);
+		cr_assert_eq(flexspace_stats(fs, &st), 0);
+	}
+	fprintf(stderr, "free_segments_gc: collected after %d more writes: %" PRIu64
+		" used, %" PRIu64 " free, %" PRIu64 " moved\n",
+		k, st.segments_used, st.segments_free, st.gc_bytes_moved);
+	cr_assert_gt(st.gc_bytes_moved, 0, "seed %" PRIu64 ": garbage past gc_ratio never collected",
+		     seed);
+	cr_assert_leq(st.segments_used * seg, 3 * st.live_bytes / 2 + 4ull * seg);
+	for (uint64_t s = 0; s < 12; s++) {
+		cr_assert_eq(flexspace_read(fs, rb, s * seg, seg), (ssize_t)seg);
+		cr_assert(!memcmp(rb, model + s * seg, seg), "segment %" PRIu64, s);
+	}
 	cr_assert_eq(flexspace_check(fs), 0);
 	cr_assert_eq(flexspace_close(fs), 0);
 	free(b);
