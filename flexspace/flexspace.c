@@ -845,8 +845,9 @@ int flexspace_resident(const struct flexspace *cfs, uint64_t off, uint64_t len)
 	uint64_t size = flextree_size(fs->tree);
 	uint64_t n = off >= size ? 0 : (len < size - off ? len : size - off);
 	ssize_t got = n ? flextree_query(fs->tree, off, n, loc, FLEXSPACE_LOCATE_MAX) : 0;
-	int rc = got < 0 ? (int)got : 1;
-	for (ssize_t i = 0; rc == 1 && i < got && i < FLEXSPACE_LOCATE_MAX; i++)
+	/* More pieces than were reported: the rest cannot be told. */
+	int rc = got < 0 ? (int)got : got > FLEXSPACE_LOCATE_MAX ? 0 : 1;
+	for (ssize_t i = 0; rc == 1 && i < got; i++)
 		if (loc[i].poff != FLEXTREE_HOLE)
 			rc = fs_data_resident(fs, loc[i].poff, loc[i].len);
 	flex_brlock_rdunlock(&fs->lock);

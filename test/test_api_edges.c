@@ -740,6 +740,22 @@ Test(api_edges, flexspace_bad_ranges)
 		cr_assert_eq(flexspace_resident(nf, 0, 1000), 0, "no mapping: cannot tell");
 		cr_assert_eq(flexspace_close(nf), 0);
 	}
+	{
+		/* Pieces beyond those one report holds cannot be told: a byte
+		 * inserted at the front each time is a piece of its own. */
+		char q[PATH_MAX];
+		join(q, sizeof(q), d.path, "pieces");
+		struct flexspace_options po = small_space();
+		struct flexspace *pf = NULL;
+		cr_assert_eq(flexspace_open(q, &po, &pf), 0);
+		for (int i = 0; i < FLEXSPACE_LOCATE_MAX + 10; i++)
+			cr_assert_eq(flexspace_insert(pf, buf, 0, 1), 1);
+		cr_assert_eq(flexspace_locate(pf, 0, FLEXSPACE_LOCATE_MAX, loc, &nl, &stamp), 0);
+		cr_assert_eq(nl, FLEXSPACE_LOCATE_MAX, "one piece per byte");
+		cr_assert_eq(flexspace_resident(pf, 0, FLEXSPACE_LOCATE_MAX), 1);
+		cr_assert_eq(flexspace_resident(pf, 0, FLEXSPACE_LOCATE_MAX + 1), 0);
+		cr_assert_eq(flexspace_close(pf), 0);
+	}
 	cr_assert_eq(flexspace_locate(fs, 999, UINT64_MAX, loc, &nl, &stamp), 0,
 		     "lengths are clipped to the size");
 	cr_assert_eq(nl, 1);
