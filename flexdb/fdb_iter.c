@@ -70,9 +70,10 @@ int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
 }
 
 /* Collects up to FDB_ITER_CHUNK memtable entries from `from`, stopping
- * before the first key past lim (fdb_store_scan). */
+ * before the first key past lim (fdb_store_scan), or after lim itself
+ * with `lim_incl`. */
 static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, int inclusive,
-		      int reverse, const void *lim, uint32_t limlen, uint64_t vis,
+		      int reverse, const void *lim, uint32_t limlen, int lim_incl, uint64_t vis,
 		      struct fdb_pair *out, int *n, struct fdb_ar *ar)
 {
 	struct fdb_mt_iter mi;
@@ -86,7 +87,7 @@ static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, 
 		const uint8_t *k = fdb_mt_key(&mi, &klen);
 		if (lim) {
 			int c = fdb_keycmp(k, klen, lim, limlen);
-			if (reverse ? c < 0 : c >= 0)
+			if (reverse ? c < 0 : lim_incl ? c > 0 : c >= 0)
 				break;
 		}
 		if (!inclusive && flen && fdb_keycmp(k, klen, from, flen) == 0) {
@@ -247,25 +248,36 @@ static int iter_gather(struct flexdb_iter *it, struct iter_pass *p, const void *
 	p->vis = atomic_load(&db->visible);
 	fdb_memrefs_get(db, &p->a, &p->im);
 	p->ranges = fdb_mt_ranges(p->a->mt) || (p->im && fdb_mt_ranges(p->im->mt));
-	int rc = mt_collect(p->a->mt, from, flen, inclusive, reverse, lim, limlen, p->vis,
-			    p->src[0], &p->cnt[0], &it->ar);
-	if (!rc && p->im)
-		rc = mt_collect(p->im->mt, from, flen, inclusive, reverse, lim, limlen, p->vis,
-				p->src[1], &p->cnt[1], &it->ar);
+	/* The store first: when it fills the chunk, the chunk ends at its
+	 * last pair (iter_bound), and the memtables are read only up to
+	 * there, not 64 entries each far beyond the chunk. */
 	const void *sfrom = from;
 	uint32_t sflen = flen;
-	int sinc = inclusive;
-	if (rc ||
-	    (p->ranges && !iter_store_from(p->a, p->im, reverse, p->vis, &sfrom, &sflen, &sinc)))
-		return rc;
-	struct fdb_cands cands;
-	flex_brlock_rdlock(&db->lock);
-	fdb_cands_init(&db->store, &cands, NULL, 0);
-	rc = fdb_store_scan(&db->store, sfrom, sflen, sinc, reverse, lim, limlen, p->src[2],
-			    FDB_ITER_CHUNK, &p->cnt[2], &it->ar, &cands);
-	fdb_store_admit(&db->store, &cands, 1);
-	flex_brlock_rdunlock(&db->lock);
-	fdb_cache_reap(db);
+	int sinc = inclusive, rc = 0;
+	p->cnt[2] = 0;
+	if (!p->ranges || iter_store_from(p->a, p->im, reverse, p->vis, &sfrom, &sflen, &sinc)) {
+		struct fdb_cands cands;
+		flex_brlock_rdlock(&db->lock);
+		fdb_cands_init(&db->store, &cands, NULL, 0);
+		rc = fdb_store_scan(&db->store, sfrom, sflen, sinc, reverse, lim, limlen,
+				    p->src[2], FDB_ITER_CHUNK, &p->cnt[2], &it->ar, &cands);
+		fdb_store_admit(&db->store, &cands, 1);
+		flex_brlock_rdunlock(&db->lock);
+		fdb_cache_reap(db);
+	}
+	int incl = 0;
+	if (!rc && p->cnt[2] == FDB_ITER_CHUNK) {
+		const struct fdb_pair *l = &p->src[2][FDB_ITER_CHUNK - 1];
+		lim = l->key;
+		limlen = l->klen;
+		incl = 1;
+	}
+	if (!rc)
+		rc = mt_collect(p->a->mt, from, flen, inclusive, reverse, lim, limlen, incl,
+				p->vis, p->src[0], &p->cnt[0], &it->ar);
+	if (!rc && p->im)
+		rc = mt_collect(p->im->mt, from, flen, inclusive, reverse, lim, limlen, incl,
+				p->vis, p->src[1], &p->cnt[1], &it->ar);
 	return rc;
 }
 

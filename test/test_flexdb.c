@@ -2926,6 +2926,73 @@ Test(flexdb, iterator_skips_long_runs_of_deleted_keys)
 	tdb_done(&t);
 }
 
+/* A chunk of the store's pairs ends the memtables' part of the chunk: a
+ * newer version of its last pair, or a tombstone of it, still wins.  From
+ * every start in a window, forwards and backwards, over 1,000 committed
+ * pairs of which some have newer values or deletes in the memtable, so
+ * that the store's chunks end on such keys for some starts. */
+static const char *chunk_end_value(int i)
+{
+	return i % 11 == 5 ? NULL : i % 7 == 0 ? "new" : "old";
+}
+
+static void chunk_end_walk(struct flexdb *db, int start, int rev)
+{
+	struct flexdb_iter *it;
+	cr_assert_eq(flexdb_iter_open(db, &it), 0);
+	char k[32];
+	snprintf(k, sizeof(k), "c%05d", start);
+	cr_assert_eq(rev ? flexdb_iter_seek_for_prev(it, k, strlen(k))
+			 : flexdb_iter_seek(it, k, strlen(k)),
+		     0);
+	int i = start;
+	for (int steps = 0; steps < 200; steps++) {
+		while (i >= 0 && i < 1000 && !chunk_end_value(i))
+			i += rev ? -1 : 1;
+		if (i < 0 || i >= 1000) {
+			cr_assert_eq(flexdb_iter_valid(it), 0);
+			break;
+		}
+		snprintf(k, sizeof(k), "c%05d", i);
+		size_t kl, vl;
+		const char *gk = flexdb_iter_key(it, &kl);
+		const char *gv = flexdb_iter_value(it, &vl);
+		const char *want = chunk_end_value(i);
+		cr_assert(gk && kl == strlen(k) && !memcmp(gk, k, kl),
+			  "from %d%s, step %d: %.*s, expected %s", start, rev ? " back" : "", steps,
+			  gk ? (int)kl : 4, gk ? gk : "none", k);
+		cr_assert(gv && vl == 3 && !memcmp(gv, want, 3), "%s: %.*s, expected %s", k,
+			  gv ? (int)vl : 4, gv ? gv : "none", want);
+		cr_assert_eq(rev ? flexdb_iter_prev(it) : flexdb_iter_next(it), 0);
+		i += rev ? -1 : 1;
+	}
+	flexdb_iter_close(it);
+}
+
+Test(flexdb, iterator_takes_the_memtables_version_of_a_chunks_last_pair)
+{
+	struct tdb t;
+	tdb_open(&t, "chunkend", NULL);
+	char k[32];
+	for (int i = 0; i < 1000; i++) {
+		snprintf(k, sizeof(k), "c%05d", i);
+		put_s(t.db, k, "old");
+	}
+	tdb_reopen(&t, NULL);
+	for (int i = 0; i < 1000; i++) {
+		snprintf(k, sizeof(k), "c%05d", i);
+		if (!chunk_end_value(i))
+			cr_assert_eq(flexdb_delete(t.db, k, strlen(k)), 0);
+		else if (i % 7 == 0)
+			put_s(t.db, k, "new");
+	}
+	for (int start = 0; start < 80; start++) {
+		chunk_end_walk(t.db, start, 0);
+		chunk_end_walk(t.db, 999 - start, 1);
+	}
+	tdb_done(&t);
+}
+
 /* Writes keys "r%07d" for i in [from, to) as puts (del 0) or deletes, a
  * thousand to a batch. */
 static void run_write(struct flexdb *db, int from, int to, int del)
