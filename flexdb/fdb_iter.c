@@ -70,8 +70,10 @@ int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
 }
 
 /* Collects up to FDB_ITER_CHUNK memtable entries from `from`, stopping
- * before the first key past lim (fdb_store_scan), or after lim itself
- * with `lim_incl`. */
+ * before the first key past lim (fdb_store_scan): forwards lim is
+ * excluded, or included with `lim_incl`; in reverse it is always
+ * included (the iterator's lower bound and the store's last pair both
+ * are). */
 static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, int inclusive,
 		      int reverse, const void *lim, uint32_t limlen, int lim_incl, uint64_t vis,
 		      struct fdb_pair *out, int *n, struct fdb_ar *ar)

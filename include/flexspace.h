@@ -230,7 +230,7 @@ FLEX_EXPORT int flexspace_read_located(const struct flexspace *fs, void *buf,
  * cannot tell (its data file is not mapped), or -EINVAL or an error as
  * flexspace_read.  A hint for a caller choosing
  * what to read ahead: the kernel may load or drop pages right after.
- * A range of more than FLEXSPACE_LOCATE_MAX pieces of the data file
+ * A range of more than FLEXSPACE_LOCATE_MAX pieces (holes included)
  * cannot be told: 0. */
 FLEX_EXPORT int flexspace_resident(const struct flexspace *fs, uint64_t off, uint64_t len);
 

@@ -2927,42 +2927,49 @@ Test(flexdb, iterator_skips_long_runs_of_deleted_keys)
 }
 
 /* A chunk of the store's pairs ends the memtables' part of the chunk: a
- * newer version of its last pair, or a tombstone of it, still wins.  From
- * every start in a window, forwards and backwards, over 1,000 committed
- * pairs of which some have newer values or deletes in the memtable, so
- * that the store's chunks end on such keys for some starts. */
-static const char *chunk_end_value(int i)
+ * newer version of its last pair, a tombstone of it, a range delete over
+ * it, or new keys just past it still count.  1,000 committed pairs, then
+ * memtable changes of three kinds (sparse overwrites and deletes; a dense
+ * run of overwrites and new keys between the committed ones, which fills
+ * the memtable's part of a chunk before the store's ends; range deletes
+ * across where the store's chunks end); from every start in a window,
+ * forwards and backwards, the iterator must walk the model. */
+struct ce_pair {
+	char k[16];
+	const char *v; /* NULL: deleted */
+};
+
+static int ce_cmp(const void *a, const void *b)
 {
-	return i % 11 == 5 ? NULL : i % 7 == 0 ? "new" : "old";
+	return strcmp(((const struct ce_pair *)a)->k, ((const struct ce_pair *)b)->k);
 }
 
-static void chunk_end_walk(struct flexdb *db, int start, int rev)
+static void chunk_end_walk(struct flexdb *db, const struct ce_pair *m, int n, int start,
+			   int rev)
 {
 	struct flexdb_iter *it;
 	cr_assert_eq(flexdb_iter_open(db, &it), 0);
-	char k[32];
-	snprintf(k, sizeof(k), "c%05d", start);
-	cr_assert_eq(rev ? flexdb_iter_seek_for_prev(it, k, strlen(k))
-			 : flexdb_iter_seek(it, k, strlen(k)),
+	const char *sk = m[start].k;
+	cr_assert_eq(rev ? flexdb_iter_seek_for_prev(it, sk, strlen(sk))
+			 : flexdb_iter_seek(it, sk, strlen(sk)),
 		     0);
 	int i = start;
 	for (int steps = 0; steps < 200; steps++) {
-		while (i >= 0 && i < 1000 && !chunk_end_value(i))
+		while (i >= 0 && i < n && !m[i].v)
 			i += rev ? -1 : 1;
-		if (i < 0 || i >= 1000) {
+		if (i < 0 || i >= n) {
 			cr_assert_eq(flexdb_iter_valid(it), 0);
 			break;
 		}
-		snprintf(k, sizeof(k), "c%05d", i);
 		size_t kl, vl;
 		const char *gk = flexdb_iter_key(it, &kl);
 		const char *gv = flexdb_iter_value(it, &vl);
-		const char *want = chunk_end_value(i);
-		cr_assert(gk && kl == strlen(k) && !memcmp(gk, k, kl),
-			  "from %d%s, step %d: %.*s, expected %s", start, rev ? " back" : "", steps,
-			  gk ? (int)kl : 4, gk ? gk : "none", k);
-		cr_assert(gv && vl == 3 && !memcmp(gv, want, 3), "%s: %.*s, expected %s", k,
-			  gv ? (int)vl : 4, gv ? gv : "none", want);
+		cr_assert(gk && kl == strlen(m[i].k) && !memcmp(gk, m[i].k, kl),
+			  "from %s%s, step %d: %.*s, expected %s", sk, rev ? " back" : "", steps,
+			  gk ? (int)kl : 4, gk ? gk : "none", m[i].k);
+		cr_assert(gv && vl == strlen(m[i].v) && !memcmp(gv, m[i].v, vl),
+			  "%s: %.*s, expected %s", m[i].k, gv ? (int)vl : 4, gv ? gv : "none",
+			  m[i].v);
 		cr_assert_eq(rev ? flexdb_iter_prev(it) : flexdb_iter_next(it), 0);
 		i += rev ? -1 : 1;
 	}
@@ -2971,26 +2978,51 @@ static void chunk_end_walk(struct flexdb *db, int start, int rev)
 
 Test(flexdb, iterator_takes_the_memtables_version_of_a_chunks_last_pair)
 {
-	struct tdb t;
-	tdb_open(&t, "chunkend", NULL);
-	char k[32];
-	for (int i = 0; i < 1000; i++) {
-		snprintf(k, sizeof(k), "c%05d", i);
-		put_s(t.db, k, "old");
+	for (int kind = 0; kind < 3; kind++) {
+		struct tdb t;
+		tdb_open(&t, "chunkend", NULL);
+		static struct ce_pair m[1300];
+		int n = 0;
+		for (int i = 0; i < 1000; i++, n++) {
+			snprintf(m[n].k, sizeof(m[n].k), "c%05d", i);
+			m[n].v = "old";
+			put_s(t.db, m[n].k, "old");
+		}
+		tdb_reopen(&t, NULL);
+		for (int i = 0; i < 1000; i++) {
+			const char *k = m[i].k;
+			if (kind == 0 && i % 11 == 5) {
+				cr_assert_eq(flexdb_delete(t.db, k, strlen(k)), 0);
+				m[i].v = NULL;
+			} else if ((kind == 0 && i % 7 == 0) ||
+				   (kind == 1 && ((i >= 40 && i < 240) || i >= 800))) {
+				put_s(t.db, k, "new");
+				m[i].v = "new";
+			}
+			if (kind == 1 && ((i >= 40 && i < 240) || i >= 800) && i % 3 == 0) {
+				/* A new key just past a committed one. */
+				snprintf(m[n].k, sizeof(m[n].k), "c%05dx", i);
+				m[n].v = "add";
+				put_s(t.db, m[n++].k, "add");
+			}
+		}
+		if (kind == 2) {
+			static const int cut[][2] = {{60, 70}, {120, 140}, {850, 870}, {930, 936}};
+			for (int c = 0; c < 4; c++) {
+				cr_assert_eq(flexdb_delete_range(t.db, m[cut[c][0]].k, 6,
+								 m[cut[c][1]].k, 6),
+					     0);
+				for (int i = cut[c][0]; i < cut[c][1]; i++)
+					m[i].v = NULL;
+			}
+		}
+		qsort(m, (size_t)n, sizeof(m[0]), ce_cmp);
+		for (int start = 0; start < 90; start++) {
+			chunk_end_walk(t.db, m, n, start, 0);
+			chunk_end_walk(t.db, m, n, n - 1 - start, 1);
+		}
+		tdb_done(&t);
 	}
-	tdb_reopen(&t, NULL);
-	for (int i = 0; i < 1000; i++) {
-		snprintf(k, sizeof(k), "c%05d", i);
-		if (!chunk_end_value(i))
-			cr_assert_eq(flexdb_delete(t.db, k, strlen(k)), 0);
-		else if (i % 7 == 0)
-			put_s(t.db, k, "new");
-	}
-	for (int start = 0; start < 80; start++) {
-		chunk_end_walk(t.db, start, 0);
-		chunk_end_walk(t.db, 999 - start, 1);
-	}
-	tdb_done(&t);
 }
 
 /* Writes keys "r%07d" for i in [from, to) as puts (del 0) or deletes, a
