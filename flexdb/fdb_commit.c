@@ -515,34 +515,125 @@ static int batch_to_mt(struct fdb_mt *mt, const uint8_t *payload, size_t len, in
 	return rc;
 }
 
+/* A writer waiting in db->wq_head's queue (on its stack). */
+struct fdb_writer {
+	const uint8_t *payload;
+	size_t len;
+	int ranges;
+	int rc;
+	int done;
+	uint64_t seq;
+	pthread_cond_t cv;
+	struct fdb_writer *next;
+};
+
+/* A group takes the batches queued behind its leader up to this many
+ * bytes past the leader's own, or up to FDB_GROUP_MAX when the leader's
+ * is large: a small write does not wait behind much more than itself. */
+#define FDB_GROUP_MORE (128u << 10)
+#define FDB_GROUP_MAX (1u << 20)
+#define FDB_GROUP_N 64
+
+void fdb_writers_idle(struct flexdb *db)
+{
+	while (db->w_busy)
+		pthread_cond_wait(&db->wcond, &db->wmu);
+}
+
+/* Writes the group grp[0..n) from sequence number seq0 on, wmu released
+ * (the queue's links may change meanwhile, the group not): their records
+ * in one WAL write, then their batches into the active memtable in order,
+ * each visible once whole.  Sets each writer's rc; returns the WAL
+ * write's status. */
+static int write_group(struct flexdb *db, struct fdb_writer *const *grp, size_t n, uint64_t seq0)
+{
+	const uint8_t *pay[FDB_GROUP_N];
+	size_t len[FDB_GROUP_N];
+	for (size_t i = 0; i < n; i++) {
+		pay[i] = grp[i]->payload;
+		len[i] = grp[i]->len;
+	}
+	/* The WAL file is written (not synced) before the memtable shows
+	 * the changes, so a returned write survives a crash of the
+	 * process. */
+	int rc = fdb_wal_append_group(db->active->wal, seq0, n, pay, len);
+	if (rc)
+		fdb_db_fail(db, rc);
+	else
+		atomic_store(&db->written, seq0 + n - 1);
+	for (size_t i = 0; i < n; i++) {
+		struct fdb_writer *x = grp[i];
+		x->seq = seq0 + i;
+		x->rc = rc ? rc : atomic_load(&db->failed) ? FLEX_EFAILED : 0;
+		if (x->rc)
+			continue;
+		x->rc = batch_to_mt(db->active->mt, x->payload, x->len, x->ranges, x->seq);
+		if (x->rc)
+			fdb_db_fail(db, x->rc);
+		else
+			atomic_store(&db->visible, x->seq); /* the whole batch at once */
+	}
+	return rc;
+}
+
 int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges)
 {
 	if (db->read_only)
 		return FLEX_EREADONLY;
+	struct fdb_writer w = {.payload = payload, .len = len, .ranges = ranges};
+	pthread_cond_init(&w.cv, NULL);
 	pthread_mutex_lock(&db->wmu);
-	int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
-	if (!rc && fdb_mt_bytes(db->active->mt) >= db->memtable_size)
-		rc = fdb_switch_memtable(db);
-	uint64_t seq = db->seq + 1;
-	if (!rc) {
-		/* The WAL file is written (not synced) before the memtable
-		 * shows the change, so a returned write survives a crash of
-		 * the process. */
-		rc = fdb_wal_append(db->active->wal, seq, payload, len);
-		if (rc)
-			fdb_db_fail(db, rc);
-	}
-	if (!rc) {
-		db->seq = seq;
-		atomic_store(&db->written, seq);
-		rc = batch_to_mt(db->active->mt, payload, len, ranges, seq);
-		if (rc)
-			fdb_db_fail(db, rc);
+	if (db->wq_tail)
+		db->wq_tail->next = &w;
+	else
+		db->wq_head = &w;
+	db->wq_tail = &w;
+	while (!w.done && db->wq_head != &w)
+		pthread_cond_wait(&w.cv, &db->wmu);
+	if (!w.done) {
+		/* The first in the queue: writes its group. */
+		int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
+		if (!rc && fdb_mt_bytes(db->active->mt) >= db->memtable_size)
+			rc = fdb_switch_memtable(db);
+		struct fdb_writer *grp[FDB_GROUP_N];
+		grp[0] = &w;
+		size_t n = 1, bytes = len;
+		size_t cap = len <= FDB_GROUP_MORE ? len + FDB_GROUP_MORE : FDB_GROUP_MAX;
+		while (!rc && n < FDB_GROUP_N && grp[n - 1]->next &&
+		       bytes + grp[n - 1]->next->len <= cap) {
+			grp[n] = grp[n - 1]->next;
+			bytes += grp[n++]->len;
+		}
+		uint64_t seq0 = db->seq + 1;
+		if (!rc) {
+			db->w_busy = 1;
+			pthread_mutex_unlock(&db->wmu);
+			int wrc = write_group(db, grp, n, seq0);
+			pthread_mutex_lock(&db->wmu);
+			db->w_busy = 0;
+			if (!wrc)
+				db->seq = seq0 + n - 1;
+			pthread_cond_broadcast(&db->wcond);
+		} else {
+			w.rc = rc;
+		}
+		/* The group leaves the queue; the next writer leads. */
+		struct fdb_writer *x = grp[n - 1]->next;
+		for (size_t i = 0; i < n; i++) {
+			grp[i]->done = 1;
+			if (i)
+				pthread_cond_signal(&grp[i]->cv);
+		}
+		db->wq_head = x;
+		if (!x)
+			db->wq_tail = NULL;
 		else
-			atomic_store(&db->visible, seq); /* the whole batch at once */
+			pthread_cond_signal(&x->cv);
 	}
 	pthread_mutex_unlock(&db->wmu);
+	pthread_cond_destroy(&w.cv);
+	int rc = w.rc;
 	if (!rc && db->sync_writes)
-		rc = fdb_sync_to(db, seq);
+		rc = fdb_sync_to(db, w.seq);
 	return rc;
 }

@@ -35,6 +35,13 @@ struct flexdb {
 	struct flex_brlock lock;
 
 	pthread_mutex_t wmu;
+	/* Writers in the order they came (under wmu): the first leads a
+	 * group, writing its own batch and those queued behind it, and
+	 * writes them with wmu released (w_busy set meanwhile; wcond tells
+	 * its end to those that must not change the memtables during it). */
+	struct fdb_writer *wq_head, *wq_tail;
+	int w_busy;
+	pthread_cond_t wcond;
 	uint64_t seq;		  /* last assigned; under wmu */
 	_Atomic uint64_t written; /* last sequence number in a WAL */
 	_Atomic uint64_t visible; /* last batch fully in the memtable */
@@ -171,7 +178,12 @@ int fdb_batch_point_dead(const struct fdb_batch_ranges *br, uint32_t i,
 			 const struct fdb_batch_op *op);
 /* Writes a batch payload (`ranges`: it holds range deletes): one WAL
  * record, then the active memtable, then with sync_writes a group
- * commit. */
+ * commit.  Writers that come while one writes are written together by
+ * the first of them: their records in one WAL write, then their batches
+ * into the memtable in order. */
 int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges);
+/* wmu held: waits until no group is being written (before a memtable
+ * switch outside the write path). */
+void fdb_writers_idle(struct flexdb *db);
 
 #endif /* FDB_DB_H */

@@ -22,8 +22,9 @@
  *   fdb_iter.c     iterators
  *
  * Locking (flexdb.c and fdb_commit.c have the details):
- *   db->wmu     serialises writers: sequence numbers, WAL appends, the
- *               active memtable, memtable switches
+ *   db->wmu     the writers' queue, sequence numbers, memtable
+ *               switches; the writer first in the queue appends to the
+ *               WAL and the active memtable with it released (w_busy)
  *   db->mtmu    the memtable pointers and their reference counts
  *   db->syncmu  WAL syncs (group commit) and WAL file lifetimes
  *   db->lock    rwlock (striped over threads: flex_brlock.h) over the
@@ -169,6 +170,11 @@ int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64
 		   const uint64_t space[2], struct fdb_wal **out);
 /* Appends one record holding a whole batch (payload from fdb_batch). */
 int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size_t len);
+/* Appends the records of n batches, of sequence numbers seq, seq + 1, ...,
+ * in one write (a write torn by a crash keeps whole records of a prefix
+ * of them: each is checked on its own at recovery). */
+int fdb_wal_append_group(struct fdb_wal *w, uint64_t seq, size_t n, const uint8_t *const *payload,
+			 const size_t *len);
 /* Thread-safe: makes every record appended before the call durable. */
 int fdb_wal_sync(struct fdb_wal *w);
 void fdb_wal_close(struct fdb_wal *w);

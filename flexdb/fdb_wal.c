@@ -127,18 +127,33 @@ int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64
 
 int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size_t len)
 {
-	if (len > UINT32_MAX)
-		return FLEX_ETOOBIG;
+	return fdb_wal_append_group(w, seq, 1, &payload, &len);
+}
+
+int fdb_wal_append_group(struct fdb_wal *w, uint64_t seq, size_t n, const uint8_t *const *payload,
+			 const size_t *len)
+{
 	uint8_t stackbuf[4096];
-	size_t total = REC_HDR + len;
+	size_t total = 0;
+	if (!n)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (len[i] > UINT32_MAX)
+			return FLEX_ETOOBIG;
+		total += REC_HDR + len[i];
+	}
 	uint8_t *b = total <= sizeof(stackbuf) ? stackbuf : malloc(total);
 	if (!b)
 		return -ENOMEM;
-	flex_put_le32(b, REC_MAGIC);
-	flex_put_le32(b + 4, (uint32_t)len);
-	flex_put_le64(b + 8, seq);
-	flex_put_le64(b + 16, rec_csum(seq, payload, len));
-	memcpy(b + REC_HDR, payload, len);
+	uint8_t *r = b;
+	for (size_t i = 0; i < n; i++) {
+		flex_put_le32(r, REC_MAGIC);
+		flex_put_le32(r + 4, (uint32_t)len[i]);
+		flex_put_le64(r + 8, seq + i);
+		flex_put_le64(r + 16, rec_csum(seq + i, payload[i], len[i]));
+		memcpy(r + REC_HDR, payload[i], len[i]);
+		r += REC_HDR + len[i];
+	}
 	int rc = flex_io_write_full(w->io, w->fd, b, total, atomic_load(&w->size));
 	if (b != stackbuf)
 		free(b);
@@ -147,7 +162,7 @@ int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size
 	/* In the file, not yet in the memtable nor acknowledged. */
 	FLEX_KILLPOINT("fdb.wal.appended");
 	atomic_fetch_add(&w->size, total);
-	atomic_store(&w->last_seq, seq);
+	atomic_store(&w->last_seq, seq + n - 1);
 	return 0;
 }
 

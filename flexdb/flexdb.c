@@ -2,10 +2,12 @@
  * flexdb.c - FlexDB's API: open, close and recovery, writes and batches,
  * point reads, checkpoints, check and stats (paper section 5.3).
  *
- * Writes: a writer takes db->wmu, gives its batch the next sequence
- * number, appends it as one WAL record, applies it to the active memtable
- * and releases the lock; with sync_writes it then waits for a group
- * commit.  When the active memtable is full it becomes the immutable one
+ * Writes: writers queue under db->wmu; the first in the queue gives its
+ * batch and those queued behind it the next sequence numbers, appends
+ * them as WAL records in one write, applies them to the active memtable
+ * in order (wmu released meanwhile, the queue holding the next writers
+ * back) and hands the queue on; with sync_writes each then waits for a
+ * group commit.  When the active memtable is full it becomes the immutable one
  * (with its own WAL file) and a new pair starts; a writer waits only if
  * the previous immutable memtable is still being committed.
  *
@@ -246,6 +248,7 @@ int flexdb_compact(struct flexdb *db, int full)
 	/* The memtable's pairs first: the committer tidies once it has
 	 * committed them. */
 	pthread_mutex_lock(&db->wmu);
+	fdb_writers_idle(db);
 	int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
 	if (!rc && fdb_mt_count(db->active->mt))
 		rc = fdb_switch_memtable(db);
@@ -339,6 +342,7 @@ static void db_free(struct flexdb *db)
 		db->io->close(db->io, db->dir_fd);
 	flex_brlock_destroy(&db->lock);
 	pthread_mutex_destroy(&db->wmu);
+	pthread_cond_destroy(&db->wcond);
 	pthread_mutex_destroy(&db->mtmu);
 	pthread_cond_destroy(&db->mtcond);
 	pthread_mutex_destroy(&db->syncmu);
@@ -537,6 +541,7 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&db->wmu, NULL);
+	pthread_cond_init(&db->wcond, NULL);
 	pthread_mutex_init(&db->mtmu, NULL);
 	pthread_cond_init(&db->mtcond, NULL);
 	pthread_mutex_init(&db->syncmu, NULL);
@@ -562,6 +567,7 @@ int flexdb_close(struct flexdb *db)
 		return 0;
 	int rc = 0;
 	pthread_mutex_lock(&db->wmu);
+	fdb_writers_idle(db);
 	if (!db->read_only && !atomic_load(&db->failed) && fdb_mt_count(db->active->mt) > 0)
 		rc = fdb_switch_memtable(db);
 	pthread_mutex_lock(&db->mtmu);

@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -1002,6 +1003,120 @@ static int check_wal_keys(struct flexdb *db, int n, int must, int gone, int empt
 		}
 	}
 	return present;
+}
+
+/* Writers on several threads at once, killed: their writes are written in
+ * groups (one WAL write for the batches queued behind the first writer).
+ * After each kill -9 every write that returned is there, and what each
+ * thread wrote is there up to a point and absent after it (a thread's
+ * writes reach the WAL in its order).  A fresh store each time. */
+#define GW_THREADS 4
+#define GW_MAX 200000
+struct gw_shared {
+	_Atomic long acked[GW_THREADS]; /* last index whose put returned, -1: none */
+};
+
+struct gw_thread {
+	struct flexdb *db;
+	struct gw_shared *sh;
+	int t;
+};
+
+static void *gw_main(void *arg)
+{
+	struct gw_thread *g = arg;
+	char k[32], v[64];
+	for (long i = 0; i < GW_MAX; i++) {
+		int kl = snprintf(k, sizeof(k), "g%d-%07ld", g->t, i);
+		int vl = snprintf(v, sizeof(v), "v%ld-%0*d", i, (int)(i % 40), 0);
+		if (flexdb_put(g->db, k, (size_t)kl, v, (size_t)vl) != 0)
+			_exit(3);
+		atomic_store(&g->sh->acked[g->t], i);
+	}
+	return NULL;
+}
+
+Test(flexdb_crash, kill9_with_concurrent_writers_keeps_each_threads_returned_prefix)
+{
+	uint64_t seed = test_seed("kill9_concurrent_writers"), r = seed;
+	struct gw_shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
+				    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert(sh != MAP_FAILED);
+	char dir[256];
+	struct flexdb_options opt = {0};
+	opt.memtable_size = 256 << 10; /* memtable switches during the run */
+	opt.space = tiny_options();
+	long returned = 0, found_beyond = 0;
+	int cycles = (int)scaled(6);
+	for (int c = 0; c < cycles; c++) {
+		fdb_tmpdir(dir, sizeof(dir), "gwkill");
+		for (int t = 0; t < GW_THREADS; t++)
+			atomic_store(&sh->acked[t], -1);
+		pid_t pid = fork();
+		cr_assert(pid >= 0);
+		if (pid == 0) {
+			struct flexdb *db;
+			if (flexdb_open(dir, &opt, &db) != 0)
+				_exit(2);
+			pthread_t th[GW_THREADS];
+			struct gw_thread g[GW_THREADS];
+			for (int t = 0; t < GW_THREADS; t++) {
+				g[t] = (struct gw_thread){db, sh, t};
+				pthread_create(&th[t], NULL, gw_main, &g[t]);
+			}
+			for (int t = 0; t < GW_THREADS; t++)
+				pthread_join(th[t], NULL);
+			_exit(0);
+		}
+		usleep((useconds_t)(50000 + rnd_below(&r, 250000)));
+		kill(pid, SIGKILL);
+		int st;
+		waitpid(pid, &st, 0);
+		cr_assert(WIFSIGNALED(st), "the writers ended before the kill (status %d)", st);
+		struct flexdb *db;
+		int rc = flexdb_open(dir, &opt, &db);
+		cr_assert_eq(rc, 0, "seed %" PRIu64 " cycle %d: open: %s", seed, c,
+			     flex_strerror(rc));
+		char k[32], buf[64], v[64];
+		for (int t = 0; t < GW_THREADS; t++) {
+			long ack = atomic_load(&sh->acked[t]);
+			/* Present up to a point, absent after, every returned
+			 * one present. */
+			long i = 0;
+			for (;; i++) {
+				int kl = snprintf(k, sizeof(k), "g%d-%07ld", t, i);
+				size_t vn = 0;
+				rc = flexdb_get(db, k, (size_t)kl, buf, sizeof(buf), &vn);
+				if (rc == FLEXDB_NOTFOUND)
+					break;
+				cr_assert_eq(rc, 0, "seed %" PRIu64 " %s: %s", seed, k,
+					     flex_strerror(rc));
+				int vl = snprintf(v, sizeof(v), "v%ld-%0*d", i, (int)(i % 40), 0);
+				cr_assert(vn == (size_t)vl && !memcmp(buf, v, vn),
+					  "seed %" PRIu64 " %s: wrong value", seed, k);
+			}
+			long end = i;
+			cr_assert(end > ack, "seed %" PRIu64 " cycle %d thread %d: put %ld returned "
+				  "but only %ld keys are there", seed, c, t, ack, end);
+			for (long j = end; j < end + 64; j++) {
+				int kl = snprintf(k, sizeof(k), "g%d-%07ld", t, j);
+				cr_assert_eq(flexdb_get(db, k, (size_t)kl, buf, sizeof(buf), NULL),
+					     FLEXDB_NOTFOUND,
+					     "seed %" PRIu64 " cycle %d thread %d: %s after a gap",
+					     seed, c, t, k);
+			}
+			returned += ack + 1;
+			found_beyond += end - 1 - ack;
+		}
+		cr_assert_eq(flexdb_check(db), 0);
+		cr_assert_eq(flexdb_close(db), 0);
+		tmp_remove(dir);
+	}
+	fprintf(stderr,
+		"  kill9_concurrent_writers: %d kills, %ld puts returned, %ld more survived, 0 "
+		"returned lost\n",
+		cycles, returned, found_beyond);
+	munmap(sh, sizeof(*sh));
 }
 
 Test(flexdb_crash, one_wal_record_is_replayed)
