@@ -24,6 +24,7 @@
  *
  * Lock order: flexdb.c.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
@@ -370,10 +371,12 @@ void *fdb_committer_main(void *arg)
 	return NULL;
 }
 
-/* wmu held: hands the active memtable to the committer and starts a new
- * one, waiting for the previous hand-over to finish. */
+/* wmu held, no group being written (w_busy clear): hands the active
+ * memtable to the committer and starts a new one, waiting for the
+ * previous hand-over to finish. */
 int fdb_switch_memtable(struct flexdb *db)
 {
+	assert(!db->w_busy);
 	pthread_mutex_lock(&db->mtmu);
 	if (db->imm)
 		atomic_fetch_add(&db->writer_stalls, 1);
@@ -561,10 +564,13 @@ static int write_group(struct flexdb *db, struct fdb_writer *const *grp, size_t 
 		fdb_db_fail(db, rc);
 	else
 		atomic_store(&db->written, seq0 + n - 1);
+	/* Once its record is in the WAL, a batch goes into the memtable
+	 * whatever else failed meanwhile: FLEX_EFAILED says a change was not
+	 * written, and recovery would replay this one. */
 	for (size_t i = 0; i < n; i++) {
 		struct fdb_writer *x = grp[i];
 		x->seq = seq0 + i;
-		x->rc = rc ? rc : atomic_load(&db->failed) ? FLEX_EFAILED : 0;
+		x->rc = rc;
 		if (x->rc)
 			continue;
 		x->rc = batch_to_mt(db->active->mt, x->payload, x->len, x->ranges, x->seq);
@@ -599,6 +605,12 @@ int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int rang
 		grp[0] = &w;
 		size_t n = 1, bytes = len;
 		size_t cap = len <= FDB_GROUP_MORE ? len + FDB_GROUP_MORE : FDB_GROUP_MAX;
+		/* Nor, beyond the leader's own batch, past the memtable's room
+		 * (only the leader's write may take it over its size). */
+		size_t used = rc ? 0 : fdb_mt_bytes(db->active->mt);
+		size_t room = used < db->memtable_size ? db->memtable_size - used : 0;
+		if (cap > len + room)
+			cap = len + room;
 		while (!rc && n < FDB_GROUP_N && grp[n - 1]->next &&
 		       bytes + grp[n - 1]->next->len <= cap) {
 			grp[n] = grp[n - 1]->next;

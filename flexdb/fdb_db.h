@@ -42,7 +42,7 @@ struct flexdb {
 	struct fdb_writer *wq_head, *wq_tail;
 	int w_busy;
 	pthread_cond_t wcond;
-	uint64_t seq;		  /* last assigned; under wmu */
+	uint64_t seq;		  /* last of the last group written; under wmu */
 	_Atomic uint64_t written; /* last sequence number in a WAL */
 	_Atomic uint64_t visible; /* last batch fully in the memtable */
 	uint64_t wal_gen;	  /* next WAL generation; under wmu */
@@ -125,8 +125,9 @@ void fdb_memrefs_get(struct flexdb *db, struct fdb_memref **a, struct fdb_memref
 
 /* The committer thread's body; arg is the handle. */
 void *fdb_committer_main(void *arg);
-/* wmu held: hands the active memtable to the committer and starts a new
- * one, waiting for the previous hand-over to finish. */
+/* wmu held, no group being written (fdb_writers_idle): hands the active
+ * memtable to the committer and starts a new one, waiting for the
+ * previous hand-over to finish. */
 int fdb_switch_memtable(struct flexdb *db);
 /* Waits until every WAL record up to seq is durable (group commit). */
 int fdb_sync_to(struct flexdb *db, uint64_t seq);

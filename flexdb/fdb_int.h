@@ -171,8 +171,9 @@ int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64
 /* Appends one record holding a whole batch (payload from fdb_batch). */
 int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size_t len);
 /* Appends the records of n batches, of sequence numbers seq, seq + 1, ...,
- * in one write (a write torn by a crash keeps whole records of a prefix
- * of them: each is checked on its own at recovery). */
+ * in one write.  Each record is checked on its own at recovery, which
+ * stops at the first bad one: after a crash that tore the write, at most
+ * a prefix of them is replayed. */
 int fdb_wal_append_group(struct fdb_wal *w, uint64_t seq, size_t n, const uint8_t *const *payload,
 			 const size_t *len);
 /* Thread-safe: makes every record appended before the call durable. */

@@ -1030,7 +1030,7 @@ static void *gw_main(void *arg)
 		int kl = snprintf(k, sizeof(k), "g%d-%07ld", g->t, i);
 		int vl = snprintf(v, sizeof(v), "v%ld-%0*d", i, (int)(i % 40), 0);
 		if (flexdb_put(g->db, k, (size_t)kl, v, (size_t)vl) != 0)
-			_exit(3);
+			_exit(3); /* a put failed */
 		atomic_store(&g->sh->acked[g->t], i);
 	}
 	return NULL;
@@ -1068,11 +1068,27 @@ Test(flexdb_crash, kill9_with_concurrent_writers_keeps_each_threads_returned_pre
 				pthread_join(th[t], NULL);
 			_exit(0);
 		}
-		usleep((useconds_t)(50000 + rnd_below(&r, 250000)));
+		/* The writers must still be making progress when killed: a
+		 * writer left waiting in the queue would stop them all. */
+		usleep((useconds_t)(100000 + rnd_below(&r, 250000)));
+		long before = 0, after = 0;
+		for (int t = 0; t < GW_THREADS; t++)
+			before += atomic_load(&sh->acked[t]);
+		for (int wait = 0; wait < 200 && after <= before; wait++) {
+			usleep(10000);
+			after = 0;
+			for (int t = 0; t < GW_THREADS; t++)
+				after += atomic_load(&sh->acked[t]);
+		}
 		kill(pid, SIGKILL);
 		int st;
 		waitpid(pid, &st, 0);
-		cr_assert(WIFSIGNALED(st), "the writers ended before the kill (status %d)", st);
+		cr_assert(WIFSIGNALED(st), "the writers' process ended before the kill: %s %d",
+			  WIFEXITED(st) ? "exit status" : "status",
+			  WIFEXITED(st) ? WEXITSTATUS(st) : st);
+		cr_assert(after > before,
+			  "seed %" PRIu64 " cycle %d: no put returned in 2 s (%ld acknowledged)",
+			  seed, c, before + GW_THREADS);
 		struct flexdb *db;
 		int rc = flexdb_open(dir, &opt, &db);
 		cr_assert_eq(rc, 0, "seed %" PRIu64 " cycle %d: open: %s", seed, c,
