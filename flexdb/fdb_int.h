@@ -168,12 +168,11 @@ struct fdb_wal {
  * header keeps it. */
 int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64_t gen,
 		   const uint64_t space[2], struct fdb_wal **out);
-/* Appends one record holding a whole batch (payload from fdb_batch). */
-int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size_t len);
-/* Appends the records of n batches, of sequence numbers seq, seq + 1, ...,
- * in one write.  Each record is checked on its own at recovery, which
- * stops at the first bad one: after a crash that tore the write, at most
- * a prefix of them is replayed. */
+/* Appends the records of n batches (payloads from fdb_batch), of
+ * sequence numbers seq, seq + 1, ..., one record per batch, in one
+ * write.  Each record is checked on its own at recovery, which stops at
+ * the first bad one: after a crash that tore the write, at most a prefix
+ * of them is replayed. */
 int fdb_wal_append_group(struct fdb_wal *w, uint64_t seq, size_t n, const uint8_t *const *payload,
 			 const size_t *len);
 /* Thread-safe: makes every record appended before the call durable. */

@@ -125,11 +125,6 @@ int fdb_wal_create(const struct flex_io *io, int dir_fd, const char *dir, uint64
 	return 0;
 }
 
-int fdb_wal_append(struct fdb_wal *w, uint64_t seq, const uint8_t *payload, size_t len)
-{
-	return fdb_wal_append_group(w, seq, 1, &payload, &len);
-}
-
 int fdb_wal_append_group(struct fdb_wal *w, uint64_t seq, size_t n, const uint8_t *const *payload,
 			 const size_t *len)
 {
