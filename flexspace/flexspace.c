@@ -665,6 +665,33 @@ int flexspace_sync(struct flexspace *fs)
 	return rc;
 }
 
+int flexspace_commit(struct flexspace *fs)
+{
+	if (!fs)
+		return -EINVAL;
+	if (fs->read_only)
+		return FLEX_EREADONLY;
+	pthread_mutex_lock(&fs->sync_mu);
+	pthread_mutex_lock(&fs->change_mu);
+	int rc = fs->failed ? FLEX_EFAILED : fs_commit(fs);
+	pthread_mutex_unlock(&fs->change_mu);
+	pthread_mutex_unlock(&fs->sync_mu);
+	return rc;
+}
+
+/* Every change reaches the tree as it is made, so a clean tree is a space
+ * with nothing changed since the commit. */
+int flexspace_stamp(const struct flexspace *fs, uint64_t *out)
+{
+	if (!fs || !out)
+		return -EINVAL;
+	struct flexspace *m = (struct flexspace *)fs;
+	pthread_mutex_lock(&m->change_mu);
+	int rc = fs->failed ? FLEX_EFAILED : flextree_stamp(fs->tree, out);
+	pthread_mutex_unlock(&m->change_mu);
+	return rc;
+}
+
 /* Rewrites one run of mapped bytes [off, off+len) as fresh extents and
  * puts back the tags that started inside it. */
 struct fs_tags {

@@ -25,6 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
+#include "../common/flex_codec.h"
 #include "../common/flex_hg.h"
 #include "flextree_int.h"
 
@@ -374,6 +377,22 @@ int flextree_stats(const struct flextree *t, struct flextree_stats *st)
 		st->cached_leaves = t->nleaves;
 	}
 	st->leaf_bytes = sizeof(struct ft_leaf_body);
+	return 0;
+}
+
+int flextree_stamp(const struct flextree *t, uint64_t *out)
+{
+	if (!t || !out || t->fd < 0)
+		return -EINVAL;
+	if (t->failed)
+		return FLEX_EFAILED;
+	if (t->root->dirty || !t->version)
+		return -EAGAIN;
+	uint8_t b[24];
+	flex_put_le64(b, t->version);
+	flex_put_le64(b + 8, t->root->csum);
+	flex_put_le64(b + 16, t->size);
+	*out = XXH3_64bits(b, sizeof(b));
 	return 0;
 }
 

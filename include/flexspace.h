@@ -317,6 +317,19 @@ FLEX_EXPORT uint64_t flexspace_size(const struct flexspace *fs);
  * durable, and writes nothing). */
 FLEX_EXPORT int flexspace_sync(struct flexspace *fs);
 
+/* flexspace_sync, then commits the tree and starts a new log, as close
+ * does: afterwards the space holds no change since its tree's last commit
+ * until the next change.  Returns 0, FLEX_EFAILED, FLEX_EREADONLY, -errno
+ * (which fails the handle, as a failed sync does). */
+FLEX_EXPORT int flexspace_commit(struct flexspace *fs);
+/* A value that names the space's contents while it holds no change since
+ * its tree's last commit (after flexspace_commit, or an open that had no
+ * log to replay): a later open that gives the same stamp reads the same
+ * bytes and tags (flextree_stamp).  A layer above may keep what it derived
+ * from the contents beside them and trust it when the stamps agree.
+ * Returns 0 and *out; -EAGAIN once anything changed since that commit;
+ * -EINVAL, FLEX_EFAILED. */
+FLEX_EXPORT int flexspace_stamp(const struct flexspace *fs, uint64_t *out);
 /* Online backup: writes into directory dest_dir a copy of the space that
  * opens (flexspace_open) as the space was when the call began: every
  * change that returned before the call is in it, and the copy is the

@@ -243,6 +243,16 @@ FLEX_EXPORT uint64_t flextree_size(const struct flextree *t);
  * tree refuses further changes (FLEX_EFAILED) and must be closed. */
 FLEX_EXPORT int flextree_commit(struct flextree *t);
 
+/* A value that names a persistent tree's contents while it holds no
+ * change since its last commit: the committed version and the root's
+ * checksum, which covers every node through the checksums its pointers
+ * carry.  Two opens of a file that give the same stamp have the same
+ * extents and tags.  Returns 0 and *out; -EAGAIN while the tree has
+ * uncommitted changes (a read-only tree with volatile changes too);
+ * -EINVAL for a volatile tree or a NULL argument; FLEX_EFAILED after a
+ * failed commit.  O(1); call it where no change runs. */
+FLEX_EXPORT int flextree_stamp(const struct flextree *t, uint64_t *out);
+
 /* Whether a persistent tree's dirty nodes exceed its leaf cache: they can
  * leave memory only through a commit, so a caller that keeps changing the
  * tree should commit when this returns 1.  0 otherwise, always for a

@@ -815,6 +815,69 @@ Test(api_edges, flexspace_bad_ranges)
 	tmp_free(&d);
 }
 
+/* Stamps name committed contents: the same after a reopen, none while a
+ * change is uncommitted, another after the next commit. */
+Test(api_edges, stamps_of_trees_and_spaces)
+{
+	uint64_t a = 0, b = 0;
+	cr_assert_eq(flextree_stamp(NULL, &a), -EINVAL);
+	cr_assert_eq(flexspace_stamp(NULL, &a), -EINVAL);
+	cr_assert_eq(flexspace_commit(NULL), -EINVAL);
+	struct flextree *t = NULL;
+	cr_assert_eq(flextree_open(NULL, NULL, &t), 0);
+	cr_assert_eq(flextree_stamp(t, &a), -EINVAL, "a volatile tree has no stamp");
+	cr_assert_eq(flextree_close(t), 0);
+
+	struct tmpdir d;
+	tmp_make(&d, "stamps");
+	char p[PATH_MAX];
+	join(p, sizeof(p), d.path, "t");
+	cr_assert_eq(flextree_open(p, NULL, &t), 0);
+	cr_assert_eq(flextree_stamp(t, NULL), -EINVAL);
+	cr_assert_eq(flextree_stamp(t, &a), 0, "a new tree is committed");
+	cr_assert_eq(flextree_insert(t, 0, 0, 100), 0);
+	cr_assert_eq(flextree_stamp(t, &b), -EAGAIN);
+	cr_assert_eq(flextree_commit(t), 0);
+	cr_assert_eq(flextree_stamp(t, &b), 0);
+	cr_assert_neq(a, b);
+	cr_assert_eq(flextree_close(t), 0);
+	struct flextree_options ro = {.read_only = 1};
+	cr_assert_eq(flextree_open(p, &ro, &t), 0);
+	cr_assert_eq(flextree_stamp(t, &a), 0);
+	cr_assert_eq(a, b, "a reopen has the stamp of the last commit");
+	cr_assert_eq(flextree_close(t), 0);
+
+	join(p, sizeof(p), d.path, "s");
+	struct flexspace_options o = small_space();
+	struct flexspace *fs = NULL;
+	cr_assert_eq(flexspace_open(p, &o, &fs), 0);
+	cr_assert_eq(flexspace_stamp(fs, NULL), -EINVAL);
+	cr_assert_eq(flexspace_write(fs, "abc", 0, 3), 3);
+	cr_assert_eq(flexspace_stamp(fs, &a), -EAGAIN);
+	cr_assert_eq(flexspace_sync(fs), 0);
+	cr_assert_eq(flexspace_stamp(fs, &a), -EAGAIN, "synced, not committed");
+	cr_assert_eq(flexspace_commit(fs), 0);
+	cr_assert_eq(flexspace_stamp(fs, &a), 0);
+	cr_assert_eq(flexspace_commit(fs), 0, "nothing to commit");
+	cr_assert_eq(flexspace_stamp(fs, &b), 0);
+	cr_assert_eq(a, b);
+	cr_assert_eq(flexspace_tag_set(fs, 1, 3), 0);
+	cr_assert_eq(flexspace_stamp(fs, &b), -EAGAIN, "a tag is a change");
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(p, &o, &fs), 0);
+	cr_assert_eq(flexspace_stamp(fs, &b), 0);
+	cr_assert_neq(a, b);
+	cr_assert_eq(flexspace_close(fs), 0);
+	struct flexspace_options oro = o;
+	oro.read_only = 1;
+	cr_assert_eq(flexspace_open(p, &oro, &fs), 0);
+	cr_assert_eq(flexspace_stamp(fs, &a), 0);
+	cr_assert_eq(a, b, "a read-only open has the stamp of the close");
+	cr_assert_eq(flexspace_commit(fs), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_free(&d);
+}
+
 Test(api_edges, flexspace_options_and_paths)
 {
 	struct tmpdir d;
@@ -1758,7 +1821,8 @@ static const char *const exported_covered[] = {
     "flextree_tag_get",	     "flextree_size",
     "flextree_commit",	     "flextree_check",
     "flextree_stats",	     "flextree_pressure",
-    "flexspace_open",
+    "flextree_stamp",	     "flexspace_stamp",
+    "flexspace_commit",	     "flexspace_open",
     "flexspace_options_check",
     "flexspace_close",	     "flexspace_read",
     "flexspace_write",	     "flexspace_insert",
