@@ -204,6 +204,23 @@ static struct fdb_cent *cent_thin(const struct fdb_cent *c, const struct fdb_pma
 	return t;
 }
 
+struct fdb_cent *fdb_cent_thin_new(uint32_t n, uint32_t size)
+{
+	size_t arrays = ((size_t)n * (sizeof(uint32_t) + sizeof(uint16_t)) + 7) & ~(size_t)7;
+	struct fdb_cent *t = calloc(1, sizeof(*t) + arrays);
+	if (!t)
+		return NULL;
+	t->off = (uint32_t *)(t + 1);
+	t->fp = (uint16_t *)(t->off + n);
+	t->n = t->cap = n;
+	t->size = size;
+	t->packed = 1;
+	t->slot = UINT32_MAX;
+	t->bytes = fdb_cent_bytes(t);
+	FLEX_ATOMIC_OBJ(&t->ref, sizeof(t->ref));
+	return t;
+}
+
 /* Packs a private entry (cent_thin's layout, fdb_cent_reserve moves the
  * arrays out again when the entry grows), keeping its raw bytes unless
  * `thin`: what stays of a thin one lets a lookup read just the record it

@@ -92,8 +92,20 @@ size_t fdb_ring_limit(const struct fdb_store *s);
  * the cache (takes cache_mu). */
 size_t fdb_cache_thin_room(struct fdb_store *s);
 
+/* A thin entry of n pairs of size bytes in all, its offsets and
+ * fingerprints to be filled in (NULL when out of memory). */
+struct fdb_cent *fdb_cent_thin_new(uint32_t n, uint32_t size);
+
 /* fdb_store.c */
 int fdb_anchor_verify(struct fdb_store *s, uint64_t off);
+struct fdb_ival *fdb_ival_new(const void *key, uint32_t klen);
+
+/* fdb_snap.c: the index file INDEX in directory dir.  fdb_snap_save
+ * writes it (the store idle, the FlexSpace at `stamp`); fdb_snap_load
+ * puts its index and thin entries in place of an empty store's when it
+ * was written at `stamp`, else returns nonzero and changes nothing. */
+int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir, uint64_t stamp);
+int fdb_snap_load(struct fdb_store *s, const struct flex_io *io, const char *dir, uint64_t stamp);
 
 /* A run is the changes of a commit chunk that fall into one interval.
  * They are made to the interval's entry and the index as they are worked

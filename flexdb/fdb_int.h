@@ -391,13 +391,18 @@ struct fdb_store {
 	uint32_t warm_klen;
 	atomic_int warm_done;
 	int no_tidy; /* the space has max_data_size */
+	int from_snap; /* the index came from the file INDEX (fdb_snap.c) */
 	int tidy_whole; /* the last step ended a pass with nothing left */
 	uint64_t tidy_credit;
 	_Atomic uint64_t tidy_bytes;
 	atomic_int tidy_due;
 };
 
-int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_limit);
+/* Builds the index of the open FlexSpace fs: from the file INDEX in dir
+ * when a clean close left one of these contents (fdb_snap.c), else from
+ * the anchors. */
+int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_limit,
+		   const struct flex_io *io, const char *dir);
 void fdb_store_close(struct fdb_store *s);
 /* Exclusive lock held: applies the puts and deletes at the start of
  * ops[0..n), sorted by key, that fall into one interval (*done of them,

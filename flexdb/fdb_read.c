@@ -282,7 +282,8 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
  * would, whole while the cache has room and thin after (making room as a
  * miss does: CLOCK makes whole entries thin), until every interval is
  * cached or the thin entries' share of the cache is full, before one
- * would have to be dropped.
+ * would have to be dropped.  Thin entries (an open from INDEX brings them)
+ * are read again and made whole while the cache has room for that.
  * It reads only intervals whose bytes are in the page cache.  A failure
  * only ends the pass; the lookup that meets the same failure reports it. */
 void fdb_store_warm(struct fdb_store *s)
@@ -303,7 +304,12 @@ void fdb_store_warm(struct fdb_store *s)
 	int rc = 0, k = 0;
 	for (; iv && k < FDB_SCAN_READ_IVALS && bytes < FDB_SCAN_READ_BYTES && thin < thin_room;
 	     iv = fdb_index_next(&p), k++) {
-		if (fdb_ival_cent(iv) || !iv->size || !fdb_ival_keepable(s, iv->size))
+		/* A thin entry (from INDEX, fdb_snap.c) is made whole while
+		 * the cache has room for whole entries. */
+		const struct fdb_cent *old = fdb_ival_cent(iv);
+		if (!iv->size || !fdb_ival_keepable(s, iv->size) ||
+		    (old && (old->raw || fdb_load_bytes(&s->cache_bytes) + 2 * (size_t)iv->size >
+						 fdb_ring_limit(s))))
 			continue;
 		/* Only what the page cache holds: a store larger than memory
 		 * is read as lookups ask, not pulled in whole. */
@@ -318,7 +324,8 @@ void fdb_store_warm(struct fdb_store *s)
 			rc = fdb_cent_from_raw(iv, raw, iv->size, map, &c);
 		if (rc)
 			break;
-		thin += fdb_cent_thin_bytes(c);
+		if (!old)
+			thin += fdb_cent_thin_bytes(c);
 		fdb_cand_push(&cands, iv, c, ADMIT_ROOM);
 		bytes += iv->size;
 	}
@@ -340,8 +347,9 @@ void fdb_store_warm(struct fdb_store *s)
 }
 
 #define FDB_AR_BLOCK (64u << 10)
-/* Blocks an emptied arena keeps, at most. */
-#define FDB_AR_KEEP (256u << 10)
+/* Blocks an emptied arena keeps, at most: what a chunk of large pairs
+ * reads (two or three runs of up to FDB_SCAN_READ_BYTES of intervals). */
+#define FDB_AR_KEEP (512u << 10)
 struct fdb_ar_blk {
 	struct fdb_ar_blk *prev;
 	size_t used, cap;
@@ -352,14 +360,22 @@ void *fdb_ar_alloc(struct fdb_ar *a, size_t n)
 {
 	struct fdb_ar_blk *b = a->blk;
 	if (!b || b->cap - b->used < n) {
-		/* A spare block that holds n, else a new one. */
-		struct fdb_ar_blk **sp = &a->spare, *nb;
-		while (*sp && (*sp)->cap < n)
-			sp = &(*sp)->prev;
-		if ((nb = *sp) != NULL) {
+		/* The smallest spare block that holds n (a scan's small copies
+		 * leave the large blocks to its runs), else a new one. */
+		struct fdb_ar_blk **sp = NULL, *nb;
+		for (struct fdb_ar_blk **q = &a->spare; *q; q = &(*q)->prev)
+			if ((*q)->cap >= n && (!sp || (*q)->cap < (*sp)->cap))
+				sp = q;
+		if (sp) {
+			nb = *sp;
 			*sp = nb->prev;
 		} else {
-			size_t cap = n > FDB_AR_BLOCK ? n : FDB_AR_BLOCK;
+			/* Large requests (a scan's runs of intervals) take a
+			 * power of two, so that another chunk's runs, of
+			 * other sizes, fit the blocks kept. */
+			size_t cap = FDB_AR_BLOCK;
+			while (cap < n)
+				cap *= 2;
 			if (!(nb = malloc(sizeof(*nb) + cap)))
 				return NULL;
 			nb->cap = cap;

@@ -113,7 +113,7 @@ int fdb_anchor_verify(struct fdb_store *s, uint64_t off)
 	return rc;
 }
 
-static struct fdb_ival *ival_new(const void *key, uint32_t klen)
+struct fdb_ival *fdb_ival_new(const void *key, uint32_t klen)
 {
 	struct fdb_ival *iv = calloc(1, sizeof(*iv));
 	if (!iv)
@@ -174,7 +174,8 @@ static void anchors_peek(struct flexspace *fs, const struct anchors *a, size_t f
 	}
 }
 
-int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_limit)
+int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_limit,
+		   const struct flex_io *io, const char *dir)
 {
 	memset(s, 0, sizeof(*s));
 	s->fs = fs;
@@ -189,7 +190,15 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 	s->rec = malloc(FDB_REC_MAX);
 	if (!s->index || !s->rec)
 		return -ENOMEM;
-	uint64_t size = flexspace_size(fs);
+	uint64_t size = flexspace_size(fs), stamp;
+	/* The index a clean close left, if it describes these contents
+	 * (fdb_snap.c); else the anchors. */
+	if (flexspace_stamp(fs, &stamp) == 0 && fdb_snap_load(s, io, dir, stamp) == 0) {
+		s->bytes = size;
+		s->from_snap = 1;
+		fdb_maps_policy(s);
+		return 0;
+	}
 	struct anchors a = {0};
 	int rc = flexspace_scan(fs, 0, UINT64_MAX, collect_anchor, &a);
 	if (!rc)
@@ -201,7 +210,7 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 		rc = -ENOMEM;
 	/* Without a stamp (a failed locate) the batches find their pieces
 	 * stale and every anchor is read alone. */
-	uint64_t stamp = 0;
+	stamp = 0;
 	struct flextree_mapping m0[FLEXSPACE_LOCATE_MAX];
 	size_t nm0 = 0;
 	if (!rc && a.n)
@@ -218,7 +227,7 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 		}
 		struct fdb_ival *iv = NULL;
 		if (i == 0) {
-			iv = ival_new("", 0);
+			iv = fdb_ival_new("", 0);
 		} else {
 			/* Read just the anchor pair's header and key: a small
 			 * read first, which holds the whole pair when it is
@@ -257,7 +266,7 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 				rc = FLEX_ECORRUPT;
 			else if (h + klen + vlen + 4 <= (size_t)n && anchor_check(hdr, (size_t)n))
 				rc = FLEX_ECORRUPT;
-			else if ((iv = ival_new(hdr + h, klen)) != NULL)
+			else if ((iv = fdb_ival_new(hdr + h, klen)) != NULL)
 				iv->unverified = h + klen + vlen + 4 > (size_t)n;
 		}
 		if (!rc && !iv)
@@ -406,7 +415,7 @@ static int ival_split(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival 
 	const uint8_t *k, *v;
 	uint32_t kl, vl, sz;
 	fdb_cent_pair(c, m, &k, &kl, &v, &vl, &sz);
-	struct fdb_ival *nv = ival_new(k, kl);
+	struct fdb_ival *nv = fdb_ival_new(k, kl);
 	struct fdb_cent *nc = fdb_cent_new();
 	uint32_t at = c->off[m];
 	if (!nv || !nc || fdb_cent_reserve(nc, c->n - m, c->size - at)) {

@@ -43,6 +43,7 @@
 #include "../common/flex_ident.h"
 #include "../common/flex_killpoint.h"
 #include "../common/flex_vec.h"
+#include "fdb_cache.h"
 #include "fdb_db.h"
 
 #define FDB_DEFAULT_CACHE ((uint64_t)64 << 20)
@@ -392,7 +393,8 @@ static void *space_open_main(void *arg)
 	struct flexdb *db = sp->db;
 	sp->rc = flexspace_open(sp->path, &sp->so, &db->fs);
 	if (!sp->rc)
-		sp->rc = fdb_store_open(&db->store, db->fs, sp->cache - sp->so.tree_cache_size);
+		sp->rc = fdb_store_open(&db->store, db->fs, sp->cache - sp->so.tree_cache_size,
+					db->io, db->dir);
 	return NULL;
 }
 
@@ -590,6 +592,13 @@ int flexdb_close(struct flexdb *db)
 	fdb_memref_put(a);
 	fdb_memref_put(i);
 	db->active = db->imm = NULL;
+	/* Everything is in the space: commit it, so that the index kept
+	 * beside it is the next open's (fdb_snap.c), unless this one fails
+	 * to be written. */
+	uint64_t stamp;
+	if (!rc && !db->read_only && db->fs && (rc = flexspace_commit(db->fs)) == 0 &&
+	    flexspace_stamp(db->fs, &stamp) == 0)
+		(void)fdb_snap_save(&db->store, db->io, db->dir, stamp);
 	fdb_store_close(&db->store);
 	if (db->fs) {
 		int frc = flexspace_close(db->fs);
@@ -783,5 +792,6 @@ int flexdb_stats(const struct flexdb *cdb, struct flexdb_stats *st)
 	st->tidy_bytes = atomic_load(&db->store.tidy_bytes);
 	st->tidy_due = atomic_load(&db->store.tidy_due) != 0;
 	st->warming = !db->read_only && !atomic_load(&db->store.warm_done);
+	st->index_from_file = db->store.from_snap;
 	return flexspace_stats(db->fs, &st->space);
 }

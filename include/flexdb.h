@@ -136,6 +136,11 @@ struct flexdb_stats {
 	 * the thin entries' share of the cache is full; it drops no entry. */
 	int warming;
 	struct flexspace_stats space;
+	/* Nonzero when open took the sparse index, and the thin entries its
+	 * cache had room for, from the file INDEX the last clean close wrote
+	 * (docs/ARCHITECTURE.md, "Open"), instead of reading every
+	 * interval's first pair. */
+	int index_from_file;
 };
 
 /* Opens or creates the store in directory dir.  Replays the WALs left by a

@@ -1882,14 +1882,20 @@ Test(flexdb, warming_caches_every_interval_it_can_and_keeps_the_bound)
 	cr_assert_eq(flexdb_sync(t.db), 0);
 	tidy_verify(t.db, &m, "warm while writing");
 
-	/* A read-only handle has no committer, so nothing warms. */
+	/* A read-only handle has no committer, so nothing warms: it has
+	 * only the thin entries the close's INDEX brought. */
 	cr_assert_eq(flexdb_close(t.db), 0);
 	struct flexdb_options ro = o;
 	ro.read_only = 1;
 	cr_assert_eq(flexdb_open(t.dir, &ro, &t.db), 0);
 	cr_assert_eq(flexdb_stats(t.db, &st), 0);
 	cr_assert_eq(st.warming, 0);
-	cr_assert_eq(st.cache_bytes, 0);
+	cr_assert_eq(st.index_from_file, 1);
+	cr_assert_leq(st.cache_bytes, o.cache_size / 2);
+	uint64_t before = st.cache_bytes;
+	usleep(100 * 1000);
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	cr_assert_eq(st.cache_bytes, before, "something warmed a read-only handle");
 	tdb_done(&t);
 	fm_free(&m);
 	pool_free(&pool);
@@ -2833,11 +2839,19 @@ Test(flexdb, reopen_finds_every_interval_through_batched_anchor_reads)
 	cr_assert_eq(flexdb_stats(t.db, &st), 0);
 	uint64_t intervals = st.intervals;
 	cr_assert_gt(intervals, 2 * FLEXSPACE_LOCATE_MAX, "%" PRIu64 " intervals", intervals);
-	for (int round = 0; round < 2; round++) {
+	/* Rounds 0 and 1 from the INDEX the close left, 2 and 3 from the
+	 * anchors. */
+	for (int round = 0; round < 4; round++) {
 		struct flexdb_options ro = o;
-		ro.read_only = round;
-		tdb_reopen(&t, &ro);
+		ro.read_only = round & 1;
+		cr_assert_eq(flexdb_close(t.db), 0);
+		char path[512];
+		snprintf(path, sizeof(path), "%s/INDEX", t.dir);
+		if (round >= 2)
+			(void)unlink(path);
+		cr_assert_eq(flexdb_open(t.dir, &ro, &t.db), 0);
 		cr_assert_eq(flexdb_stats(t.db, &st), 0);
+		cr_assert_eq(st.index_from_file, round < 2, "round %d", round);
 		cr_expect_eq(st.intervals, intervals, "%" PRIu64 " intervals, %" PRIu64 " before",
 			     st.intervals, intervals);
 		for (uint64_t i = 0; i < n; i++) {
@@ -2851,6 +2865,137 @@ Test(flexdb, reopen_finds_every_interval_through_batched_anchor_reads)
 	}
 	tdb_reopen(&t, &o);
 	tdb_done(&t);
+}
+
+/* A clean close leaves the file INDEX (the sparse index and the cache's
+ * thin entries); the next open takes them from it and gives the same
+ * store.  An INDEX that does not describe the contents -- written before
+ * the last change, damaged anywhere, cut short, empty -- is ignored and
+ * the anchors are read, with nothing lost. */
+static void index_file_copy(const char *dir, const char *from, const char *to)
+{
+	char a[512], b[512];
+	snprintf(a, sizeof(a), "%s/%s", dir, from);
+	snprintf(b, sizeof(b), "%s/%s", dir, to);
+	FILE *in = fopen(a, "rb"), *out = fopen(b, "wb");
+	cr_assert(in && out, "copy %s to %s", a, b);
+	char buf[1 << 16];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		cr_assert_eq(fwrite(buf, 1, n, out), n);
+	fclose(in);
+	cr_assert_eq(fclose(out), 0);
+}
+
+static int index_from_file(struct flexdb *db)
+{
+	struct flexdb_stats st;
+	cr_assert_eq(flexdb_stats(db, &st), 0);
+	return st.index_from_file;
+}
+
+Test(flexdb, index_file_opens_the_same_store_and_is_ignored_unless_current)
+{
+	uint64_t seed = test_seed("indexfile"), r = seed;
+	struct flexdb_options o = fdb_default_opts();
+	o.memtable_size = 256u << 10;
+	o.cache_size = 2u << 20; /* thin entries for part of the store only */
+	struct tdb t;
+	tdb_open(&t, "indexfile", &o);
+	struct keypool pool;
+	pool_make(&pool, 20000, seed ^ 0x696478u);
+	uint8_t *vbuf = malloc(FLEXDB_MAX_VALUE);
+	struct fmodel m = {0};
+	cr_assert_eq(index_from_file(t.db), 0, "a new store has no INDEX");
+	tidy_puts(t.db, &m, &pool, 30000, &r, vbuf);
+	for (int i = 0; i < 3000; i++) {
+		const struct fkey *k = &pool.keys[rnd_below(&r, pool.n)];
+		cr_assert_eq(flexdb_delete(t.db, k->k, k->n), 0);
+		fm_del(&m, k->k, k->n);
+	}
+	tdb_reopen(&t, &o);
+	cr_assert_eq(index_from_file(t.db), 1, "a clean close's INDEX was not used");
+	struct flexdb_stats st;
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	cr_assert_eq(st.intervals_uncounted, 0);
+	cr_assert_eq(st.keys, m.n, "%" PRIu64 " keys counted, %zu in the model", st.keys, m.n);
+	cr_assert_gt(st.cache_bytes, 0, "no thin entry came with the index");
+	cr_assert_leq(st.cache_bytes, o.cache_size / 2);
+	tidy_verify(t.db, &m, "opened from INDEX");
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	cr_assert_gt(st.cache_thin_hits, 0);
+	uint64_t intervals;
+	fprintf(stderr, "  index file: %" PRIu64 " intervals, %" PRIu64 " thin hits, %" PRIu64
+		" misses\n", st.intervals, st.cache_thin_hits, st.cache_misses);
+
+	/* Read-only handles use it and leave it as it is. */
+	cr_assert_eq(flexdb_close(t.db), 0);
+	struct flexdb_options ro = o;
+	ro.read_only = 1;
+	cr_assert_eq(flexdb_open(t.dir, &ro, &t.db), 0);
+	cr_assert_eq(index_from_file(t.db), 1);
+	tidy_verify(t.db, &m, "read-only from INDEX");
+	cr_assert_eq(flexdb_close(t.db), 0);
+	cr_assert_eq(flexdb_open(t.dir, &o, &t.db), 0);
+	cr_assert_eq(index_from_file(t.db), 1);
+
+	/* An INDEX older than the last change. */
+	index_file_copy(t.dir, "INDEX", "INDEX.old");
+	tidy_puts(t.db, &m, &pool, 2000, &r, vbuf);
+	tdb_reopen(&t, &o);
+	cr_assert_eq(index_from_file(t.db), 1);
+	cr_assert_eq(flexdb_close(t.db), 0);
+	index_file_copy(t.dir, "INDEX.old", "INDEX");
+	cr_assert_eq(flexdb_open(t.dir, &o, &t.db), 0);
+	cr_assert_eq(index_from_file(t.db), 0, "a stale INDEX was used");
+	tidy_verify(t.db, &m, "stale INDEX");
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	intervals = st.intervals;
+	cr_assert_eq(flexdb_close(t.db), 0);
+
+	/* Damaged: every flipped byte, a cut anywhere, an empty file. */
+	char path[512];
+	snprintf(path, sizeof(path), "%s/INDEX", t.dir);
+	struct stat sb;
+	cr_assert_eq(stat(path, &sb), 0);
+	index_file_copy(t.dir, "INDEX", "INDEX.good");
+	for (int round = 0; round < 40; round++) {
+		index_file_copy(t.dir, "INDEX.good", "INDEX");
+		uint64_t at = rnd_below(&r, (uint64_t)sb.st_size);
+		if (round < 8)
+			at = (uint64_t)round * 8 + rnd_below(&r, 8); /* the header */
+		if (round == 39) {
+			cr_assert_eq(truncate(path, 0), 0);
+		} else if (round % 3 == 2) {
+			cr_assert_eq(truncate(path, (off_t)at), 0);
+		} else {
+			FILE *f = fopen(path, "r+b");
+			cr_assert(f);
+			fseek(f, (long)at, SEEK_SET);
+			int ch = fgetc(f);
+			fseek(f, (long)at, SEEK_SET);
+			fputc(ch ^ (1 << rnd_below(&r, 8)), f);
+			cr_assert_eq(fclose(f), 0);
+		}
+		cr_assert_eq(flexdb_open(t.dir, &o, &t.db), 0);
+		cr_assert_eq(index_from_file(t.db), 0, "round %d: a damaged INDEX (byte %" PRIu64
+			     ") was used", round, at);
+		cr_assert_eq(flexdb_stats(t.db, &st), 0);
+		cr_assert_eq(st.intervals, intervals, "%" PRIu64 " intervals, %" PRIu64 " before",
+			     st.intervals, intervals);
+		cr_assert_eq(flexdb_check(t.db), 0);
+		if (round % 8 == 0)
+			tidy_verify(t.db, &m, "damaged INDEX");
+		cr_assert_eq(flexdb_close(t.db), 0);
+	}
+	/* Each of those closes wrote a sound one again. */
+	cr_assert_eq(flexdb_open(t.dir, &o, &t.db), 0);
+	cr_assert_eq(index_from_file(t.db), 1);
+	tidy_verify(t.db, &m, "after the damaged ones");
+	tdb_done(&t);
+	pool_free(&pool);
+	fm_free(&m);
+	free(vbuf);
 }
 
 /* A scan of 10 keys between bounds, from a cold cache, reads about the
@@ -3068,11 +3213,15 @@ static void run_walk(struct flexdb_iter *it, const int *want, int n, int rev)
  * of them in one refill, in both directions, and once it has read a few
  * chunks its buffers stop growing. */
 /* Chunks of large pairs take several arena blocks; a reset keeps them for
- * the next refill, so a walk over such pairs stops allocating too. */
+ * the next refill, so a walk over such pairs stops allocating too: over
+ * whole cached intervals (a cache that holds them all, once warming has
+ * cached them) and over intervals read from the FlexSpace in runs (a
+ * small cache). */
 Test(flexdb, iterator_over_large_values_stops_allocating)
 {
+	struct flexdb_options o = fdb_default_opts();
 	struct tdb t;
-	tdb_open(&t, "iterbig", NULL);
+	tdb_open(&t, "iterbig", &o);
 	static uint8_t v[3000];
 	memset(v, 'b', sizeof(v));
 	char k[16];
@@ -3080,24 +3229,32 @@ Test(flexdb, iterator_over_large_values_stops_allocating)
 		snprintf(k, sizeof(k), "big%05d", i);
 		cr_assert_eq(flexdb_put(t.db, k, strlen(k), v, sizeof(v)), 0);
 	}
-	tdb_reopen(&t, NULL);
-	struct flexdb_iter *it;
-	cr_assert_eq(flexdb_iter_open(t.db, &it), 0);
-	cr_assert_eq(flexdb_iter_seek(it, NULL, 0), 0);
-	int n = 0;
-	uint64_t grown = 0;
-	for (; flexdb_iter_valid(it); n++) {
-		if (n == 500)
-			grown = fdb_iter_grows(it);
-		size_t vl;
-		cr_assert_not_null(flexdb_iter_value(it, &vl));
-		cr_assert_eq(vl, sizeof(v));
-		cr_assert_eq(flexdb_iter_next(it), 0);
+	for (int small = 0; small < 2; small++) {
+		if (small)
+			o.cache_size = 1u << 20;
+		tdb_reopen(&t, &o);
+		(void)warm_wait(t.db);
+		struct flexdb_iter *it;
+		cr_assert_eq(flexdb_iter_open(t.db, &it), 0);
+		cr_assert_eq(flexdb_iter_seek(it, NULL, 0), 0);
+		int n = 0;
+		uint64_t grown = 0;
+		for (; flexdb_iter_valid(it); n++) {
+			if (n == 500)
+				grown = fdb_iter_grows(it);
+			size_t vl;
+			cr_assert_not_null(flexdb_iter_value(it, &vl));
+			cr_assert_eq(vl, sizeof(v));
+			cr_assert_eq(flexdb_iter_next(it), 0);
+		}
+		cr_assert_eq(n, 3000);
+		cr_assert_gt(grown, 0);
+		cr_expect_eq(fdb_iter_grows(it), grown,
+			     "%s cache: refills of large pairs kept allocating (%" PRIu64
+			     " blocks, %" PRIu64 " after 500 pairs)",
+			     small ? "small" : "large", fdb_iter_grows(it), grown);
+		flexdb_iter_close(it);
 	}
-	cr_assert_eq(n, 3000);
-	cr_assert_gt(grown, 0);
-	cr_expect_eq(fdb_iter_grows(it), grown, "refills of large pairs kept allocating");
-	flexdb_iter_close(it);
 	tdb_done(&t);
 }
 

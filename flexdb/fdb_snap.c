@@ -1,0 +1,360 @@
+/*
+ * fdb_snap.c - the sparse index and the cache's offsets and fingerprints,
+ * kept across a clean close in the file INDEX of the store's directory.
+ *
+ * Without it an open rebuilds the sparse index from the anchor pairs, a
+ * read of every interval's first pair (one random read of DATA per
+ * interval when the store is larger than memory), and starts with an
+ * empty cache, so the first lookup of every interval reads and decodes
+ * all of it.  A clean close writes INDEX: every interval's key, size and
+ * pair count and, within the thin entries' share of the cache, the record
+ * sizes and key fingerprints of the entries the cache held (what a thin
+ * entry keeps).  The next open reads INDEX in one sequential pass instead
+ * of the anchors when the FlexSpace gives the stamp INDEX was written at
+ * (flexspace_stamp): its contents are then the ones INDEX describes.  The
+ * file is only a copy of what the FlexSpace holds: one that is missing,
+ * cut short, damaged or of other contents is ignored (the anchors are
+ * read), and it is written without a sync.  Layout: docs/FORMAT.md.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "../common/flex_codec.h"
+#include "fdb_cache.h"
+
+#define SNAP_NAME "INDEX"
+#define SNAP_MAGIC "FDBINDEX"
+#define SNAP_FORMAT 1u
+#define SNAP_HDR 64u
+/* Payload bytes of a block at most; an interval never spans two. */
+#define SNAP_BLOCK (1u << 20)
+/* Thin entries of more pairs are not kept (an interval's pairs fit a
+ * block with room to spare). */
+#define SNAP_MAX_PAIRS 65536u
+enum { SNAP_UNVERIFIED = 1, SNAP_THIN = 2 };
+
+static uint64_t snap_hdr_csum(const uint8_t *h)
+{
+	return XXH3_64bits(h, SNAP_HDR - 8);
+}
+
+static uint64_t snap_block_csum(const uint8_t *p, size_t n, uint64_t k)
+{
+	return XXH3_64bits_withSeed(p, n, k);
+}
+
+/* What a thin entry of n pairs is charged (fdb_cent_bytes of one). */
+static size_t thin_cost(uint32_t n)
+{
+	return sizeof(struct fdb_cent) + (size_t)n * (sizeof(uint32_t) + sizeof(uint16_t));
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+
+struct snap_writer {
+	const struct flex_io *io;
+	int fd;
+	uint8_t *buf; /* 8-byte block header, payload, 8-byte checksum */
+	size_t used;  /* payload bytes */
+	uint64_t off, blocks;
+};
+
+static int snap_flush(struct snap_writer *w)
+{
+	if (!w->used)
+		return 0;
+	flex_put_le32(w->buf, (uint32_t)w->used);
+	flex_put_le32(w->buf + 4, 0);
+	flex_put_le64(w->buf + 8 + w->used, snap_block_csum(w->buf + 8, w->used, w->blocks));
+	size_t n = 16 + w->used;
+	int rc = flex_io_write_full(w->io, w->fd, w->buf, n, w->off);
+	w->off += n;
+	w->blocks++;
+	w->used = 0;
+	return rc;
+}
+
+/* Whether the thin form of c goes into the file: whole entries (read
+ * often enough to be kept whole) before thin ones, within `left`. */
+static int snap_take(const struct fdb_cent *c, size_t *left_whole, size_t *left_thin)
+{
+	if (!c || !c->n || c->n > SNAP_MAX_PAIRS)
+		return 0;
+	size_t *left = c->raw ? left_whole : left_thin;
+	size_t cost = thin_cost(c->n);
+	if (cost > *left)
+		return 0;
+	*left -= cost;
+	return 1;
+}
+
+int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir, uint64_t stamp)
+{
+	char path[PATH_MAX], tmp[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, SNAP_NAME);
+	snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, SNAP_NAME);
+	/* The thin share of the cache: whole entries' first, thin ones' in
+	 * what they leave. */
+	size_t budget = s->cache_limit / 2, whole = 0;
+	struct fdb_ipath p;
+	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv; iv = fdb_index_next(&p))
+		if (iv->cache && iv->cache->raw && iv->cache->n <= SNAP_MAX_PAIRS)
+			whole += thin_cost(iv->cache->n);
+	size_t left_whole = whole < budget ? whole : budget, left_thin = budget - left_whole;
+
+	struct snap_writer w = {.io = io, .off = SNAP_HDR};
+	w.buf = malloc(SNAP_BLOCK + 16);
+	if (!w.buf)
+		return -ENOMEM;
+	w.fd = io->open(io, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (w.fd < 0) {
+		free(w.buf);
+		return w.fd;
+	}
+	int rc = 0;
+	uint64_t n = 0;
+	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv && !rc;
+	     iv = fdb_index_next(&p), n++) {
+		const struct fdb_cent *c = iv->cache;
+		int thin = snap_take(c, &left_whole, &left_thin);
+		size_t need = 5 * 3 + 2 + iv->klen + (thin ? 5 + (size_t)c->n * 7 : 0);
+		if (w.used + need > SNAP_BLOCK && (rc = snap_flush(&w)) != 0)
+			break;
+		uint8_t *q = w.buf + 8 + w.used, *q0 = q;
+		uint32_t count = iv->count;
+		q += flex_varint_put(q, iv->size);
+		q += flex_varint_put(q, count >= UINT32_MAX - 1 ? 0 : count + 1);
+		*q++ = (uint8_t)((iv->unverified ? SNAP_UNVERIFIED : 0) | (thin ? SNAP_THIN : 0));
+		*q++ = iv->pieces;
+		q += flex_varint_put(q, iv->klen);
+		memcpy(q, iv->key, iv->klen);
+		q += iv->klen;
+		if (thin) {
+			q += flex_varint_put(q, c->n);
+			for (uint32_t i = 0; i < c->n; i++)
+				q += flex_varint_put(q, (i + 1 < c->n ? c->off[i + 1] : c->size) -
+							    c->off[i]);
+			for (uint32_t i = 0; i < c->n; i++, q += 2)
+				flex_put_le16(q, c->fp[i]);
+		}
+		w.used += (size_t)(q - q0);
+	}
+	if (!rc)
+		rc = snap_flush(&w);
+	if (!rc) {
+		uint8_t *h = w.buf;
+		memset(h, 0, SNAP_HDR);
+		memcpy(h, SNAP_MAGIC, 8);
+		flex_put_le32(h + 8, SNAP_FORMAT);
+		flex_put_le32(h + 12, SNAP_BLOCK);
+		flex_put_le64(h + 16, stamp);
+		flex_put_le64(h + 24, s->bytes);
+		flex_put_le64(h + 32, n);
+		flex_put_le64(h + 40, w.blocks);
+		flex_put_le64(h + 48, w.off);
+		flex_put_le64(h + SNAP_HDR - 8, snap_hdr_csum(h));
+		rc = flex_io_write_full(io, w.fd, h, SNAP_HDR, 0);
+	}
+	int crc = io->close(io, w.fd);
+	if (!rc)
+		rc = crc;
+	if (!rc)
+		rc = io->rename(io, tmp, path);
+	if (rc)
+		(void)io->unlink(io, tmp);
+	free(w.buf);
+	return rc;
+}
+
+/* ---- reading ------------------------------------------------------------------ */
+
+/* An interval read from the file with the thin entry it had, if any. */
+struct snap_item {
+	struct fdb_ival *iv;
+	struct fdb_cent *c;
+};
+
+struct snap_reader {
+	struct fdb_store *s;
+	struct fdb_index *index;
+	struct snap_item *items;
+	size_t n, cap;
+	uint64_t off;	   /* in the space, of the next interval */
+	uint64_t keys, uncounted;
+	const struct fdb_ival *prev;
+};
+
+static const uint8_t *get_varint(const uint8_t *p, const uint8_t *end, uint32_t *v)
+{
+	size_t k = p ? flex_varint_get(p, end, v) : 0;
+	return k ? p + k : NULL;
+}
+
+/* Parses one interval from [p, end) into r; returns where it ended, or
+ * NULL when the bytes are not a sound interval after r->prev. */
+static const uint8_t *snap_item(struct snap_reader *r, const uint8_t *p, const uint8_t *end)
+{
+	uint32_t size, count, klen, n = 0;
+	p = get_varint(p, end, &size);
+	p = get_varint(p, end, &count);
+	if (!p || end - p < 2)
+		return NULL;
+	uint8_t flags = *p++, pieces = *p++;
+	p = get_varint(p, end, &klen);
+	if (!p || (size_t)(end - p) < klen || klen > FLEXDB_MAX_KEY || (flags & ~3u))
+		return NULL;
+	const uint8_t *key = p;
+	p += klen;
+	/* The first interval has the empty key, every other a larger key than
+	 * the one before and some bytes. */
+	if (r->prev ? !klen || !size || fdb_keycmp(r->prev->key, r->prev->klen, key, klen) >= 0
+		    : klen != 0)
+		return NULL;
+	struct fdb_cent *c = NULL;
+	if (flags & SNAP_THIN) {
+		p = get_varint(p, end, &n);
+		if (!p || !n || n > SNAP_MAX_PAIRS || (count && count - 1 != n))
+			return NULL;
+		if (!(c = fdb_cent_thin_new(n, size)))
+			return NULL;
+		uint64_t at = 0;
+		for (uint32_t i = 0; i < n && p; i++) {
+			uint32_t rs;
+			p = get_varint(p, end, &rs);
+			c->off[i] = (uint32_t)at;
+			at += rs;
+			if (p && (!rs || at > size))
+				p = NULL;
+		}
+		if (!p || at != size || (size_t)(end - p) < 2 * (size_t)n) {
+			fdb_cent_free(c);
+			return NULL;
+		}
+		for (uint32_t i = 0; i < n; i++, p += 2)
+			c->fp[i] = flex_get_le16(p);
+	}
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? 2 * r->cap : 1024;
+		struct snap_item *v = realloc(r->items, cap * sizeof(*v));
+		if (!v) {
+			fdb_cent_free(c);
+			return NULL;
+		}
+		r->items = v;
+		r->cap = cap;
+	}
+	struct fdb_ival *iv = fdb_ival_new(key, klen);
+	if (!iv) {
+		fdb_cent_free(c);
+		return NULL;
+	}
+	iv->size = size;
+	iv->pieces = pieces;
+	iv->unverified = (flags & SNAP_UNVERIFIED) != 0;
+	iv->count = count ? count - 1 : FDB_COUNT_UNKNOWN;
+	if (count)
+		r->keys += count - 1;
+	else
+		r->uncounted++;
+	if (fdb_index_append(r->index, iv, r->off)) {
+		fdb_cent_free(c);
+		free(iv->key);
+		free(iv);
+		return NULL;
+	}
+	r->items[r->n++] = (struct snap_item){iv, c};
+	r->off += size;
+	r->prev = iv;
+	return p;
+}
+
+/* Reads the blocks of the file, checking each, into r. */
+static int snap_blocks(struct snap_reader *r, const struct flex_io *io, int fd, uint64_t blocks,
+		       uint64_t fbytes)
+{
+	uint8_t *buf = malloc(SNAP_BLOCK + 16);
+	if (!buf)
+		return -ENOMEM;
+	uint64_t off = SNAP_HDR;
+	int rc = 0;
+	for (uint64_t b = 0; b < blocks && !rc; b++) {
+		rc = off + 8 > fbytes ? -EINVAL : flex_io_read_full(io, fd, buf, 8, off);
+		uint32_t len = rc ? 0 : flex_get_le32(buf);
+		if (!rc && (!len || len > SNAP_BLOCK || off + 16 + len > fbytes))
+			rc = -EINVAL;
+		if (!rc)
+			rc = flex_io_read_full(io, fd, buf + 8, len + 8, off + 8);
+		if (!rc && flex_get_le64(buf + 8 + len) != snap_block_csum(buf + 8, len, b))
+			rc = -EINVAL;
+		const uint8_t *p = buf + 8, *end = buf + 8 + len;
+		while (!rc && p < end)
+			if (!(p = snap_item(r, p, end)))
+				rc = -EINVAL;
+		off += 16 + (uint64_t)len;
+	}
+	if (!rc && off != fbytes)
+		rc = -EINVAL;
+	free(buf);
+	return rc;
+}
+
+int fdb_snap_load(struct fdb_store *s, const struct flex_io *io, const char *dir, uint64_t stamp)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, SNAP_NAME);
+	int fd = io->open(io, path, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return fd;
+	uint8_t h[SNAP_HDR];
+	uint64_t fbytes = 0;
+	int rc = io->fsize(io, fd, &fbytes);
+	if (!rc)
+		rc = fbytes < SNAP_HDR ? -EINVAL : flex_io_read_full(io, fd, h, SNAP_HDR, 0);
+	if (!rc && (memcmp(h, SNAP_MAGIC, 8) || flex_get_le64(h + SNAP_HDR - 8) != snap_hdr_csum(h) ||
+		    flex_get_le32(h + 8) != SNAP_FORMAT || flex_get_le32(h + 12) != SNAP_BLOCK ||
+		    flex_get_le64(h + 48) != fbytes))
+		rc = -EINVAL;
+	uint64_t size = flexspace_size(s->fs);
+	if (!rc && (flex_get_le64(h + 16) != stamp || flex_get_le64(h + 24) != size))
+		rc = -ESTALE;
+	struct snap_reader r = {.s = s};
+	if (!rc && !(r.index = fdb_index_new()))
+		rc = -ENOMEM;
+	if (!rc)
+		rc = snap_blocks(&r, io, fd, flex_get_le64(h + 40), fbytes);
+	if (!rc && (r.n != flex_get_le64(h + 32) || r.off != size || !r.n))
+		rc = -EINVAL;
+	io->close(io, fd);
+	if (rc) {
+		for (size_t i = 0; i < r.n; i++)
+			fdb_cent_free(r.items[i].c);
+		if (r.index)
+			fdb_index_free(r.index);
+		free(r.items);
+		return rc;
+	}
+	fdb_index_free(s->index);
+	s->index = r.index;
+	s->keys = r.keys;
+	s->uncounted = size ? r.uncounted : 0;
+	/* The thin entries, as far as the thin share of this cache goes. */
+	size_t room = fdb_cache_thin_room(s);
+	for (size_t i = 0; i < r.n; i++) {
+		struct fdb_cent *c = r.items[i].c;
+		if (!c)
+			continue;
+		if (c->bytes > room || fdb_cache_attach(s, r.items[i].iv, c, 0)) {
+			fdb_cent_free(c);
+			continue;
+		}
+		room -= c->bytes;
+	}
+	free(r.items);
+	return 0;
+}
