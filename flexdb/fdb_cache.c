@@ -64,6 +64,16 @@ static uint64_t *pmap_poff(const struct fdb_pmap *m)
 	return (uint64_t *)((uint8_t *)m + pmap_head(m->n));
 }
 
+uint64_t *fdb_pmap_poff(struct fdb_pmap *m)
+{
+	return pmap_poff(m);
+}
+
+size_t fdb_pmap_bytes(uint32_t pieces)
+{
+	return pmap_bytes(pieces);
+}
+
 /* The map of the interval at [off, off + size), cut out of a read's
  * report loc[0..n) that covers it; NULL when none (or out of memory). */
 static struct fdb_pmap *pmap_new(const struct flextree_mapping *loc, size_t n, uint64_t stamp,
@@ -204,14 +214,20 @@ static struct fdb_cent *cent_thin(const struct fdb_cent *c, const struct fdb_pma
 	return t;
 }
 
-struct fdb_cent *fdb_cent_thin_new(uint32_t n, uint32_t size)
+struct fdb_cent *fdb_cent_thin_new(uint32_t n, uint32_t size, uint32_t pieces, uint64_t stamp)
 {
 	size_t arrays = ((size_t)n * (sizeof(uint32_t) + sizeof(uint16_t)) + 7) & ~(size_t)7;
-	struct fdb_cent *t = calloc(1, sizeof(*t) + arrays);
+	size_t map = pieces ? pmap_bytes(pieces) : 0;
+	struct fdb_cent *t = calloc(1, sizeof(*t) + arrays + map);
 	if (!t)
 		return NULL;
 	t->off = (uint32_t *)(t + 1);
 	t->fp = (uint16_t *)(t->off + n);
+	if (pieces) {
+		t->map = (struct fdb_pmap *)((uint8_t *)(t + 1) + arrays);
+		t->map->n = pieces;
+		t->map->stamp = stamp;
+	}
 	t->n = t->cap = n;
 	t->size = size;
 	t->packed = 1;

@@ -93,8 +93,12 @@ size_t fdb_ring_limit(const struct fdb_store *s);
 size_t fdb_cache_thin_room(struct fdb_store *s);
 
 /* A thin entry of n pairs of size bytes in all, its offsets and
- * fingerprints to be filled in (NULL when out of memory). */
-struct fdb_cent *fdb_cent_thin_new(uint32_t n, uint32_t size);
+ * fingerprints to be filled in, with a map of `pieces` pieces (0: none)
+ * stamped `stamp` whose loff[] and fdb_pmap_poff() are to be filled in
+ * too (NULL when out of memory). */
+struct fdb_cent *fdb_cent_thin_new(uint32_t n, uint32_t size, uint32_t pieces, uint64_t stamp);
+uint64_t *fdb_pmap_poff(struct fdb_pmap *m);
+size_t fdb_pmap_bytes(uint32_t pieces);
 
 /* fdb_store.c */
 int fdb_anchor_verify(struct fdb_store *s, uint64_t off);

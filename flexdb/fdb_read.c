@@ -302,11 +302,14 @@ void fdb_store_warm(struct fdb_store *s)
 	int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
 	size_t bytes = 0, thin = 0;
 	int rc = 0, k = 0;
-	for (; iv && k < FDB_SCAN_READ_IVALS && bytes < FDB_SCAN_READ_BYTES && thin < thin_room;
+	for (; iv && k < FDB_SCAN_READ_IVALS && bytes < FDB_SCAN_READ_BYTES;
 	     iv = fdb_index_next(&p), k++) {
 		/* A thin entry (from INDEX, fdb_snap.c) is made whole while
-		 * the cache has room for whole entries. */
+		 * the cache has room for whole entries; an interval without
+		 * one is cached while the thin share has room. */
 		const struct fdb_cent *old = fdb_ival_cent(iv);
+		if (!old && thin >= thin_room)
+			break;
 		if (!iv->size || !fdb_ival_keepable(s, iv->size) ||
 		    (old && (old->raw || fdb_load_bytes(&s->cache_bytes) + 2 * (size_t)iv->size >
 						 fdb_ring_limit(s))))
@@ -370,12 +373,10 @@ void *fdb_ar_alloc(struct fdb_ar *a, size_t n)
 			nb = *sp;
 			*sp = nb->prev;
 		} else {
-			/* Large requests (a scan's runs of intervals) take a
-			 * power of two, so that another chunk's runs, of
-			 * other sizes, fit the blocks kept. */
-			size_t cap = FDB_AR_BLOCK;
-			while (cap < n)
-				cap *= 2;
+			/* Large requests (a scan's runs of intervals) take
+			 * whole blocks' worth, so that another chunk's runs,
+			 * of other sizes, often fit the blocks kept. */
+			size_t cap = (n + FDB_AR_BLOCK - 1) / FDB_AR_BLOCK * FDB_AR_BLOCK;
 			if (!(nb = malloc(sizeof(*nb) + cap)))
 				return NULL;
 			nb->cap = cap;

@@ -44,15 +44,44 @@ static uint64_t snap_hdr_csum(const uint8_t *h)
 	return XXH3_64bits(h, SNAP_HDR - 8);
 }
 
-static uint64_t snap_block_csum(const uint8_t *p, size_t n, uint64_t k)
+/* Seeded with the stamp too: a block of an older INDEX left in place of
+ * this one's (the file is not synced) does not pass. */
+static uint64_t snap_block_csum(const uint8_t *p, size_t n, uint64_t stamp, uint64_t k)
 {
-	return XXH3_64bits_withSeed(p, n, k);
+	return XXH3_64bits_withSeed(p, n, stamp ^ (k * 0x9e3779b97f4a7c15ull));
 }
 
-/* What a thin entry of n pairs is charged (fdb_cent_bytes of one). */
-static size_t thin_cost(uint32_t n)
+/* What a thin entry of n pairs with a map of `pieces` is charged
+ * (fdb_cent_bytes of one). */
+static size_t thin_cost(uint32_t n, uint32_t pieces)
 {
-	return sizeof(struct fdb_cent) + (size_t)n * (sizeof(uint32_t) + sizeof(uint16_t));
+	return sizeof(struct fdb_cent) + (size_t)n * (sizeof(uint32_t) + sizeof(uint16_t)) +
+	       (pieces ? fdb_pmap_bytes(pieces) : 0);
+}
+
+/* Where the interval at [off, off + size) lies in DATA now, as a map's
+ * pieces (offset into the interval, DATA offset); 0 when the FlexSpace
+ * does not say in one report or a piece is a hole. */
+static uint32_t snap_locate(struct fdb_store *s, uint64_t off, uint32_t size, uint32_t *loff,
+			    uint64_t *poff)
+{
+	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];
+	size_t n = 0;
+	uint64_t stamp;
+	if (!size || flexspace_locate(s->fs, off, size, loc, &n, &stamp) || !n)
+		return 0;
+	uint32_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (loc[i].loff + loc[i].len <= off || loc[i].loff >= off + size)
+			continue;
+		if (loc[i].poff == FLEXTREE_HOLE || (!k && loc[i].loff > off))
+			return 0;
+		loff[k] = loc[i].loff > off ? (uint32_t)(loc[i].loff - off) : 0;
+		poff[k++] = loc[i].poff + (off > loc[i].loff ? off - loc[i].loff : 0);
+		if (loc[i].loff + loc[i].len >= off + size)
+			return k;
+	}
+	return 0; /* the report ended short of the interval's end */
 }
 
 /* ---- writing ------------------------------------------------------------------ */
@@ -62,7 +91,7 @@ struct snap_writer {
 	int fd;
 	uint8_t *buf; /* 8-byte block header, payload, 8-byte checksum */
 	size_t used;  /* payload bytes */
-	uint64_t off, blocks;
+	uint64_t off, blocks, stamp;
 };
 
 static int snap_flush(struct snap_writer *w)
@@ -71,7 +100,7 @@ static int snap_flush(struct snap_writer *w)
 		return 0;
 	flex_put_le32(w->buf, (uint32_t)w->used);
 	flex_put_le32(w->buf + 4, 0);
-	flex_put_le64(w->buf + 8 + w->used, snap_block_csum(w->buf + 8, w->used, w->blocks));
+	flex_put_le64(w->buf + 8 + w->used, snap_block_csum(w->buf + 8, w->used, w->stamp, w->blocks));
 	size_t n = 16 + w->used;
 	int rc = flex_io_write_full(w->io, w->fd, w->buf, n, w->off);
 	w->off += n;
@@ -80,14 +109,16 @@ static int snap_flush(struct snap_writer *w)
 	return rc;
 }
 
-/* Whether the thin form of c goes into the file: whole entries (read
- * often enough to be kept whole) before thin ones, within `left`. */
-static int snap_take(const struct fdb_cent *c, size_t *left_whole, size_t *left_thin)
+/* Whether the thin form of c (with a map of `pieces`) goes into the
+ * file: whole entries (read often enough to be kept whole) before thin
+ * ones, within `left`. */
+static int snap_take(const struct fdb_cent *c, uint32_t pieces, size_t *left_whole,
+		     size_t *left_thin)
 {
 	if (!c || !c->n || c->n > SNAP_MAX_PAIRS)
 		return 0;
 	size_t *left = c->raw ? left_whole : left_thin;
-	size_t cost = thin_cost(c->n);
+	size_t cost = thin_cost(c->n, pieces);
 	if (cost > *left)
 		return 0;
 	*left -= cost;
@@ -105,10 +136,10 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 	struct fdb_ipath p;
 	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv; iv = fdb_index_next(&p))
 		if (iv->cache && iv->cache->raw && iv->cache->n <= SNAP_MAX_PAIRS)
-			whole += thin_cost(iv->cache->n);
+			whole += thin_cost(iv->cache->n, 1);
 	size_t left_whole = whole < budget ? whole : budget, left_thin = budget - left_whole;
 
-	struct snap_writer w = {.io = io, .off = SNAP_HDR};
+	struct snap_writer w = {.io = io, .off = SNAP_HDR, .stamp = stamp};
 	w.buf = malloc(SNAP_BLOCK + 16);
 	if (!w.buf)
 		return -ENOMEM;
@@ -117,17 +148,34 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 		free(w.buf);
 		return w.fd;
 	}
+	/* Thin entries keep where their pairs lie while maps pay
+	 * (fdb_maps_policy). */
+	int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
+	uint32_t loff[FLEXSPACE_LOCATE_MAX];
+	uint64_t poff[FLEXSPACE_LOCATE_MAX];
 	int rc = 0;
 	uint64_t n = 0;
 	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv && !rc;
 	     iv = fdb_index_next(&p), n++) {
 		const struct fdb_cent *c = iv->cache;
-		int thin = snap_take(c, &left_whole, &left_thin);
-		size_t need = 5 * 3 + 2 + iv->klen + (thin ? 5 + (size_t)c->n * 7 : 0);
+		uint32_t count = iv->count;
+		/* An entry that disagrees with its interval is left out, and
+		 * so is the count: the next load counts again. */
+		if (c && (c->size != iv->size || (count != FDB_COUNT_UNKNOWN && c->n != count))) {
+			c = NULL;
+			count = FDB_COUNT_UNKNOWN;
+		}
+		uint32_t pieces = c && maps && c->n <= SNAP_MAX_PAIRS
+				      ? snap_locate(s, fdb_index_offset(&p), c->size, loff, poff)
+				      : 0;
+		int thin = snap_take(c, pieces, &left_whole, &left_thin);
+		if (!thin)
+			pieces = 0;
+		size_t need = 5 * 3 + 2 + iv->klen +
+			      (thin ? 10 + (size_t)pieces * 11 + (size_t)c->n * 7 : 0);
 		if (w.used + need > SNAP_BLOCK && (rc = snap_flush(&w)) != 0)
 			break;
 		uint8_t *q = w.buf + 8 + w.used, *q0 = q;
-		uint32_t count = iv->count;
 		q += flex_varint_put(q, iv->size);
 		q += flex_varint_put(q, count >= UINT32_MAX - 1 ? 0 : count + 1);
 		*q++ = (uint8_t)((iv->unverified ? SNAP_UNVERIFIED : 0) | (thin ? SNAP_THIN : 0));
@@ -137,6 +185,13 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 		q += iv->klen;
 		if (thin) {
 			q += flex_varint_put(q, c->n);
+			q += flex_varint_put(q, pieces);
+			for (uint32_t i = 0; i < pieces; i++) {
+				q += flex_varint_put(q, loff[i]);
+				flex_put_le32(q, (uint32_t)poff[i]);
+				flex_put_le16(q + 4, (uint16_t)(poff[i] >> 32));
+				q += 6;
+			}
 			for (uint32_t i = 0; i < c->n; i++)
 				q += flex_varint_put(q, (i + 1 < c->n ? c->off[i + 1] : c->size) -
 							    c->off[i]);
@@ -174,10 +229,12 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 
 /* ---- reading ------------------------------------------------------------------ */
 
-/* An interval read from the file with the thin entry it had, if any. */
+/* An interval read from the file, where it starts, and the thin entry
+ * it had if the cache has room for it. */
 struct snap_item {
 	struct fdb_ival *iv;
 	struct fdb_cent *c;
+	uint64_t off;
 };
 
 struct snap_reader {
@@ -186,7 +243,11 @@ struct snap_reader {
 	struct snap_item *items;
 	size_t n, cap;
 	uint64_t off;	   /* in the space, of the next interval */
+	uint64_t size;	   /* of the space */
 	uint64_t keys, uncounted;
+	size_t room;	   /* for thin entries, left in the cache's share */
+	int maps;	   /* their maps are kept, stamped mstamp */
+	uint64_t mstamp;
 	const struct fdb_ival *prev;
 };
 
@@ -212,22 +273,48 @@ static const uint8_t *snap_item(struct snap_reader *r, const uint8_t *p, const u
 	const uint8_t *key = p;
 	p += klen;
 	/* The first interval has the empty key, every other a larger key than
-	 * the one before and some bytes. */
+	 * the one before and some bytes; only the one interval of an empty
+	 * store has none (and no pairs). */
 	if (r->prev ? !klen || !size || fdb_keycmp(r->prev->key, r->prev->klen, key, klen) >= 0
-		    : klen != 0)
+		    : klen != 0 || (!size && (r->size || count != 1 || (flags & SNAP_THIN))))
 		return NULL;
 	struct fdb_cent *c = NULL;
 	if (flags & SNAP_THIN) {
+		uint32_t np;
 		p = get_varint(p, end, &n);
-		if (!p || !n || n > SNAP_MAX_PAIRS || (count && count - 1 != n))
+		p = get_varint(p, end, &np);
+		if (!p || !n || n > SNAP_MAX_PAIRS || (count && count - 1 != n) ||
+		    np > FLEXSPACE_LOCATE_MAX || (size_t)(end - p) < 7 * (size_t)np)
 			return NULL;
-		if (!(c = fdb_cent_thin_new(n, size)))
-			return NULL;
+		uint32_t loff[FLEXSPACE_LOCATE_MAX];
+		uint64_t poff[FLEXSPACE_LOCATE_MAX];
+		for (uint32_t i = 0; i < np; i++) {
+			p = get_varint(p, end, &loff[i]);
+			if (!p || (i ? loff[i] <= loff[i - 1] : loff[i] != 0) || loff[i] >= size ||
+			    end - p < 6)
+				return NULL;
+			poff[i] = flex_get_le32(p) | (uint64_t)flex_get_le16(p + 4) << 32;
+			if (poff[i] == FLEXTREE_HOLE)
+				return NULL;
+			p += 6;
+		}
+		/* Checked whole; kept while the thin share has room. */
+		uint32_t keep = r->maps ? np : 0;
+		if (thin_cost(n, keep) <= r->room) {
+			if (!(c = fdb_cent_thin_new(n, size, keep, r->mstamp)))
+				return NULL;
+			r->room -= thin_cost(n, keep);
+			if (keep) {
+				memcpy(c->map->loff, loff, keep * sizeof(*loff));
+				memcpy(fdb_pmap_poff(c->map), poff, keep * sizeof(*poff));
+			}
+		}
 		uint64_t at = 0;
 		for (uint32_t i = 0; i < n && p; i++) {
 			uint32_t rs;
 			p = get_varint(p, end, &rs);
-			c->off[i] = (uint32_t)at;
+			if (c)
+				c->off[i] = (uint32_t)at;
 			at += rs;
 			if (p && (!rs || at > size))
 				p = NULL;
@@ -236,8 +323,9 @@ static const uint8_t *snap_item(struct snap_reader *r, const uint8_t *p, const u
 			fdb_cent_free(c);
 			return NULL;
 		}
-		for (uint32_t i = 0; i < n; i++, p += 2)
-			c->fp[i] = flex_get_le16(p);
+		for (uint32_t i = 0; i < n && c; i++)
+			c->fp[i] = flex_get_le16(p + 2 * i);
+		p += 2 * (size_t)n;
 	}
 	if (r->n == r->cap) {
 		size_t cap = r->cap ? 2 * r->cap : 1024;
@@ -268,7 +356,7 @@ static const uint8_t *snap_item(struct snap_reader *r, const uint8_t *p, const u
 		free(iv);
 		return NULL;
 	}
-	r->items[r->n++] = (struct snap_item){iv, c};
+	r->items[r->n++] = (struct snap_item){iv, c, r->off};
 	r->off += size;
 	r->prev = iv;
 	return p;
@@ -276,7 +364,7 @@ static const uint8_t *snap_item(struct snap_reader *r, const uint8_t *p, const u
 
 /* Reads the blocks of the file, checking each, into r. */
 static int snap_blocks(struct snap_reader *r, const struct flex_io *io, int fd, uint64_t blocks,
-		       uint64_t fbytes)
+		       uint64_t fbytes, uint64_t stamp)
 {
 	uint8_t *buf = malloc(SNAP_BLOCK + 16);
 	if (!buf)
@@ -286,11 +374,12 @@ static int snap_blocks(struct snap_reader *r, const struct flex_io *io, int fd, 
 	for (uint64_t b = 0; b < blocks && !rc; b++) {
 		rc = off + 8 > fbytes ? -EINVAL : flex_io_read_full(io, fd, buf, 8, off);
 		uint32_t len = rc ? 0 : flex_get_le32(buf);
-		if (!rc && (!len || len > SNAP_BLOCK || off + 16 + len > fbytes))
+		if (!rc && (!len || len > SNAP_BLOCK || flex_get_le32(buf + 4) ||
+			    off + 16 + len > fbytes))
 			rc = -EINVAL;
 		if (!rc)
 			rc = flex_io_read_full(io, fd, buf + 8, len + 8, off + 8);
-		if (!rc && flex_get_le64(buf + 8 + len) != snap_block_csum(buf + 8, len, b))
+		if (!rc && flex_get_le64(buf + 8 + len) != snap_block_csum(buf + 8, len, stamp, b))
 			rc = -EINVAL;
 		const uint8_t *p = buf + 8, *end = buf + 8 + len;
 		while (!rc && p < end)
@@ -301,6 +390,61 @@ static int snap_blocks(struct snap_reader *r, const struct flex_io *io, int fd, 
 	if (!rc && off != fbytes)
 		rc = -EINVAL;
 	free(buf);
+	return rc;
+}
+
+/* A stamp names contents within one space's history.  Against an INDEX
+ * beside another space of the same shape, a few intervals spread over
+ * the file are checked against the space: the extent at each one's start
+ * carries the anchor tag, and the pair there has a key from the
+ * interval's (which stays when the pair it came from is deleted) up to
+ * the next interval's, excluded. */
+#define SNAP_SAMPLES 16
+static int snap_sample(struct fdb_store *s, const struct snap_reader *r)
+{
+	if (r->n < 2)
+		return 0;
+	uint8_t *hdr = malloc(10 + FLEXDB_MAX_KEY);
+	if (!hdr)
+		return -ENOMEM;
+	int rc = 0;
+	size_t last = 0;
+	for (size_t k = 0; k < SNAP_SAMPLES && !rc; k++) {
+		size_t i = 1 + (r->n - 2) * k / (SNAP_SAMPLES - 1);
+		if (k && i == last)
+			continue;
+		last = i;
+		const struct fdb_ival *iv = r->items[i].iv;
+		uint64_t off = r->items[i].off, start;
+		uint16_t tag;
+		size_t want = 10 + (size_t)FLEXDB_MAX_KEY;
+		ssize_t n = flexspace_read(s->fs, hdr, off, want < iv->size ? want : iv->size);
+		uint32_t klen, vlen;
+		size_t h;
+		const struct fdb_ival *nx = i + 1 < r->n ? r->items[i + 1].iv : NULL;
+		if (flexspace_tag_get(s->fs, off, &tag, &start) || tag != FDB_ANCHOR || start != off ||
+		    n <= 0 || fdb_rec_peek(hdr, hdr + n, &klen, &vlen, &h) || h + klen > (size_t)n ||
+		    fdb_keycmp(iv->key, iv->klen, hdr + h, klen) > 0 ||
+		    (nx && fdb_keycmp(hdr + h, klen, nx->key, nx->klen) >= 0))
+			rc = -ESTALE;
+		/* The pair's checksum, when what was read holds it. */
+		size_t size;
+		const uint8_t *pk, *pv;
+		if (!rc && h + klen + vlen + 4 <= (size_t)n &&
+		    fdb_rec_decode(hdr, hdr + n, &size, &pk, &klen, &pv, &vlen))
+			rc = -ESTALE;
+		/* And a map says where the bytes lie now. */
+		struct fdb_cent *c = r->items[i].c;
+		if (!rc && c && c->map) {
+			uint32_t loff[FLEXSPACE_LOCATE_MAX];
+			uint64_t poff[FLEXSPACE_LOCATE_MAX];
+			uint32_t np = snap_locate(s, off, iv->size, loff, poff);
+			if (np != c->map->n || memcmp(loff, c->map->loff, np * sizeof(*loff)) ||
+			    memcmp(poff, fdb_pmap_poff(c->map), np * sizeof(*poff)))
+				rc = -ESTALE;
+		}
+	}
+	free(hdr);
 	return rc;
 }
 
@@ -323,14 +467,21 @@ int fdb_snap_load(struct fdb_store *s, const struct flex_io *io, const char *dir
 	uint64_t size = flexspace_size(s->fs);
 	if (!rc && (flex_get_le64(h + 16) != stamp || flex_get_le64(h + 24) != size))
 		rc = -ESTALE;
-	struct snap_reader r = {.s = s};
+	struct snap_reader r = {.s = s, .size = size, .room = fdb_cache_thin_room(s)};
+	/* Maps are stamped now: the contents are those INDEX describes, so
+	 * the bytes lie where it says. */
+	struct flextree_mapping m0[FLEXSPACE_LOCATE_MAX];
+	size_t nm0 = 0;
+	r.maps = !rc && size && !flexspace_locate(s->fs, 0, 1, m0, &nm0, &r.mstamp);
 	if (!rc && !(r.index = fdb_index_new()))
 		rc = -ENOMEM;
 	if (!rc)
-		rc = snap_blocks(&r, io, fd, flex_get_le64(h + 40), fbytes);
+		rc = snap_blocks(&r, io, fd, flex_get_le64(h + 40), fbytes, stamp);
 	if (!rc && (r.n != flex_get_le64(h + 32) || r.off != size || !r.n))
 		rc = -EINVAL;
 	io->close(io, fd);
+	if (!rc)
+		rc = snap_sample(s, &r);
 	if (rc) {
 		for (size_t i = 0; i < r.n; i++)
 			fdb_cent_free(r.items[i].c);
@@ -342,18 +493,12 @@ int fdb_snap_load(struct fdb_store *s, const struct flex_io *io, const char *dir
 	fdb_index_free(s->index);
 	s->index = r.index;
 	s->keys = r.keys;
-	s->uncounted = size ? r.uncounted : 0;
-	/* The thin entries, as far as the thin share of this cache goes. */
-	size_t room = fdb_cache_thin_room(s);
+	s->uncounted = r.uncounted;
+	/* The thin entries (within the thin share: snap_item). */
 	for (size_t i = 0; i < r.n; i++) {
 		struct fdb_cent *c = r.items[i].c;
-		if (!c)
-			continue;
-		if (c->bytes > room || fdb_cache_attach(s, r.items[i].iv, c, 0)) {
+		if (c && fdb_cache_attach(s, r.items[i].iv, c, 0))
 			fdb_cent_free(c);
-			continue;
-		}
-		room -= c->bytes;
 	}
 	free(r.items);
 	return 0;

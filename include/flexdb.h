@@ -174,9 +174,13 @@ FLEX_EXPORT int flexdb_open(const char *dir, const struct flexdb_options *opt,
  * string), and to NULL on success.  field may be NULL.  Touches no file. */
 FLEX_EXPORT int flexdb_options_check(const struct flexdb_options *opt, const char **field);
 
-/* Commits the memtables, syncs and frees the handle (even on error, whose
- * status it returns).  A read-only handle writes nothing and returns 0.
- * Iterators must be closed first.  NULL: no-op, 0. */
+/* Commits the memtables, syncs, commits the FlexSpace's tree, writes the
+ * file INDEX (the sparse index and the cache's thin entries, which the
+ * next open takes instead of reading every interval's first pair when
+ * nothing changed the store in between) and frees the handle (even on
+ * error, whose status it returns; a failure to write INDEX is not one).
+ * A read-only handle writes nothing and returns 0.  Iterators must be
+ * closed first.  NULL: no-op, 0. */
 FLEX_EXPORT int flexdb_close(struct flexdb *db);
 
 /* Sets key to val.  Returns 0, -EINVAL (NULL with nonzero length, klen 0),

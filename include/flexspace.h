@@ -324,9 +324,11 @@ FLEX_EXPORT int flexspace_sync(struct flexspace *fs);
 FLEX_EXPORT int flexspace_commit(struct flexspace *fs);
 /* A value that names the space's contents while it holds no change since
  * its tree's last commit (after flexspace_commit, or an open that had no
- * log to replay): a later open that gives the same stamp reads the same
- * bytes and tags (flextree_stamp).  A layer above may keep what it derived
- * from the contents beside them and trust it when the stamps agree.
+ * log to replay): within one space's history, a later open that gives the
+ * same stamp has the same extents and tags, so reads the same bytes
+ * (flextree_stamp).  A layer above may keep what it derived from the
+ * contents beside them and trust it when the stamps agree (spaces of
+ * another history may share a stamp: check a sample against the space).
  * Returns 0 and *out; -EAGAIN once anything changed since that commit;
  * -EINVAL, FLEX_EFAILED. */
 FLEX_EXPORT int flexspace_stamp(const struct flexspace *fs, uint64_t *out);

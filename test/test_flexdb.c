@@ -2924,6 +2924,8 @@ Test(flexdb, index_file_opens_the_same_store_and_is_ignored_unless_current)
 	tidy_verify(t.db, &m, "opened from INDEX");
 	cr_assert_eq(flexdb_stats(t.db, &st), 0);
 	cr_assert_gt(st.cache_thin_hits, 0);
+	/* Their maps came too: a thin hit reads without the FlexTree. */
+	cr_assert_gt(st.cache_thin_located, 0);
 	uint64_t intervals;
 	fprintf(stderr, "  index file: %" PRIu64 " intervals, %" PRIu64 " thin hits, %" PRIu64
 		" misses\n", st.intervals, st.cache_thin_hits, st.cache_misses);
@@ -2988,6 +2990,23 @@ Test(flexdb, index_file_opens_the_same_store_and_is_ignored_unless_current)
 			tidy_verify(t.db, &m, "damaged INDEX");
 		cr_assert_eq(flexdb_close(t.db), 0);
 	}
+	/* The INDEX of another store. */
+	struct tdb t2;
+	struct fmodel m2 = {0};
+	tdb_open(&t2, "indexfile2", &o);
+	tidy_puts(t2.db, &m2, &pool, 30000, &r, vbuf);
+	cr_assert_eq(flexdb_close(t2.db), 0);
+	char other[600];
+	snprintf(other, sizeof(other), "cp '%s/INDEX' '%s/INDEX'", t2.dir, t.dir);
+	cr_assert_eq(system(other), 0);
+	cr_assert_eq(flexdb_open(t.dir, &o, &t.db), 0);
+	cr_assert_eq(index_from_file(t.db), 0, "another store's INDEX was used");
+	tidy_verify(t.db, &m, "another store's INDEX");
+	cr_assert_eq(flexdb_close(t.db), 0);
+	t2.db = NULL;
+	tdb_done(&t2);
+	fm_free(&m2);
+
 	/* Each of those closes wrote a sound one again. */
 	cr_assert_eq(flexdb_open(t.dir, &o, &t.db), 0);
 	cr_assert_eq(index_from_file(t.db), 1);
