@@ -6,11 +6,14 @@
  * and a 16-bit key fingerprint of each pair, and is updated write-through
  * by every change; CLOCK picks victims, and every byte of an entry is
  * charged to the cache size.  A victim is first made *thin* (its raw bytes
- * dropped), while thin entries take at most half of the cache: a lookup
- * through one reads only the record whose fingerprint matches, so a cache
- * smaller than the store still spares most lookups the read of a whole
- * interval.  A thin entry costs about 8 bytes per pair, so half of the
- * cache keeps one for every interval of a store many times its size.  A thin entry also keeps where its interval's bytes lie
+ * dropped), while thin entries take at most three quarters of the cache:
+ * a lookup through one reads only the record whose fingerprint matches,
+ * so a cache smaller than the store still spares most lookups the read of
+ * a whole interval.  A thin entry costs about 8 bytes per pair, so its
+ * share keeps one for every interval of a store many times the cache.
+ * (Half the cache left a quarter of a 2M-pair store's intervals without
+ * one in 24 MiB, and each get there read about 1.7 pages of DATA instead
+ * of one: docs/BENCHMARKS.md.)  A thin entry also keeps where its interval's bytes lie
  * in the FlexSpace's data file (struct fdb_pmap, from the read that loaded
  * the interval or from the FlexTree when the entry is made thin), so that
  * the record is read without a FlexTree lookup: after random inserts an
@@ -397,7 +400,12 @@ size_t fdb_ring_limit(const struct fdb_store *s)
 /* What thin entries may take of the cache. */
 static size_t thin_share(const struct fdb_store *s)
 {
-	return s->cache_limit / 2;
+	return s->cache_limit / 4 * 3;
+}
+
+size_t fdb_cache_thin_share(const struct fdb_store *s)
+{
+	return thin_share(s);
 }
 
 size_t fdb_cache_thin_room(struct fdb_store *s)
@@ -506,7 +514,7 @@ static struct fdb_pmap *cent_locate(struct fdb_store *s, const struct fdb_cent *
 /* Makes `need` more bytes fit in the ring; never touches `pin`.  CLOCK:
  * an entry whose bit is set gets its bit cleared and is passed.  An
  * unreferenced whole entry is made thin while thin entries take at most
- * half of the cache (they are about a tenth the size and still spare a
+ * their share of the cache (they are about a tenth the size and still spare a
  * lookup most of its reading); past that, and for unreferenced thin
  * entries beyond their share, the entry goes.  Each entry is passed at
  * most three times, so this ends; a last pass ignores the bits, so the
@@ -779,7 +787,7 @@ static int admit_whole(struct fdb_store *s, uint32_t size)
 /* Whether thin entries keep where their pairs lie.  A map spares a thin
  * hit the FlexTree but about doubles the entry (12 bytes per extent
  * against 6 per pair): worth it while thin entries with maps for every
- * interval would fit in the thin share, half the cache (whole entries hold
+ * interval would fit in the thin share (whole entries hold
  * the rest of what is read often), a loss when the store is far larger
  * than the cache, where covering more intervals spares whole-interval
  * reads (2M pairs: a 24 MiB interval cache read 39.8 KB per get with

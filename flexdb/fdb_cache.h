@@ -88,8 +88,9 @@ void fdb_maps_policy(struct fdb_store *s);
 int fdb_pmap_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, uint32_t len,
 		  uint8_t *buf);
 size_t fdb_ring_limit(const struct fdb_store *s);
-/* Bytes thin entries may still take before they reach their share of
- * the cache (takes cache_mu). */
+/* What thin entries may take of the cache, and the bytes they may still
+ * take before they reach it (takes cache_mu). */
+size_t fdb_cache_thin_share(const struct fdb_store *s);
 size_t fdb_cache_thin_room(struct fdb_store *s);
 
 /* A thin entry of n pairs of size bytes in all, its offsets and

@@ -359,7 +359,7 @@ struct fdb_store {
 	struct fdb_cent **ring;
 	uint32_t nring, ring_cap, hand;
 	size_t cache_bytes, cache_limit;
-	size_t thin_bytes; /* of thin entries, at most half of the cache */
+	size_t thin_bytes; /* of thin entries, at most 3/4 of the cache */
 	struct fdb_cent **grave;
 	uint32_t ngrave, grave_cap;
 	size_t grave_bytes;

@@ -132,7 +132,7 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 	snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, SNAP_NAME);
 	/* The thin share of the cache: whole entries' first, thin ones' in
 	 * what they leave. */
-	size_t budget = s->cache_limit / 2, whole = 0;
+	size_t budget = fdb_cache_thin_share(s), whole = 0;
 	struct fdb_ipath p;
 	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv; iv = fdb_index_next(&p))
 		if (iv->cache && iv->cache->raw && iv->cache->n <= SNAP_MAX_PAIRS)

@@ -55,7 +55,7 @@ struct flexdb_options {
 	 * (space.tree_cache_size, a quarter of cache_size when 0; at most
 	 * half of it) and the interval cache, which has the rest: intervals
 	 * kept whole (their pairs, offsets and fingerprints) and, in at most
-	 * half of it, thin (offsets, fingerprints and where the pairs
+	 * three quarters of it, thin (offsets, fingerprints and where the pairs
 	 * lie in the data file: a lookup reads one pair).  0 means 64 MiB.  Range: 1 MiB .. 1 TiB.
 	 * Besides it and the memtables, a store's memory is its sparse index
 	 * (one entry per interval of up to 32 pairs, about 80 bytes each
