@@ -20,7 +20,7 @@
  * interval is about one extent per pair, and the tree of a large store
  * does not fit its leaf cache.  The FlexSpace says when the bytes moved
  * (garbage collection freed their segment), and the lookup then goes
- * through the tree.  An entry larger than a quarter of the cache is never
+ * through the tree.  An entry larger than an eighth of the cache is never
  * kept.  Readers build entries from the intervals they read under the
  * shared lock and offer them (fdb_cands); they are attached under the
  * exclusive lock if no change came in between.  Intervals scattered over
@@ -397,7 +397,9 @@ size_t fdb_ring_limit(const struct fdb_store *s)
 	return s->cache_limit - s->cache_limit / 32;
 }
 
-/* What thin entries may take of the cache. */
+/* What thin entries may take of the cache.  Whole entries have the rest
+ * less the graveyard's 32nd (7/32), so one may take an eighth at most
+ * (FDB_KEEP_MAX). */
 static size_t thin_share(const struct fdb_store *s)
 {
 	return s->cache_limit / 4 * 3;
@@ -757,7 +759,7 @@ int fdb_ival_load(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *iv,
 		return rc;
 	ival_counted(s, iv, c->n);
 	fdb_stat_add(s, FDB_ST_MISSES);
-	if (c->bytes > s->cache_limit / 4) {
+	if (c->bytes > FDB_KEEP_MAX(s)) {
 		*tmp = c;
 		return 0;
 	}
@@ -770,7 +772,7 @@ int fdb_ival_load(struct fdb_store *s, struct fdb_ipath *p, struct fdb_ival *iv,
 /* An entry of an interval this size may be kept at all. */
 int fdb_ival_keepable(const struct fdb_store *s, uint32_t size)
 {
-	return (size_t)size + sizeof(struct fdb_cent) <= s->cache_limit / 4;
+	return (size_t)size + sizeof(struct fdb_cent) <= FDB_KEEP_MAX(s);
 }
 
 /* cache_mu or the exclusive lock: whether an interval a lookup missed

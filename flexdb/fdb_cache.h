@@ -20,6 +20,9 @@
  * opened with other thresholds re-splits as it is written. */
 #define FDB_SPLIT_BYTES (16u << 10)
 #define FDB_SPLIT_PAIRS 32u
+/* The largest entry the cache keeps: beside a full thin share (3/4) and
+ * the graveyard's room (1/32), whole entries have 7/32 of the cache. */
+#define FDB_KEEP_MAX(s) ((s)->cache_limit / 8)
 /* An interval this small is merged into its successor if the two together
  * stay well below the split thresholds (so they do not split again). */
 #define FDB_MERGE_BYTES (4u << 10)

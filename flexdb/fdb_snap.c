@@ -132,11 +132,14 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 	snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, SNAP_NAME);
 	/* The thin share of the cache: whole entries' first, thin ones' in
 	 * what they leave. */
+	/* Thin entries keep where their pairs lie while maps pay
+	 * (fdb_maps_policy). */
+	int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
 	size_t budget = fdb_cache_thin_share(s), whole = 0;
 	struct fdb_ipath p;
 	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv; iv = fdb_index_next(&p))
 		if (iv->cache && iv->cache->raw && iv->cache->n <= SNAP_MAX_PAIRS)
-			whole += thin_cost(iv->cache->n, 1);
+			whole += thin_cost(iv->cache->n, maps ? 1 : 0);
 	size_t left_whole = whole < budget ? whole : budget, left_thin = budget - left_whole;
 
 	struct snap_writer w = {.io = io, .off = SNAP_HDR, .stamp = stamp};
@@ -148,9 +151,6 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 		free(w.buf);
 		return w.fd;
 	}
-	/* Thin entries keep where their pairs lie while maps pay
-	 * (fdb_maps_policy). */
-	int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
 	uint32_t loff[FLEXSPACE_LOCATE_MAX];
 	uint64_t poff[FLEXSPACE_LOCATE_MAX];
 	int rc = 0;
@@ -298,8 +298,11 @@ static const uint8_t *snap_item(struct snap_reader *r, const uint8_t *p, const u
 				return NULL;
 			p += 6;
 		}
-		/* Checked whole; kept while the thin share has room. */
+		/* Checked whole; kept while the thin share has room (without
+		 * its map if only that fits). */
 		uint32_t keep = r->maps ? np : 0;
+		if (thin_cost(n, keep) > r->room)
+			keep = 0;
 		if (thin_cost(n, keep) <= r->room) {
 			if (!(c = fdb_cent_thin_new(n, size, keep, r->mstamp)))
 				return NULL;
@@ -394,57 +397,70 @@ static int snap_blocks(struct snap_reader *r, const struct flex_io *io, int fd, 
 }
 
 /* A stamp names contents within one space's history.  Against an INDEX
- * beside another space of the same shape, a few intervals spread over
- * the file are checked against the space: the extent at each one's start
- * carries the anchor tag, and the pair there has a key from the
- * interval's (which stays when the pair it came from is deleted) up to
- * the next interval's, excluded. */
+ * beside another space of the same shape, 16 intervals spread over the
+ * file, the first and the last among them, are checked against the
+ * space: the extent at each one's start carries the anchor tag (but the
+ * first's), its pairs are sound, in order, from the interval's key (which
+ * stays when the pair it came from is deleted) up to the next interval's
+ * key, as many as the file says, with the offsets and fingerprints of its
+ * thin entry, and its map says where they lie. */
 #define SNAP_SAMPLES 16
+static int snap_check(struct fdb_store *s, const struct snap_reader *r, size_t i)
+{
+	const struct fdb_ival *iv = r->items[i].iv;
+	const struct fdb_ival *nx = i + 1 < r->n ? r->items[i + 1].iv : NULL;
+	const struct fdb_cent *t = r->items[i].c;
+	uint64_t off = r->items[i].off, start;
+	uint16_t tag;
+	if (i && (flexspace_tag_get(s->fs, off, &tag, &start) || tag != FDB_ANCHOR || start != off))
+		return -ESTALE;
+	if (!iv->size)
+		return 0;
+	uint8_t *raw = malloc(iv->size);
+	if (!raw)
+		return -ENOMEM;
+	ssize_t n = flexspace_read(s->fs, raw, off, iv->size);
+	if (n < 0 || (size_t)n != iv->size) {
+		free(raw);
+		return n < 0 ? (int)n : -ESTALE;
+	}
+	struct fdb_cent *c;
+	int rc = fdb_cent_from_raw(iv, raw, iv->size, NULL, &c) ? -ESTALE : 0;
+	if (rc)
+		return rc;
+	if (!c->n) {
+		rc = -ESTALE;
+	} else if (nx) {
+		const uint8_t *k, *v;
+		uint32_t kl, vl, sz;
+		fdb_cent_pair(c, c->n - 1, &k, &kl, &v, &vl, &sz);
+		if (fdb_keycmp(k, kl, nx->key, nx->klen) >= 0)
+			rc = -ESTALE;
+	}
+	if (!rc && t &&
+	    (t->n != c->n || memcmp(t->off, c->off, c->n * sizeof(*c->off)) ||
+	     memcmp(t->fp, c->fp, c->n * sizeof(*c->fp))))
+		rc = -ESTALE;
+	fdb_cent_free(c);
+	if (!rc && t && t->map) {
+		uint32_t loff[FLEXSPACE_LOCATE_MAX];
+		uint64_t poff[FLEXSPACE_LOCATE_MAX];
+		uint32_t np = snap_locate(s, off, iv->size, loff, poff);
+		if (np != t->map->n || memcmp(loff, t->map->loff, np * sizeof(*loff)) ||
+		    memcmp(poff, fdb_pmap_poff(t->map), np * sizeof(*poff)))
+			rc = -ESTALE;
+	}
+	return rc;
+}
+
 static int snap_sample(struct fdb_store *s, const struct snap_reader *r)
 {
-	if (r->n < 2)
-		return 0;
-	uint8_t *hdr = malloc(10 + FLEXDB_MAX_KEY);
-	if (!hdr)
-		return -ENOMEM;
 	int rc = 0;
-	size_t last = 0;
 	for (size_t k = 0; k < SNAP_SAMPLES && !rc; k++) {
-		size_t i = 1 + (r->n - 2) * k / (SNAP_SAMPLES - 1);
-		if (k && i == last)
-			continue;
-		last = i;
-		const struct fdb_ival *iv = r->items[i].iv;
-		uint64_t off = r->items[i].off, start;
-		uint16_t tag;
-		size_t want = 10 + (size_t)FLEXDB_MAX_KEY;
-		ssize_t n = flexspace_read(s->fs, hdr, off, want < iv->size ? want : iv->size);
-		uint32_t klen, vlen;
-		size_t h;
-		const struct fdb_ival *nx = i + 1 < r->n ? r->items[i + 1].iv : NULL;
-		if (flexspace_tag_get(s->fs, off, &tag, &start) || tag != FDB_ANCHOR || start != off ||
-		    n <= 0 || fdb_rec_peek(hdr, hdr + n, &klen, &vlen, &h) || h + klen > (size_t)n ||
-		    fdb_keycmp(iv->key, iv->klen, hdr + h, klen) > 0 ||
-		    (nx && fdb_keycmp(hdr + h, klen, nx->key, nx->klen) >= 0))
-			rc = -ESTALE;
-		/* The pair's checksum, when what was read holds it. */
-		size_t size;
-		const uint8_t *pk, *pv;
-		if (!rc && h + klen + vlen + 4 <= (size_t)n &&
-		    fdb_rec_decode(hdr, hdr + n, &size, &pk, &klen, &pv, &vlen))
-			rc = -ESTALE;
-		/* And a map says where the bytes lie now. */
-		struct fdb_cent *c = r->items[i].c;
-		if (!rc && c && c->map) {
-			uint32_t loff[FLEXSPACE_LOCATE_MAX];
-			uint64_t poff[FLEXSPACE_LOCATE_MAX];
-			uint32_t np = snap_locate(s, off, iv->size, loff, poff);
-			if (np != c->map->n || memcmp(loff, c->map->loff, np * sizeof(*loff)) ||
-			    memcmp(poff, fdb_pmap_poff(c->map), np * sizeof(*poff)))
-				rc = -ESTALE;
-		}
+		size_t i = (r->n - 1) * k / (SNAP_SAMPLES - 1);
+		if (!k || i != (r->n - 1) * (k - 1) / (SNAP_SAMPLES - 1))
+			rc = snap_check(s, r, i);
 	}
-	free(hdr);
 	return rc;
 }
 

@@ -1606,6 +1606,57 @@ Test(flexdb_crash, damaged_pair_never_hides_the_next_key)
  * key at open, sending lookups of the true key to the previous interval
  * ("absent").  A short pair is verified at open; one too long to read
  * there is verified when a lookup misses just before it. */
+/* INDEX names the contents by the space's stamp, which another space with
+ * the same history of extents shares.  Here a copy of a store in which one
+ * pair of the first interval has another key (of the same length, in the
+ * same place, with a sound checksum): same tree, same stamp, and INDEX's
+ * thin entry does not know the new key.  Open's check of a sample of
+ * intervals (the first among them) against the space refuses the INDEX,
+ * and the new key is found. */
+Test(flexdb_crash, index_of_a_space_with_other_keys_in_the_same_shape_is_refused)
+{
+	char dir[256], work[256], data[600];
+	fdb_tmpdir(dir, sizeof(dir), "ishape");
+	fdb_tmpdir(work, sizeof(work), "ishape_w");
+	db_simple(dir, 300, 20, 10); /* r-0000, r-0010, ... */
+	copy_store(dir, work);
+	snprintf(data, sizeof(data), "%s/space/DATA", work);
+	uint64_t at[8];
+	int n = file_find(data, "r-0020", 6, at, 8);
+	cr_assert_gt(n, 0, "r-0020 is not in DATA");
+	int fd = open(data, O_RDWR);
+	cr_assert(fd >= 0);
+	for (int j = 0; j < n; j++) {
+		/* The record: klen 6, vlen 20, key, value, checksum. */
+		uint8_t rec[2 + 6 + 20 + 4];
+		cr_assert_eq(pread(fd, rec, sizeof(rec), (off_t)at[j] - 2), (ssize_t)sizeof(rec));
+		cr_assert(rec[0] == 6 && rec[1] == 20);
+		rec[2 + 5] = '5'; /* r-0025: between its neighbours */
+		uint32_t cs = (uint32_t)XXH3_64bits(rec, 28);
+		memcpy(rec + 28, &cs, 4); /* little-endian machine */
+		cr_assert_eq(pwrite(fd, rec, sizeof(rec), (off_t)at[j] - 2), (ssize_t)sizeof(rec));
+	}
+	close(fd);
+	struct flexdb *db;
+	cr_assert_eq(flexdb_open(work, NULL, &db), 0);
+	struct flexdb_stats st;
+	cr_assert_eq(flexdb_stats(db, &st), 0);
+	cr_expect_eq(st.index_from_file, 0, "the INDEX of other contents was used");
+	char val[32];
+	size_t vl = 0;
+	cr_expect_eq(flexdb_get(db, "r-0025", 6, val, sizeof(val), &vl), 0);
+	cr_expect_eq(flexdb_get(db, "r-0020", 6, val, sizeof(val), &vl), FLEXDB_NOTFOUND);
+	cr_expect_eq(flexdb_check(db), 0);
+	flexdb_close(db);
+	/* The original still opens from its own INDEX. */
+	cr_assert_eq(flexdb_open(dir, NULL, &db), 0);
+	cr_assert_eq(flexdb_stats(db, &st), 0);
+	cr_expect_eq(st.index_from_file, 1);
+	flexdb_close(db);
+	tmp_remove(dir);
+	tmp_remove(work);
+}
+
 Test(flexdb_crash, damaged_interval_key_is_caught)
 {
 	for (int v = 0; v < 3; v++) {
