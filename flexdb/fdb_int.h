@@ -392,6 +392,7 @@ struct fdb_store {
 	atomic_int warm_done;
 	int no_tidy; /* the space has max_data_size */
 	int from_snap; /* the index came from the file INDEX (fdb_snap.c) */
+	uint64_t snap_stamp; /* the stamp of that INDEX */
 	int tidy_whole; /* the last step ended a pass with nothing left */
 	uint64_t tidy_credit;
 	_Atomic uint64_t tidy_bytes;

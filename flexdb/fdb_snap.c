@@ -8,13 +8,15 @@
  * empty cache, so the first lookup of every interval reads and decodes
  * all of it.  A clean close writes INDEX: every interval's key, size and
  * pair count and, within the thin entries' share of the cache, the record
- * sizes and key fingerprints of the entries the cache held (what a thin
- * entry keeps).  The next open reads INDEX in one sequential pass instead
- * of the anchors when the FlexSpace gives the stamp INDEX was written at
- * (flexspace_stamp): its contents are then the ones INDEX describes.  The
- * file is only a copy of what the FlexSpace holds: one that is missing,
- * cut short, damaged or of other contents is ignored (the anchors are
- * read), and it is written without a sync.  Layout: docs/FORMAT.md.
+ * sizes, key fingerprints and data-file places of the entries the cache
+ * held (what a thin entry keeps).  The next open reads INDEX in one
+ * sequential pass instead of the anchors when the FlexSpace gives the
+ * stamp INDEX was written at (flexspace_stamp) and a sample of intervals
+ * agrees with the space (snap_sample): its contents are then the ones
+ * INDEX describes.  The file is only a copy of what the FlexSpace holds:
+ * one that is missing, cut short, damaged or of other contents is ignored
+ * (the anchors are read), and it is written without a sync.  Layout:
+ * docs/FORMAT.md.
  */
 #include <errno.h>
 #include <fcntl.h>

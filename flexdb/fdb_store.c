@@ -196,6 +196,7 @@ int fdb_store_open(struct fdb_store *s, struct flexspace *fs, uint64_t cache_lim
 	if (flexspace_stamp(fs, &stamp) == 0 && fdb_snap_load(s, io, dir, stamp) == 0) {
 		s->bytes = size;
 		s->from_snap = 1;
+		s->snap_stamp = stamp;
 		fdb_maps_policy(s);
 		return 0;
 	}

@@ -594,10 +594,12 @@ int flexdb_close(struct flexdb *db)
 	db->active = db->imm = NULL;
 	/* Everything is in the space: commit it, so that the index kept
 	 * beside it is the next open's (fdb_snap.c), unless this one fails
-	 * to be written. */
+	 * to be written.  A session that changed nothing leaves the INDEX
+	 * it opened from, which still describes the space. */
 	uint64_t stamp;
 	if (!rc && !db->read_only && db->fs && (rc = flexspace_commit(db->fs)) == 0 &&
-	    flexspace_stamp(db->fs, &stamp) == 0)
+	    flexspace_stamp(db->fs, &stamp) == 0 &&
+	    !(db->store.from_snap && db->store.snap_stamp == stamp))
 		(void)fdb_snap_save(&db->store, db->io, db->dir, stamp);
 	fdb_store_close(&db->store);
 	if (db->fs) {

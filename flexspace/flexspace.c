@@ -646,7 +646,8 @@ int flexspace_truncate(struct flexspace *fs, uint64_t size)
 	return fs_end_write(fs, rc);
 }
 
-int flexspace_sync(struct flexspace *fs)
+/* flexspace_sync, and with `commit` flexspace_commit. */
+static int fs_sync_call(struct flexspace *fs, int commit)
 {
 	if (!fs)
 		return -EINVAL;
@@ -654,8 +655,8 @@ int flexspace_sync(struct flexspace *fs)
 		return FLEX_EREADONLY;
 	pthread_mutex_lock(&fs->sync_mu);
 	pthread_mutex_lock(&fs->change_mu);
-	int rc = fs->failed ? FLEX_EFAILED : fs_log_sync(fs, 1);
-	if (!rc) {
+	int rc = fs->failed ? FLEX_EFAILED : commit ? fs_commit(fs) : fs_log_sync(fs, 1);
+	if (!rc && !commit) {
 		fs_excl_lock(fs);
 		fs->st.syncs++;
 		fs_excl_unlock(fs);
@@ -665,18 +666,14 @@ int flexspace_sync(struct flexspace *fs)
 	return rc;
 }
 
+int flexspace_sync(struct flexspace *fs)
+{
+	return fs_sync_call(fs, 0);
+}
+
 int flexspace_commit(struct flexspace *fs)
 {
-	if (!fs)
-		return -EINVAL;
-	if (fs->read_only)
-		return FLEX_EREADONLY;
-	pthread_mutex_lock(&fs->sync_mu);
-	pthread_mutex_lock(&fs->change_mu);
-	int rc = fs->failed ? FLEX_EFAILED : fs_commit(fs);
-	pthread_mutex_unlock(&fs->change_mu);
-	pthread_mutex_unlock(&fs->sync_mu);
-	return rc;
+	return fs_sync_call(fs, 1);
 }
 
 /* Every change reaches the tree as it is made, so a clean tree is a space

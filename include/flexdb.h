@@ -177,7 +177,8 @@ FLEX_EXPORT int flexdb_options_check(const struct flexdb_options *opt, const cha
 /* Commits the memtables, syncs, commits the FlexSpace's tree, writes the
  * file INDEX (the sparse index and the cache's thin entries, which the
  * next open takes instead of reading every interval's first pair when
- * nothing changed the store in between) and frees the handle (even on
+ * nothing changed the store in between; kept as it is when this session
+ * opened from it and changed nothing) and frees the handle (even on
  * error, whose status it returns; a failure to write INDEX is not one).
  * A read-only handle writes nothing and returns 0.  Iterators must be
  * closed first.  NULL: no-op, 0. */

@@ -998,6 +998,9 @@ Test(cli, db_sync_stats_check_timer)
 	cr_expect(strstr(r.err, "the only argument is \"full\""), "%s", r.err);
 	const char *due = strstr(r.out, "tidy_due ");
 	cr_expect(due && strtoull(due + 9, NULL, 10) == 0, "%s", r.out);
+	/* the last session closed cleanly: this one opened from its INDEX */
+	const char *idx = strstr(r.out, "\nindex_from_file ");
+	cr_expect(idx && strtoull(idx + 17, NULL, 10) == 1, "%s", r.out);
 	run_free(&r);
 	/* .timer: a time line after each command while on */
 	script(dbcli, db, ".timer on\nget a\n.timer off\nget a\n.timer maybe\n", &r);

@@ -2942,6 +2942,19 @@ Test(flexdb, index_file_opens_the_same_store_and_is_ignored_unless_current)
 	cr_assert_eq(index_from_file(t.db), 1);
 	tidy_verify(t.db, &m, "read-only from INDEX");
 	cr_assert_eq(flexdb_close(t.db), 0);
+
+	/* A writable session that changes nothing keeps it as it is. */
+	char ipath[512];
+	snprintf(ipath, sizeof(ipath), "%s/INDEX", t.dir);
+	struct stat before, after;
+	cr_assert_eq(stat(ipath, &before), 0);
+	cr_assert_eq(flexdb_open(t.dir, &o, &t.db), 0);
+	cr_assert_eq(index_from_file(t.db), 1);
+	tidy_verify(t.db, &m, "writable, from INDEX");
+	cr_assert_eq(flexdb_close(t.db), 0);
+	cr_assert_eq(stat(ipath, &after), 0);
+	cr_assert(before.st_ino == after.st_ino && before.st_mtime == after.st_mtime,
+		  "a session that changed nothing rewrote INDEX");
 	cr_assert_eq(flexdb_open(t.dir, &o, &t.db), 0);
 	cr_assert_eq(index_from_file(t.db), 1);
 
