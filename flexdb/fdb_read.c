@@ -239,7 +239,7 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		if ((c && c->raw) || !iv->size || !fdb_ival_keepable(s, iv->size))
 			continue;
 		/* What fits the cache beside what it holds already. */
-		if ((bytes += iv->size) > s->cache_limit / 4)
+		if ((bytes += iv->size) > FDB_KEEP_MAX(s))
 			break;
 		list[nl] = iv;
 		offs[nl++] = fdb_index_offset(&p);

@@ -270,7 +270,10 @@ static const uint8_t *snap_item(struct snap_reader *r, const uint8_t *p, const u
 		return NULL;
 	uint8_t flags = *p++, pieces = *p++;
 	p = get_varint(p, end, &klen);
-	if (!p || (size_t)(end - p) < klen || klen > FLEXDB_MAX_KEY || (flags & ~3u))
+	/* A record takes 7 bytes at least (two varints, a key byte and a
+	 * checksum), so a count beyond size / 7 is not one. */
+	if (!p || (size_t)(end - p) < klen || klen > FLEXDB_MAX_KEY || (flags & ~3u) ||
+	    (count && count - 1 > size / 7))
 		return NULL;
 	const uint8_t *key = p;
 	p += klen;

@@ -2922,9 +2922,9 @@ Test(flexdb, index_file_opens_the_same_store_and_is_ignored_unless_current)
 	cr_assert_eq(st.intervals_uncounted, 0);
 	cr_assert_eq(st.keys, m.n, "%" PRIu64 " keys counted, %zu in the model", st.keys, m.n);
 	cr_assert_gt(st.cache_bytes, 0, "no thin entry came with the index");
-	/* The thin share: 3/4 of the interval cache, cache_size less the
-	 * tree's quarter. */
-	cr_assert_leq(st.cache_bytes, o.cache_size / 16 * 9);
+	/* Within the interval cache (cache_size less the tree's quarter):
+	 * warming may already be making thin entries whole. */
+	cr_assert_leq(st.cache_bytes, o.cache_size / 4 * 3);
 	tidy_verify(t.db, &m, "opened from INDEX");
 	cr_assert_eq(flexdb_stats(t.db, &st), 0);
 	cr_assert_gt(st.cache_thin_hits, 0);
