@@ -72,11 +72,6 @@ uint64_t *fdb_pmap_poff(struct fdb_pmap *m)
 	return pmap_poff(m);
 }
 
-size_t fdb_pmap_bytes(uint32_t pieces)
-{
-	return pmap_bytes(pieces);
-}
-
 /* The map of the interval at [off, off + size), cut out of a read's
  * report loc[0..n) that covers it; NULL when none (or out of memory). */
 static struct fdb_pmap *pmap_new(const struct flextree_mapping *loc, size_t n, uint64_t stamp,
@@ -170,11 +165,16 @@ size_t fdb_cent_bytes(const struct fdb_cent *c)
 	       (c->map ? pmap_bytes(c->map->n) : 0);
 }
 
+size_t fdb_thin_bytes(uint32_t n, uint32_t pieces)
+{
+	return sizeof(struct fdb_cent) + (size_t)n * (sizeof(uint32_t) + sizeof(uint16_t)) +
+	       (pieces ? pmap_bytes(pieces) : 0);
+}
+
 /* What a thin copy of c would be charged (cent_thin). */
 static size_t cent_thin_bytes(const struct fdb_cent *c)
 {
-	return sizeof(*c) + (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t)) +
-	       (c->map ? pmap_bytes(c->map->n) : 0);
+	return fdb_thin_bytes(c->n, c->map ? c->map->n : 0);
 }
 
 size_t fdb_cent_thin_bytes(const struct fdb_cent *c)
@@ -505,12 +505,17 @@ static struct fdb_pmap *cent_locate(struct fdb_store *s, const struct fdb_cent *
 	if (!iv || !c->size || c->size != iv->size ||
 	    fdb_index_find(s->index, iv->key, iv->klen, &p) != iv)
 		return NULL;
-	uint64_t off = fdb_index_offset(&p), stamp;
+	return fdb_pmap_locate(s, fdb_index_offset(&p), c->size);
+}
+
+struct fdb_pmap *fdb_pmap_locate(struct fdb_store *s, uint64_t off, uint32_t size)
+{
 	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];
 	size_t n;
-	if (flexspace_locate(s->fs, off, c->size, loc, &n, &stamp) || !n)
+	uint64_t stamp;
+	if (!size || flexspace_locate(s->fs, off, size, loc, &n, &stamp) || !n)
 		return NULL;
-	return pmap_new(loc, n, stamp, off, c->size);
+	return pmap_new(loc, n, stamp, off, size);
 }
 
 /* Makes `need` more bytes fit in the ring; never touches `pin`.  CLOCK:

@@ -102,7 +102,12 @@ size_t fdb_cache_thin_room(struct fdb_store *s);
  * too (NULL when out of memory). */
 struct fdb_cent *fdb_cent_thin_new(uint32_t n, uint32_t size, uint32_t pieces, uint64_t stamp);
 uint64_t *fdb_pmap_poff(struct fdb_pmap *m);
-size_t fdb_pmap_bytes(uint32_t pieces);
+/* What a thin entry of n pairs with a map of `pieces` (0: none) is
+ * charged. */
+size_t fdb_thin_bytes(uint32_t n, uint32_t pieces);
+/* Where the interval at [off, off + size) lies now, as a map (malloc'd;
+ * NULL when the FlexSpace does not say in one report, or out of memory). */
+struct fdb_pmap *fdb_pmap_locate(struct fdb_store *s, uint64_t off, uint32_t size);
 
 /* fdb_store.c */
 int fdb_anchor_verify(struct fdb_store *s, uint64_t off);

@@ -53,37 +53,17 @@ static uint64_t snap_block_csum(const uint8_t *p, size_t n, uint64_t stamp, uint
 	return XXH3_64bits_withSeed(p, n, stamp ^ (k * 0x9e3779b97f4a7c15ull));
 }
 
-/* What a thin entry of n pairs with a map of `pieces` is charged
- * (fdb_cent_bytes of one). */
-static size_t thin_cost(uint32_t n, uint32_t pieces)
+/* Where the interval at [off, off + size) lies in DATA now, for INDEX:
+ * a map without holes (malloc'd), else NULL. */
+static struct fdb_pmap *snap_locate(struct fdb_store *s, uint64_t off, uint32_t size)
 {
-	return sizeof(struct fdb_cent) + (size_t)n * (sizeof(uint32_t) + sizeof(uint16_t)) +
-	       (pieces ? fdb_pmap_bytes(pieces) : 0);
-}
-
-/* Where the interval at [off, off + size) lies in DATA now, as a map's
- * pieces (offset into the interval, DATA offset); 0 when the FlexSpace
- * does not say in one report or a piece is a hole. */
-static uint32_t snap_locate(struct fdb_store *s, uint64_t off, uint32_t size, uint32_t *loff,
-			    uint64_t *poff)
-{
-	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];
-	size_t n = 0;
-	uint64_t stamp;
-	if (!size || flexspace_locate(s->fs, off, size, loc, &n, &stamp) || !n)
-		return 0;
-	uint32_t k = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (loc[i].loff + loc[i].len <= off || loc[i].loff >= off + size)
-			continue;
-		if (loc[i].poff == FLEXTREE_HOLE || (!k && loc[i].loff > off))
-			return 0;
-		loff[k] = loc[i].loff > off ? (uint32_t)(loc[i].loff - off) : 0;
-		poff[k++] = loc[i].poff + (off > loc[i].loff ? off - loc[i].loff : 0);
-		if (loc[i].loff + loc[i].len >= off + size)
-			return k;
-	}
-	return 0; /* the report ended short of the interval's end */
+	struct fdb_pmap *m = fdb_pmap_locate(s, off, size);
+	for (uint32_t i = 0; m && i < m->n; i++)
+		if (fdb_pmap_poff(m)[i] == FLEXTREE_HOLE) {
+			free(m);
+			m = NULL;
+		}
+	return m;
 }
 
 /* ---- writing ------------------------------------------------------------------ */
@@ -120,7 +100,7 @@ static int snap_take(const struct fdb_cent *c, uint32_t pieces, size_t *left_who
 	if (!c || !c->n || c->n > SNAP_MAX_PAIRS)
 		return 0;
 	size_t *left = c->raw ? left_whole : left_thin;
-	size_t cost = thin_cost(c->n, pieces);
+	size_t cost = fdb_thin_bytes(c->n, pieces);
 	if (cost > *left)
 		return 0;
 	*left -= cost;
@@ -141,7 +121,7 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 	struct fdb_ipath p;
 	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv; iv = fdb_index_next(&p))
 		if (iv->cache && iv->cache->raw && iv->cache->n <= SNAP_MAX_PAIRS)
-			whole += thin_cost(iv->cache->n, maps ? 1 : 0);
+			whole += fdb_thin_bytes(iv->cache->n, maps ? 1 : 0);
 	size_t left_whole = whole < budget ? whole : budget, left_thin = budget - left_whole;
 
 	struct snap_writer w = {.io = io, .off = SNAP_HDR, .stamp = stamp};
@@ -153,8 +133,6 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 		free(w.buf);
 		return w.fd;
 	}
-	uint32_t loff[FLEXSPACE_LOCATE_MAX];
-	uint64_t poff[FLEXSPACE_LOCATE_MAX];
 	int rc = 0;
 	uint64_t n = 0;
 	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv && !rc;
@@ -167,16 +145,17 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 			c = NULL;
 			count = FDB_COUNT_UNKNOWN;
 		}
-		uint32_t pieces = c && maps && c->n <= SNAP_MAX_PAIRS
-				      ? snap_locate(s, fdb_index_offset(&p), c->size, loff, poff)
-				      : 0;
-		int thin = snap_take(c, pieces, &left_whole, &left_thin);
-		if (!thin)
-			pieces = 0;
+		struct fdb_pmap *pm = c && maps && c->n <= SNAP_MAX_PAIRS
+					  ? snap_locate(s, fdb_index_offset(&p), c->size)
+					  : NULL;
+		int thin = snap_take(c, pm ? pm->n : 0, &left_whole, &left_thin);
+		uint32_t pieces = thin && pm ? pm->n : 0;
 		size_t need = 5 * 3 + 2 + iv->klen +
 			      (thin ? 10 + (size_t)pieces * 11 + (size_t)c->n * 7 : 0);
-		if (w.used + need > SNAP_BLOCK && (rc = snap_flush(&w)) != 0)
+		if (w.used + need > SNAP_BLOCK && (rc = snap_flush(&w)) != 0) {
+			free(pm);
 			break;
+		}
 		uint8_t *q = w.buf + 8 + w.used, *q0 = q;
 		q += flex_varint_put(q, iv->size);
 		q += flex_varint_put(q, count >= UINT32_MAX - 1 ? 0 : count + 1);
@@ -189,9 +168,10 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 			q += flex_varint_put(q, c->n);
 			q += flex_varint_put(q, pieces);
 			for (uint32_t i = 0; i < pieces; i++) {
-				q += flex_varint_put(q, loff[i]);
-				flex_put_le32(q, (uint32_t)poff[i]);
-				flex_put_le16(q + 4, (uint16_t)(poff[i] >> 32));
+				uint64_t po = fdb_pmap_poff(pm)[i];
+				q += flex_varint_put(q, pm->loff[i]);
+				flex_put_le32(q, (uint32_t)po);
+				flex_put_le16(q + 4, (uint16_t)(po >> 32));
 				q += 6;
 			}
 			for (uint32_t i = 0; i < c->n; i++)
@@ -200,6 +180,7 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 			for (uint32_t i = 0; i < c->n; i++, q += 2)
 				flex_put_le16(q, c->fp[i]);
 		}
+		free(pm);
 		w.used += (size_t)(q - q0);
 	}
 	if (!rc)
@@ -306,12 +287,12 @@ static const uint8_t *snap_item(struct snap_reader *r, const uint8_t *p, const u
 		/* Checked whole; kept while the thin share has room (without
 		 * its map if only that fits). */
 		uint32_t keep = r->maps ? np : 0;
-		if (thin_cost(n, keep) > r->room)
+		if (fdb_thin_bytes(n, keep) > r->room)
 			keep = 0;
-		if (thin_cost(n, keep) <= r->room) {
+		if (fdb_thin_bytes(n, keep) <= r->room) {
 			if (!(c = fdb_cent_thin_new(n, size, keep, r->mstamp)))
 				return NULL;
-			r->room -= thin_cost(n, keep);
+			r->room -= fdb_thin_bytes(n, keep);
 			if (keep) {
 				memcpy(c->map->loff, loff, keep * sizeof(*loff));
 				memcpy(fdb_pmap_poff(c->map), poff, keep * sizeof(*poff));
@@ -448,12 +429,12 @@ static int snap_check(struct fdb_store *s, const struct snap_reader *r, size_t i
 		rc = -ESTALE;
 	fdb_cent_free(c);
 	if (!rc && t && t->map) {
-		uint32_t loff[FLEXSPACE_LOCATE_MAX];
-		uint64_t poff[FLEXSPACE_LOCATE_MAX];
-		uint32_t np = snap_locate(s, off, iv->size, loff, poff);
-		if (np != t->map->n || memcmp(loff, t->map->loff, np * sizeof(*loff)) ||
-		    memcmp(poff, fdb_pmap_poff(t->map), np * sizeof(*poff)))
+		struct fdb_pmap *m = snap_locate(s, off, iv->size);
+		if (!m || m->n != t->map->n ||
+		    memcmp(m->loff, t->map->loff, m->n * sizeof(*m->loff)) ||
+		    memcmp(fdb_pmap_poff(m), fdb_pmap_poff(t->map), m->n * sizeof(uint64_t)))
 			rc = -ESTALE;
+		free(m);
 	}
 	return rc;
 }

@@ -2,7 +2,8 @@
  * flexspace_int.h - FlexSpace's private state, shared by flexspace.c (the
  * API and the open/recovery sequence), fs_seg.c (segments, the segment
  * buffer), fs_read.c (reads), fs_gc.c (garbage collection and the checks
- * of the segment table) and fs_log.c (the logical log).
+ * of the segment table) and fs_log.c (the logical log, and the calls
+ * that make changes durable: flexspace_sync, _commit, _stamp).
  *
  * Locking: three locks, always taken in this order, so that no reader
  * ever waits for the disk to acknowledge a write:

@@ -549,3 +549,48 @@ int fs_log_replay(struct flexspace *fs, uint64_t *records)
 	fs->log_durable = fs->log_seq;
 	return 0;
 }
+
+/* ---- the calls that make changes durable --------------------------------- */
+
+/* flexspace_sync, and with `commit` flexspace_commit. */
+static int fs_sync_call(struct flexspace *fs, int commit)
+{
+	if (!fs)
+		return -EINVAL;
+	if (fs->read_only)
+		return FLEX_EREADONLY;
+	pthread_mutex_lock(&fs->sync_mu);
+	pthread_mutex_lock(&fs->change_mu);
+	int rc = fs->failed ? FLEX_EFAILED : commit ? fs_commit(fs) : fs_log_sync(fs, 1);
+	if (!rc && !commit) {
+		fs_excl_lock(fs);
+		fs->st.syncs++;
+		fs_excl_unlock(fs);
+	}
+	pthread_mutex_unlock(&fs->change_mu);
+	pthread_mutex_unlock(&fs->sync_mu);
+	return rc;
+}
+
+int flexspace_sync(struct flexspace *fs)
+{
+	return fs_sync_call(fs, 0);
+}
+
+int flexspace_commit(struct flexspace *fs)
+{
+	return fs_sync_call(fs, 1);
+}
+
+/* Every change reaches the tree as it is made, so a clean tree is a space
+ * with nothing changed since the commit. */
+int flexspace_stamp(const struct flexspace *fs, uint64_t *out)
+{
+	if (!fs || !out)
+		return -EINVAL;
+	struct flexspace *m = (struct flexspace *)fs;
+	pthread_mutex_lock(&m->change_mu);
+	int rc = fs->failed ? FLEX_EFAILED : flextree_stamp(fs->tree, out);
+	pthread_mutex_unlock(&m->change_mu);
+	return rc;
+}

@@ -1712,6 +1712,17 @@ static void tidy_puts(struct flexdb *db, struct fmodel *m, const struct keypool 
 	}
 }
 
+/* Deletes n keys of the pool at random, in the store and the model. */
+static void tidy_deletes(struct flexdb *db, struct fmodel *m, const struct keypool *pool, size_t n,
+			 uint64_t *r)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct fkey *k = &pool->keys[rnd_below(r, pool->n)];
+		cr_assert_eq(flexdb_delete(db, k->k, k->n), 0);
+		fm_del(m, k->k, k->n);
+	}
+}
+
 /* The store holds exactly the model and passes its check. */
 static void tidy_verify(struct flexdb *db, const struct fmodel *m, const char *when)
 {
@@ -1776,11 +1787,7 @@ Test(flexdb, compact_leaves_every_interval_in_one_extent_and_every_pair_in_place
 	tdb_reopen(&t, &o);
 	tidy_verify(t.db, &m, "after reopen");
 	tidy_puts(t.db, &m, &pool, 3000, &r, vbuf);
-	for (int i = 0; i < 500; i++) {
-		const struct fkey *k = &pool.keys[rnd_below(&r, pool.n)];
-		cr_assert_eq(flexdb_delete(t.db, k->k, k->n), 0);
-		fm_del(&m, k->k, k->n);
-	}
+	tidy_deletes(t.db, &m, &pool, 500, &r);
 	tdb_reopen(&t, &o);
 	cr_assert_eq(flexdb_compact(t.db, 1), 0);
 	per = tidy_extents(t.db, "after a whole pass");
@@ -2910,11 +2917,7 @@ Test(flexdb, index_file_opens_the_same_store_and_is_ignored_unless_current)
 	struct fmodel m = {0};
 	cr_assert_eq(index_from_file(t.db), 0, "a new store has no INDEX");
 	tidy_puts(t.db, &m, &pool, 30000, &r, vbuf);
-	for (int i = 0; i < 3000; i++) {
-		const struct fkey *k = &pool.keys[rnd_below(&r, pool.n)];
-		cr_assert_eq(flexdb_delete(t.db, k->k, k->n), 0);
-		fm_del(&m, k->k, k->n);
-	}
+	tidy_deletes(t.db, &m, &pool, 3000, &r);
 	tdb_reopen(&t, &o);
 	cr_assert_eq(index_from_file(t.db), 1, "a clean close's INDEX was not used");
 	struct flexdb_stats st;
