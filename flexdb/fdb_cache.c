@@ -9,8 +9,10 @@
  * dropped), while thin entries take at most three quarters of the cache:
  * a lookup through one reads only the record whose fingerprint matches,
  * so a cache smaller than the store still spares most lookups the read of
- * a whole interval.  A thin entry costs about 8 bytes per pair, so its
- * share keeps one for every interval of a store many times the cache.
+ * a whole interval.  A thin entry costs about 5 bytes per pair (with
+ * 100-byte values, a 40-byte head and 3 bytes a pair: "thin entries"
+ * below), so its share keeps one for every interval of a store many
+ * times the cache.
  * (Half the cache left a quarter of a 2M-pair store's intervals without
  * one in 24 MiB, and each get there read about 1.7 pages of DATA instead
  * of one: docs/BENCHMARKS.md.)  A thin entry also keeps where its interval's bytes lie
@@ -99,46 +101,229 @@ static struct fdb_pmap *pmap_new(const struct flextree_mapping *loc, size_t n, u
 	return m;
 }
 
-/* Reads bytes [at, at + len) of c's interval through its map into buf.
- * Returns 0, -ESTALE (no map, or the FlexSpace moved the bytes since: the
- * caller reads through the FlexTree), or an error. */
+/* ---- thin entries ------------------------------------------------------------ */
+
+/* A thin entry's arrays follow its head (FDB_CENT_HEAD bytes), the widest
+ * first so that each is aligned:
+ *	uint64_t stamp, poff[pieces]	its map, when it has one
+ *	uint32_t loff[pieces - 1]	where the pieces after the first start
+ *	uint32_t off[n]			THIN_OFF32
+ *	uint16_t fp[n]
+ *	uint16_t off[n]			THIN_OFF16
+ *	uint8_t rsize[n]		THIN_SIZE8: each record's size
+ * Records of up to 255 bytes (a 16-byte key and a 100-byte value take
+ * 122) cost a byte each beside their fingerprint, and a lookup adds up
+ * the sizes before the record it wants (it passes the fingerprints of as
+ * many anyway); offsets otherwise, 16-bit in an interval of less than
+ * 64 KiB.  With one piece, 24 pairs take 128 bytes where a struct and
+ * 32-bit offsets took 256. */
+enum { THIN_SIZE8 = 1, THIN_OFF16 = 2, THIN_OFF32 = 4 };
+
+struct thin_parts {
+	uint64_t *stamp, *poff;
+	uint32_t *loff, *off32;
+	uint16_t *fp, *off16;
+	uint8_t *rsize;
+};
+
+static size_t thin_len(uint32_t n, int kind, uint32_t pieces)
+{
+	size_t b = FDB_CENT_HEAD + (2 + (size_t)kind) * n;
+	if (pieces)
+		b += 8 + 12 * (size_t)pieces - 4;
+	return (b + 7) & ~(size_t)7;
+}
+
+/* Where c's arrays are.  Writable: thin_new fills them in; nothing else
+ * writes an entry that is in the cache. */
+static void thin_parts(const struct fdb_cent *c, struct thin_parts *p)
+{
+	uint8_t *q = (uint8_t *)(uintptr_t)c + FDB_CENT_HEAD;
+	size_t n = c->n, np = c->pieces;
+	p->stamp = p->poff = NULL;
+	p->loff = NULL;
+	if (np) {
+		p->stamp = (uint64_t *)q;
+		p->poff = p->stamp + 1;
+		q += 8 * (1 + np);
+		p->loff = (uint32_t *)q;
+		q += 4 * (np - 1);
+	}
+	p->off32 = (uint32_t *)q;
+	q += c->thin == THIN_OFF32 ? 4 * n : 0;
+	p->fp = (uint16_t *)q;
+	q += 2 * n;
+	p->off16 = (uint16_t *)q;
+	q += c->thin == THIN_OFF16 ? 2 * n : 0;
+	p->rsize = q;
+}
+
+/* How a thin entry keeps the offsets off[0..n) of an interval of size
+ * bytes (records back to back from 0). */
+static int thin_kind(uint32_t n, uint32_t size, const uint32_t *off)
+{
+	int small = !n || off[0] == 0;
+	for (uint32_t i = 0; i < n && small; i++)
+		small = (i + 1 < n ? off[i + 1] : size) - off[i] <= UINT8_MAX;
+	return small ? THIN_SIZE8 : size <= UINT16_MAX ? THIN_OFF16 : THIN_OFF32;
+}
+
+size_t fdb_thin_bytes(uint32_t n, uint32_t size, const uint32_t *off, uint32_t pieces)
+{
+	return thin_len(n, thin_kind(n, size, off), pieces);
+}
+
+size_t fdb_cent_thin_bytes(const struct fdb_cent *c, uint32_t pieces)
+{
+	return c->thin ? thin_len(c->n, c->thin, pieces)
+		       : fdb_thin_bytes(c->n, c->size, c->off, pieces);
+}
+
+struct fdb_cent *fdb_thin_new(uint32_t n, uint32_t size, const uint32_t *off, const uint16_t *fp,
+			      uint32_t pieces, const uint32_t *loff, const uint64_t *poff,
+			      uint64_t stamp)
+{
+	int kind = thin_kind(n, size, off);
+	size_t len = thin_len(n, kind, pieces);
+	if (pieces > UINT16_MAX)
+		return NULL;
+	struct fdb_cent *t = calloc(1, len);
+	if (!t)
+		return NULL;
+	t->bytes = len;
+	t->size = size;
+	t->n = n;
+	t->slot = UINT32_MAX;
+	t->thin = (uint8_t)kind;
+	t->pieces = (uint16_t)pieces;
+	FLEX_ATOMIC_OBJ(&t->ref, sizeof(t->ref));
+	struct thin_parts p;
+	thin_parts(t, &p);
+	if (pieces) {
+		*p.stamp = stamp;
+		memcpy(p.poff, poff, pieces * sizeof(*poff));
+		if (pieces > 1)
+			memcpy(p.loff, loff + 1, (pieces - 1) * sizeof(*loff));
+	}
+	if (n)
+		memcpy(p.fp, fp, n * sizeof(*fp));
+	for (uint32_t i = 0; i < n; i++) {
+		if (kind == THIN_OFF32)
+			p.off32[i] = off[i];
+		else if (kind == THIN_OFF16)
+			p.off16[i] = (uint16_t)off[i];
+		else
+			p.rsize[i] = (uint8_t)((i + 1 < n ? off[i + 1] : size) - off[i]);
+	}
+	return t;
+}
+
+const uint16_t *fdb_cent_fps(const struct fdb_cent *c)
+{
+	if (!c->thin)
+		return c->fp;
+	struct thin_parts p;
+	thin_parts(c, &p);
+	return p.fp;
+}
+
+void fdb_thin_rec(const struct fdb_cent *c, uint32_t i, uint32_t *at, uint32_t *sz)
+{
+	struct thin_parts p;
+	thin_parts(c, &p);
+	uint32_t a = 0, b;
+	if (c->thin == THIN_SIZE8) {
+		for (uint32_t j = 0; j < i; j++)
+			a += p.rsize[j];
+		b = a + p.rsize[i];
+	} else if (c->thin == THIN_OFF16) {
+		a = p.off16[i];
+		b = i + 1 < c->n ? p.off16[i + 1] : c->size;
+	} else {
+		a = p.off32[i];
+		b = i + 1 < c->n ? p.off32[i + 1] : c->size;
+	}
+	*at = a;
+	*sz = b - a;
+}
+
+void fdb_cent_offsets(const struct fdb_cent *c, uint32_t *off)
+{
+	if (!c->thin) {
+		if (c->n)
+			memcpy(off, c->off, c->n * sizeof(*off));
+		return;
+	}
+	struct thin_parts p;
+	thin_parts(c, &p);
+	uint32_t a = 0;
+	for (uint32_t i = 0; i < c->n; i++) {
+		if (c->thin == THIN_SIZE8) {
+			off[i] = a;
+			a += p.rsize[i];
+		} else {
+			off[i] = c->thin == THIN_OFF16 ? p.off16[i] : p.off32[i];
+		}
+	}
+}
+
+int fdb_thin_map_is(const struct fdb_cent *c, const struct fdb_pmap *m)
+{
+	if (!c->thin || !m || c->pieces != m->n || m->loff[0] != 0)
+		return 0;
+	struct thin_parts p;
+	thin_parts(c, &p);
+	return !memcmp(p.poff, pmap_poff(m), m->n * sizeof(uint64_t)) &&
+	       !memcmp(p.loff, m->loff + 1, (m->n - 1) * sizeof(uint32_t));
+}
+
+/* Reads bytes [at, at + len) of thin entry c's interval through its map
+ * into buf.  Returns 0, -ESTALE (no map, or the FlexSpace moved the bytes
+ * since: the caller reads through the FlexTree), or an error. */
 #define FDB_PMAP_PIECES 8
-int fdb_pmap_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, uint32_t len,
+int fdb_thin_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, uint32_t len,
 		  uint8_t *buf)
 {
-	const struct fdb_pmap *m = c->map;
-	if (!m)
+	if (!c->thin || !c->pieces)
 		return -ESTALE;
-	uint32_t lo = 0, hi = m->n; /* the last piece starting at or before at */
+	struct thin_parts p;
+	thin_parts(c, &p);
+	uint32_t np = c->pieces;
+#define PIECE_START(k) ((k) ? p.loff[(k) - 1] : 0)
+	uint32_t lo = 0, hi = np; /* the last piece starting at or before at */
 	while (hi - lo > 1) {
 		uint32_t mid = (lo + hi) / 2;
-		if (m->loff[mid] <= at)
+		if (PIECE_START(mid) <= at)
 			lo = mid;
 		else
 			hi = mid;
 	}
-	const uint64_t *poff = pmap_poff(m);
 	struct flextree_mapping v[FDB_PMAP_PIECES];
 	size_t nv = 0;
 	uint32_t pos = at, end = at + len;
-	for (uint32_t k = lo; k < m->n && pos < end && nv < FDB_PMAP_PIECES; k++) {
-		uint32_t pend = k + 1 < m->n ? m->loff[k + 1] : c->size;
+	for (uint32_t k = lo; k < np && pos < end && nv < FDB_PMAP_PIECES; k++) {
+		uint32_t pend = k + 1 < np ? PIECE_START(k + 1) : c->size;
 		uint32_t take = (pend < end ? pend : end) - pos;
 		v[nv].loff = pos;
 		v[nv].len = take;
-		v[nv++].poff =
-		    poff[k] == FLEXTREE_HOLE ? FLEXTREE_HOLE : poff[k] + (pos - m->loff[k]);
+		v[nv++].poff = p.poff[k] == FLEXTREE_HOLE ? FLEXTREE_HOLE
+							  : p.poff[k] + (pos - PIECE_START(k));
 		pos += take;
 	}
+#undef PIECE_START
 	if (pos != end)
 		return -ESTALE;
-	return flexspace_read_located(s->fs, buf, v, nv, m->stamp);
+	return flexspace_read_located(s->fs, buf, v, nv, *p.stamp);
 }
 
 void fdb_cent_free(struct fdb_cent *c)
 {
 	if (!c)
 		return;
+	if (c->thin) {
+		free(c);
+		return;
+	}
 	free(c->raw);
 	if (!c->packed) {
 		free(c->off);
@@ -158,113 +343,52 @@ void fdb_cent_unmap(struct fdb_cent *c)
 	c->map_own = 0;
 }
 
-/* What an entry is charged: its raw bytes, two small arrays and its map. */
+/* What an entry is charged: its raw bytes, two small arrays and its map;
+ * a thin one, its allocation. */
 size_t fdb_cent_bytes(const struct fdb_cent *c)
 {
+	if (c->thin)
+		return thin_len(c->n, c->thin, c->pieces);
 	return sizeof(*c) + c->rawcap + (size_t)c->cap * (sizeof(uint32_t) + sizeof(uint16_t)) +
 	       (c->map ? pmap_bytes(c->map->n) : 0);
 }
 
-size_t fdb_thin_bytes(uint32_t n, uint32_t pieces)
-{
-	return sizeof(struct fdb_cent) + (size_t)n * (sizeof(uint32_t) + sizeof(uint16_t)) +
-	       (pieces ? pmap_bytes(pieces) : 0);
-}
-
-/* What a thin copy of c would be charged (cent_thin). */
-static size_t cent_thin_bytes(const struct fdb_cent *c)
-{
-	return fdb_thin_bytes(c->n, c->map ? c->map->n : 0);
-}
-
-size_t fdb_cent_thin_bytes(const struct fdb_cent *c)
-{
-	return cent_thin_bytes(c);
-}
-
-/* A copy of c without its raw bytes, its offsets and fingerprints right
- * after the struct (one allocation, so a lookup misses the cache once
- * less): what a thin entry is.  c is left as it was (readers may hold
- * it).  NULL when out of memory. */
+/* A thin copy of whole entry c, with map pm (NULL: none); c is left as it
+ * was (readers may hold it).  NULL when out of memory. */
 static struct fdb_cent *cent_thin(const struct fdb_cent *c, const struct fdb_pmap *pm)
 {
+	struct fdb_cent *t =
+	    fdb_thin_new(c->n, c->size, c->off, c->fp, pm ? pm->n : 0, pm ? pm->loff : NULL,
+			 pm ? pmap_poff(pm) : NULL, pm ? pm->stamp : 0);
+	if (t)
+		t->iv = c->iv;
+	return t;
+}
+
+/* Moves a private whole entry's offsets and fingerprints right after its
+ * struct (one allocation, so a lookup misses the cache once less;
+ * fdb_cent_reserve moves them out again when the entry grows).  The entry
+ * moves: returns it (c itself, unpacked, when out of memory). */
+static struct fdb_cent *cent_pack(struct fdb_cent *c)
+{
 	size_t arrays = (size_t)c->n * (sizeof(uint32_t) + sizeof(uint16_t));
-	arrays = (arrays + 7) & ~(size_t)7;
-	size_t map = pm ? pmap_bytes(pm->n) : 0;
-	struct fdb_cent *t = malloc(sizeof(*t) + arrays + map);
+	struct fdb_cent *t = malloc(sizeof(*t) + ((arrays + 7) & ~(size_t)7));
 	if (!t)
-		return NULL;
+		return c;
 	memcpy(t, c, sizeof(*t));
-	t->raw = NULL;
-	t->rawcap = 0;
 	t->off = (uint32_t *)(t + 1);
 	t->fp = (uint16_t *)(t->off + c->n);
 	if (c->n) {
 		memcpy(t->off, c->off, c->n * sizeof(uint32_t));
 		memcpy(t->fp, c->fp, c->n * sizeof(uint16_t));
 	}
-	t->map = NULL;
-	t->map_own = 0;
-	if (map) {
-		t->map = (struct fdb_pmap *)((uint8_t *)(t + 1) + arrays);
-		memcpy(t->map, pm, map);
-	}
 	t->cap = c->n;
 	t->packed = 1;
-	t->slot = UINT32_MAX;
 	t->bytes = fdb_cent_bytes(t);
 	FLEX_ATOMIC_OBJ(&t->ref, sizeof(t->ref));
-	return t;
-}
-
-struct fdb_cent *fdb_cent_thin_new(uint32_t n, uint32_t size, uint32_t pieces, uint64_t stamp)
-{
-	size_t arrays = ((size_t)n * (sizeof(uint32_t) + sizeof(uint16_t)) + 7) & ~(size_t)7;
-	size_t map = pieces ? pmap_bytes(pieces) : 0;
-	struct fdb_cent *t = calloc(1, sizeof(*t) + arrays + map);
-	if (!t)
-		return NULL;
-	t->off = (uint32_t *)(t + 1);
-	t->fp = (uint16_t *)(t->off + n);
-	if (pieces) {
-		t->map = (struct fdb_pmap *)((uint8_t *)(t + 1) + arrays);
-		t->map->n = pieces;
-		t->map->stamp = stamp;
-	}
-	t->n = t->cap = n;
-	t->size = size;
-	t->packed = 1;
-	t->slot = UINT32_MAX;
-	t->bytes = fdb_cent_bytes(t);
-	FLEX_ATOMIC_OBJ(&t->ref, sizeof(t->ref));
-	return t;
-}
-
-/* Packs a private entry (cent_thin's layout, fdb_cent_reserve moves the
- * arrays out again when the entry grows), keeping its raw bytes unless
- * `thin`: what stays of a thin one lets a lookup read just the record it
- * wants from the FlexSpace instead of the whole interval.  The entry
- * moves: returns it (c itself, unpacked, when out of memory). */
-static struct fdb_cent *cent_pack(struct fdb_cent *c, int thin)
-{
-	struct fdb_cent *t = cent_thin(c, thin ? c->map : NULL);
-	if (thin) {
-		free(c->raw);
-		c->raw = NULL;
-		c->rawcap = 0;
-		c->bytes = fdb_cent_bytes(c);
-	}
-	if (!t)
-		return c;
-	t->raw = c->raw; /* moved: NULL when thin */
-	t->rawcap = c->rawcap;
-	if (!thin) {
-		t->map = c->map; /* moved too */
-		t->map_own = c->map_own;
-		c->map_own = 0;
-	}
-	t->bytes = fdb_cent_bytes(t);
+	/* raw and map moved to t */
 	c->raw = NULL;
+	c->map_own = 0;
 	fdb_cent_free(c);
 	return t;
 }
@@ -554,10 +678,10 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 		if (c->raw && !force) {
 			int maps = !s->in_run && __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
 			struct fdb_pmap *pm = c->map || !maps ? NULL : cent_locate(s, c);
-			size_t thin = cent_thin_bytes(c) + (pm ? pmap_bytes(pm->n) : 0);
-			struct fdb_cent *t = s->thin_bytes + thin <= thin_cap
-						 ? cent_thin(c, c->map && maps ? c->map : pm)
-						 : NULL;
+			const struct fdb_pmap *use = c->map && maps ? c->map : pm;
+			size_t thin = fdb_cent_thin_bytes(c, use ? use->n : 0);
+			struct fdb_cent *t =
+			    s->thin_bytes + thin <= thin_cap ? cent_thin(c, use) : NULL;
 			free(pm);
 			if (t) {
 				/* A thin copy takes the whole entry's place. */
@@ -688,7 +812,7 @@ int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, st
 		return rc;
 	}
 	c->bytes = fdb_cent_bytes(c);
-	*out = cent_pack(c, 0);
+	*out = cent_pack(c);
 	return 0;
 }
 
@@ -792,14 +916,15 @@ static int admit_whole(struct fdb_store *s, uint32_t size)
 }
 
 /* Whether thin entries keep where their pairs lie.  A map spares a thin
- * hit the FlexTree but about doubles the entry (12 bytes per extent
- * against 6 per pair): worth it while thin entries with maps for every
- * interval would fit in the thin share (whole entries hold
- * the rest of what is read often), a loss when the store is far larger
- * than the cache, where covering more intervals spares whole-interval
- * reads (2M pairs: a 24 MiB interval cache read 39.8 KB per get with
- * maps against 31.7 without).  From the index and the FlexSpace's extent
- * count, at open and every FDB_POLICY_EVERY admissions (cache_mu or the
+ * hit the FlexTree but costs 12 bytes per extent and an 8-byte stamp,
+ * against about 3 bytes per pair: worth it while thin entries with maps
+ * for every interval would fit in the thin share (whole entries hold the
+ * rest of what is read often), a loss when the store is far larger than
+ * the cache and the extents are many, where covering more intervals
+ * spares whole-interval reads (2M pairs, an extent per pair: a 24 MiB
+ * interval cache read 39.8 KB per get with maps against 31.7 without).
+ * From the index, the pairs it counted and the FlexSpace's extent count,
+ * at open and every FDB_POLICY_EVERY admissions (cache_mu or the
  * exclusive lock). */
 #define FDB_POLICY_EVERY 1024
 void fdb_maps_policy(struct fdb_store *s)
@@ -808,10 +933,18 @@ void fdb_maps_policy(struct fdb_store *s)
 	struct flexspace_stats st;
 	if (!n || flexspace_stats(s->fs, &st) != 0)
 		return;
-	/* Pairs are at least as many as extents after random inserts. */
-	double per = (double)sizeof(struct fdb_cent) + sizeof(struct fdb_pmap) +
-		     (6.0 + 12.0) * (double)st.extents / (double)n;
-	int use = per * (double)n <= (double)thin_share(s);
+	/* The pairs of the intervals not counted yet are guessed from the
+	 * others; a pair costs 3 bytes when records are under 256 bytes on
+	 * average (thin_kind), 4 otherwise. */
+	double pairs = (double)s->keys, ivals = (double)n;
+	if (s->uncounted < n)
+		pairs *= ivals / (double)(n - s->uncounted);
+	else
+		pairs = (double)st.extents;
+	double per_pair = pairs > 0 && (double)s->bytes / pairs < 256.0 ? 3.0 : 4.0;
+	double all = ivals * ((double)FDB_CENT_HEAD + 8.0 + 4.0) + 12.0 * (double)st.extents +
+		     per_pair * pairs;
+	int use = all <= (double)thin_share(s);
 	__atomic_store_n(&s->use_maps, use, __ATOMIC_RELAXED);
 }
 
@@ -862,9 +995,12 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 			    (kind == ADMIT_AUTO ? admit_whole(s, c->size)
 						: s->cache_bytes + 2 * (size_t)c->size <= fdb_ring_limit(s));
 		if (!whole) {
-			if (!__atomic_load_n(&s->use_maps, __ATOMIC_RELAXED))
-				fdb_cent_unmap(c);
-			c = cent_pack(c, 1);
+			int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
+			struct fdb_cent *t = cent_thin(c, maps ? c->map : NULL);
+			fdb_cent_free(c);
+			if (!t)
+				continue;
+			c = t;
 		} else if (c->map) {
 			/* Whole entries read their pairs from memory; a thin copy
 			 * made later finds where they lie then (cent_locate). */

@@ -52,8 +52,12 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 void fdb_cache_recharge(struct fdb_store *s, struct fdb_cent *c);
 void fdb_cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent *c, int kind);
 size_t fdb_cent_bytes(const struct fdb_cent *c);
-/* What c would be charged as a thin entry (with its map, if any). */
-size_t fdb_cent_thin_bytes(const struct fdb_cent *c);
+/* What a thin entry of c (whole or thin) with a map of `pieces` (0: none)
+ * would be charged. */
+size_t fdb_cent_thin_bytes(const struct fdb_cent *c, uint32_t pieces);
+/* An entry's fingerprints, and the offsets of its records (into off[0..n)). */
+const uint16_t *fdb_cent_fps(const struct fdb_cent *c);
+void fdb_cent_offsets(const struct fdb_cent *c, uint32_t *off);
 void fdb_cent_free(struct fdb_cent *c);
 int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, struct fdb_pmap *map,
 		      struct fdb_cent **out);
@@ -88,23 +92,32 @@ int fdb_ival_read_raw(struct fdb_store *s, const struct fdb_ival *iv, uint64_t o
 		      struct fdb_pmap **map);
 size_t fdb_load_bytes(const size_t *field);
 void fdb_maps_policy(struct fdb_store *s);
-int fdb_pmap_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, uint32_t len,
-		  uint8_t *buf);
 size_t fdb_ring_limit(const struct fdb_store *s);
 /* What thin entries may take of the cache, and the bytes they may still
  * take before they reach it (takes cache_mu). */
 size_t fdb_cache_thin_share(const struct fdb_store *s);
 size_t fdb_cache_thin_room(struct fdb_store *s);
 
-/* A thin entry of n pairs of size bytes in all, its offsets and
- * fingerprints to be filled in, with a map of `pieces` pieces (0: none)
- * stamped `stamp` whose loff[] and fdb_pmap_poff() are to be filled in
- * too (NULL when out of memory). */
-struct fdb_cent *fdb_cent_thin_new(uint32_t n, uint32_t size, uint32_t pieces, uint64_t stamp);
+/* A thin entry of n pairs of size bytes in all, at offsets off[] with
+ * fingerprints fp[], with a map of `pieces` (0: none) starting at loff[]
+ * (loff[0] is 0) at DATA offsets poff[], stamped `stamp`; NULL when out
+ * of memory. */
+struct fdb_cent *fdb_thin_new(uint32_t n, uint32_t size, const uint32_t *off, const uint16_t *fp,
+			      uint32_t pieces, const uint32_t *loff, const uint64_t *poff,
+			      uint64_t stamp);
+/* What fdb_thin_new charges for such an entry. */
+size_t fdb_thin_bytes(uint32_t n, uint32_t size, const uint32_t *off, uint32_t pieces);
+/* Pair i of thin entry c: where its record starts in the interval, and
+ * its size. */
+void fdb_thin_rec(const struct fdb_cent *c, uint32_t i, uint32_t *at, uint32_t *sz);
+/* Reads bytes [at, at + len) of thin entry c's interval through its map
+ * into buf: 0, -ESTALE (no map, or the FlexSpace moved the bytes since:
+ * the caller reads through the FlexTree), or an error. */
+int fdb_thin_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, uint32_t len,
+		  uint8_t *buf);
+/* Whether thin entry c's map is m (its stamp aside). */
+int fdb_thin_map_is(const struct fdb_cent *c, const struct fdb_pmap *m);
 uint64_t *fdb_pmap_poff(struct fdb_pmap *m);
-/* What a thin entry of n pairs with a map of `pieces` (0: none) is
- * charged. */
-size_t fdb_thin_bytes(uint32_t n, uint32_t pieces);
 /* Where the interval at [off, off + size) lies now, as a map (malloc'd;
  * NULL when the FlexSpace does not say in one report, or out of memory). */
 struct fdb_pmap *fdb_pmap_locate(struct fdb_store *s, uint64_t off, uint32_t size);

@@ -40,6 +40,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../common/flex_codec.h"
@@ -298,40 +299,48 @@ int fdb_index_check(const struct fdb_index *x);
 
 /* ---- the store (fdb_store.c) ----------------------------------------------- */
 
-/* A cached interval: its raw bytes as stored in the FlexSpace (records
- * back to back, checksums verified when they entered), the offset of each
- * record, and each key's 16-bit fingerprint.  One allocation per array,
- * none per pair, so the cache holds nearly its size in pairs.  A *thin*
- * entry (raw NULL) keeps only offsets and fingerprints, and where the
- * bytes lay when they were read: a lookup reads the one record it needs. */
 /* Where an interval's bytes lie in the FlexSpace's DATA, as the read that
  * loaded it found them (flexspace_read_locate): piece i starts loff[i]
  * bytes into the interval and runs to the next one's start (the last to
- * the interval's end), at DATA offset poff[i].  A thin entry that has it
- * reads a pair without asking the FlexTree; `stamp` tells the FlexSpace
- * whether the pieces still hold those bytes. */
+ * the interval's end), at DATA offset poff[i].  A thin entry made of an
+ * entry that has it reads a pair without asking the FlexTree; `stamp`
+ * tells the FlexSpace whether the pieces still hold those bytes. */
 struct fdb_pmap {
 	uint64_t stamp;
 	uint32_t n;
 	uint32_t loff[]; /* then uint64_t poff[n], 8-aligned: fdb_cache.c */
 };
 
+/* A cached interval: its raw bytes as stored in the FlexSpace (records
+ * back to back, checksums verified when they entered), the offset of each
+ * record, and each key's 16-bit fingerprint.  One allocation per array,
+ * none per pair, so the cache holds nearly its size in pairs.
+ *
+ * A *thin* entry (raw NULL, `thin` set) keeps only the fingerprints, where
+ * each record starts and where the bytes lay when they were read: a lookup
+ * reads the one record it needs.  It is the fields up to FDB_CENT_HEAD and
+ * its arrays after them, in one allocation of about 5 bytes per pair
+ * (fdb_cache.c, "thin entries"): the fields after the head do not exist
+ * in it.  In the cache, raw is NULL exactly in thin entries. */
 struct fdb_cent {
 	uint8_t *raw;
-	uint32_t size, rawcap;
+	struct fdb_ival *iv;
+	size_t bytes; /* accounted against the cache size */
+	uint32_t size, n;
+	uint32_t slot;	  /* index in the CLOCK ring */
+	atomic_uchar ref; /* CLOCK bit */
+	uint8_t thin;	  /* 0, or how a thin entry's offsets are kept */
+	uint16_t pieces;  /* of a thin entry's map (0: none) */
+	/* Whole entries (and entries on their way into the cache) only. */
 	uint32_t *off;
 	uint16_t *fp;
-	/* Thin entries (and entries on their way into the cache) only: any
-	 * change drops it. */
+	/* Any change drops it. */
 	struct fdb_pmap *map;
-	uint32_t n, cap;
-	size_t bytes; /* accounted against the cache size */
-	struct fdb_ival *iv;
-	atomic_uchar ref; /* CLOCK bit */
-	uint32_t slot;	  /* index in the CLOCK ring */
-	uint8_t packed;	  /* off and fp live in the struct's allocation */
-	uint8_t map_own;  /* map is an allocation of its own */
+	uint32_t rawcap, cap;
+	uint8_t packed;	 /* off and fp live in the struct's allocation */
+	uint8_t map_own; /* map is an allocation of its own */
 };
+#define FDB_CENT_HEAD offsetof(struct fdb_cent, off)
 
 /* The counters lookups bump, in stripes 128 bytes apart so that readers on
  * different threads do not write the same cache line: a thread bumps its

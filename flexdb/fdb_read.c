@@ -118,18 +118,20 @@ static int thin_get(struct fdb_store *s, const struct fdb_cent *c, uint64_t off,
 		    uint32_t klen, uint16_t fp, void *buf, size_t cap, size_t *vlen)
 {
 	uint8_t small[512];
+	const uint16_t *fps = fdb_cent_fps(c);
 	for (uint32_t i = 0; i < c->n; i++) {
-		if (c->fp[i] != fp)
+		if (fps[i] != fp)
 			continue;
-		uint32_t sz = (i + 1 < c->n ? c->off[i + 1] : c->size) - c->off[i];
+		uint32_t at, sz;
+		fdb_thin_rec(c, i, &at, &sz);
 		uint8_t *r = sz <= sizeof(small) ? small : malloc(sz);
 		if (!r)
 			return -ENOMEM;
-		int rc = fdb_pmap_read(s, c, c->off[i], sz, r);
+		int rc = fdb_thin_read(s, c, at, sz, r);
 		if (!rc)
 			fdb_stat_add(s, FDB_ST_THIN_LOCATED);
 		if (rc == -ESTALE) {
-			ssize_t n = flexspace_read(s->fs, r, off + c->off[i], sz);
+			ssize_t n = flexspace_read(s->fs, r, off + at, sz);
 			rc = n < 0 ? (int)n : (size_t)n != sz ? FLEX_ECORRUPT : 0;
 		}
 		size_t size;
@@ -328,7 +330,7 @@ void fdb_store_warm(struct fdb_store *s)
 		if (rc)
 			break;
 		if (!old)
-			thin += fdb_cent_thin_bytes(c);
+			thin += fdb_cent_thin_bytes(c, c->map ? c->map->n : 0);
 		fdb_cand_push(&cands, iv, c, ADMIT_ROOM);
 		bytes += iv->size;
 	}

@@ -100,7 +100,7 @@ static int snap_take(const struct fdb_cent *c, uint32_t pieces, size_t *left_who
 	if (!c || !c->n || c->n > SNAP_MAX_PAIRS)
 		return 0;
 	size_t *left = c->raw ? left_whole : left_thin;
-	size_t cost = fdb_thin_bytes(c->n, pieces);
+	size_t cost = fdb_cent_thin_bytes(c, pieces);
 	if (cost > *left)
 		return 0;
 	*left -= cost;
@@ -121,16 +121,21 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 	struct fdb_ipath p;
 	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv; iv = fdb_index_next(&p))
 		if (iv->cache && iv->cache->raw && iv->cache->n <= SNAP_MAX_PAIRS)
-			whole += fdb_thin_bytes(iv->cache->n, maps ? 1 : 0);
+			whole += fdb_cent_thin_bytes(iv->cache, maps ? 1 : 0);
 	size_t left_whole = whole < budget ? whole : budget, left_thin = budget - left_whole;
 
 	struct snap_writer w = {.io = io, .off = SNAP_HDR, .stamp = stamp};
 	w.buf = malloc(SNAP_BLOCK + 16);
-	if (!w.buf)
+	uint32_t *offs = malloc(SNAP_MAX_PAIRS * sizeof(*offs));
+	if (!w.buf || !offs) {
+		free(w.buf);
+		free(offs);
 		return -ENOMEM;
+	}
 	w.fd = io->open(io, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (w.fd < 0) {
 		free(w.buf);
+		free(offs);
 		return w.fd;
 	}
 	int rc = 0;
@@ -174,11 +179,13 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 				flex_put_le16(q + 4, (uint16_t)(po >> 32));
 				q += 6;
 			}
+			fdb_cent_offsets(c, offs);
 			for (uint32_t i = 0; i < c->n; i++)
-				q += flex_varint_put(q, (i + 1 < c->n ? c->off[i + 1] : c->size) -
-							    c->off[i]);
+				q += flex_varint_put(q, (i + 1 < c->n ? offs[i + 1] : c->size) -
+							    offs[i]);
+			const uint16_t *fps = fdb_cent_fps(c);
 			for (uint32_t i = 0; i < c->n; i++, q += 2)
-				flex_put_le16(q, c->fp[i]);
+				flex_put_le16(q, fps[i]);
 		}
 		free(pm);
 		w.used += (size_t)(q - q0);
@@ -207,6 +214,7 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 	if (rc)
 		(void)io->unlink(io, tmp);
 	free(w.buf);
+	free(offs);
 	return rc;
 }
 
@@ -231,6 +239,8 @@ struct snap_reader {
 	size_t room;	   /* for thin entries, left in the cache's share */
 	int maps;	   /* their maps are kept, stamped mstamp */
 	uint64_t mstamp;
+	uint32_t *roff;	   /* an interval's offsets and fingerprints, as read */
+	uint16_t *rfp;
 	const struct fdb_ival *prev;
 };
 
@@ -284,37 +294,32 @@ static const uint8_t *snap_item(struct snap_reader *r, const uint8_t *p, const u
 				return NULL;
 			p += 6;
 		}
-		/* Checked whole; kept while the thin share has room (without
-		 * its map if only that fits). */
-		uint32_t keep = r->maps ? np : 0;
-		if (fdb_thin_bytes(n, keep) > r->room)
-			keep = 0;
-		if (fdb_thin_bytes(n, keep) <= r->room) {
-			if (!(c = fdb_cent_thin_new(n, size, keep, r->mstamp)))
-				return NULL;
-			r->room -= fdb_thin_bytes(n, keep);
-			if (keep) {
-				memcpy(c->map->loff, loff, keep * sizeof(*loff));
-				memcpy(fdb_pmap_poff(c->map), poff, keep * sizeof(*poff));
-			}
-		}
 		uint64_t at = 0;
 		for (uint32_t i = 0; i < n && p; i++) {
 			uint32_t rs;
 			p = get_varint(p, end, &rs);
-			if (c)
-				c->off[i] = (uint32_t)at;
+			r->roff[i] = (uint32_t)at;
 			at += rs;
 			if (p && (!rs || at > size))
 				p = NULL;
 		}
-		if (!p || at != size || (size_t)(end - p) < 2 * (size_t)n) {
-			fdb_cent_free(c);
+		if (!p || at != size || (size_t)(end - p) < 2 * (size_t)n)
 			return NULL;
-		}
-		for (uint32_t i = 0; i < n && c; i++)
-			c->fp[i] = flex_get_le16(p + 2 * i);
+		for (uint32_t i = 0; i < n; i++)
+			r->rfp[i] = flex_get_le16(p + 2 * i);
 		p += 2 * (size_t)n;
+		/* Checked whole; kept while the thin share has room (without
+		 * its map if only that fits). */
+		uint32_t keep = r->maps ? np : 0;
+		if (fdb_thin_bytes(n, size, r->roff, keep) > r->room)
+			keep = 0;
+		size_t cost = fdb_thin_bytes(n, size, r->roff, keep);
+		if (cost <= r->room) {
+			c = fdb_thin_new(n, size, r->roff, r->rfp, keep, loff, poff, r->mstamp);
+			if (!c)
+				return NULL;
+			r->room -= cost;
+		}
 	}
 	if (r->n == r->cap) {
 		size_t cap = r->cap ? 2 * r->cap : 1024;
@@ -391,7 +396,7 @@ static int snap_blocks(struct snap_reader *r, const struct flex_io *io, int fd, 
  * key, as many as the file says, with the offsets and fingerprints of its
  * thin entry, and its map says where they lie. */
 #define SNAP_SAMPLES 16
-static int snap_check(struct fdb_store *s, const struct snap_reader *r, size_t i)
+static int snap_check(struct fdb_store *s, struct snap_reader *r, size_t i)
 {
 	const struct fdb_ival *iv = r->items[i].iv;
 	const struct fdb_ival *nx = i + 1 < r->n ? r->items[i + 1].iv : NULL;
@@ -423,23 +428,25 @@ static int snap_check(struct fdb_store *s, const struct snap_reader *r, size_t i
 		if (fdb_keycmp(k, kl, nx->key, nx->klen) >= 0)
 			rc = -ESTALE;
 	}
-	if (!rc && t &&
-	    (t->n != c->n || memcmp(t->off, c->off, c->n * sizeof(*c->off)) ||
-	     memcmp(t->fp, c->fp, c->n * sizeof(*c->fp))))
+	if (!rc && t && t->n != c->n)
 		rc = -ESTALE;
+	if (!rc && t) {
+		fdb_cent_offsets(t, r->roff);
+		if (memcmp(r->roff, c->off, c->n * sizeof(*c->off)) ||
+		    memcmp(fdb_cent_fps(t), c->fp, c->n * sizeof(*c->fp)))
+			rc = -ESTALE;
+	}
 	fdb_cent_free(c);
-	if (!rc && t && t->map) {
+	if (!rc && t && t->pieces) {
 		struct fdb_pmap *m = snap_locate(s, off, iv->size);
-		if (!m || m->n != t->map->n ||
-		    memcmp(m->loff, t->map->loff, m->n * sizeof(*m->loff)) ||
-		    memcmp(fdb_pmap_poff(m), fdb_pmap_poff(t->map), m->n * sizeof(uint64_t)))
+		if (!fdb_thin_map_is(t, m))
 			rc = -ESTALE;
 		free(m);
 	}
 	return rc;
 }
 
-static int snap_sample(struct fdb_store *s, const struct snap_reader *r)
+static int snap_sample(struct fdb_store *s, struct snap_reader *r)
 {
 	int rc = 0;
 	for (size_t k = 0; k < SNAP_SAMPLES && !rc; k++) {
@@ -470,6 +477,10 @@ int fdb_snap_load(struct fdb_store *s, const struct flex_io *io, const char *dir
 	if (!rc && (flex_get_le64(h + 16) != stamp || flex_get_le64(h + 24) != size))
 		rc = -ESTALE;
 	struct snap_reader r = {.s = s, .size = size, .room = fdb_cache_thin_room(s)};
+	r.roff = malloc(SNAP_MAX_PAIRS * sizeof(*r.roff));
+	r.rfp = malloc(SNAP_MAX_PAIRS * sizeof(*r.rfp));
+	if (!rc && (!r.roff || !r.rfp))
+		rc = -ENOMEM;
 	/* Maps are stamped now: the contents are those INDEX describes, so
 	 * the bytes lie where it says. */
 	struct flextree_mapping m0[FLEXSPACE_LOCATE_MAX];
@@ -484,6 +495,8 @@ int fdb_snap_load(struct fdb_store *s, const struct flex_io *io, const char *dir
 	io->close(io, fd);
 	if (!rc)
 		rc = snap_sample(s, &r);
+	free(r.roff);
+	free(r.rfp);
 	if (rc) {
 		for (size_t i = 0; i < r.n; i++)
 			fdb_cent_free(r.items[i].c);

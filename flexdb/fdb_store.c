@@ -916,18 +916,26 @@ int fdb_store_check(struct fdb_store *s)
 		}
 		if (!rc && iv->cache) {
 			const struct fdb_cent *k = iv->cache;
-			if (k->n != c->n || k->size != c->size ||
-			    (k->raw && c->size && memcmp(k->raw, c->raw, c->size)) ||
-			    (c->n && (memcmp(k->off, c->off, c->n * sizeof(uint32_t)) ||
-				      memcmp(k->fp, c->fp, c->n * sizeof(uint16_t)))))
+			uint32_t *ko = c->n ? malloc(c->n * sizeof(*ko)) : NULL;
+			if (k->n != c->n || k->size != c->size || !k->raw != !!k->thin ||
+			    (k->raw && c->size && memcmp(k->raw, c->raw, c->size)))
 				rc = FLEX_ECORRUPT;
+			else if (c->n && !ko)
+				rc = -ENOMEM;
+			if (!rc && c->n) {
+				fdb_cent_offsets(k, ko);
+				if (memcmp(ko, c->off, c->n * sizeof(*ko)) ||
+				    memcmp(fdb_cent_fps(k), c->fp, c->n * sizeof(uint16_t)))
+					rc = FLEX_ECORRUPT;
+			}
+			free(ko);
 			/* Where the entry says its bytes lie, unless the FlexSpace
 			 * freed them since, they still are. */
-			uint8_t *b = k->map && c->size ? malloc(c->size) : NULL;
+			uint8_t *b = k->thin && k->pieces && c->size ? malloc(c->size) : NULL;
 			for (uint32_t i = 0; b && !rc && i < c->n; i++) {
 				uint32_t at = c->off[i];
 				uint32_t sz = (i + 1 < c->n ? c->off[i + 1] : c->size) - at;
-				int mrc = fdb_pmap_read(s, k, at, sz, b);
+				int mrc = fdb_thin_read(s, k, at, sz, b);
 				if (!mrc && memcmp(b, c->raw + at, sz))
 					rc = FLEX_ECORRUPT;
 				else if (mrc && mrc != -ESTALE)

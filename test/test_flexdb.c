@@ -1874,6 +1874,7 @@ Test(flexdb, warming_caches_every_interval_it_can_and_keeps_the_bound)
 	 * still find every pair. */
 	struct flexdb_options small = o;
 	small.cache_size = 1u << 20;
+	small.space.tree_cache_size = small.cache_size / 2;
 	tdb_reopen(&t, &small);
 	st = warm_wait(t.db);
 	cr_assert_gt(st.cache_bytes, 0, "nothing was warmed");
@@ -3034,6 +3035,65 @@ Test(flexdb, index_file_opens_the_same_store_and_is_ignored_unless_current)
 	tdb_done(&t);
 	pool_free(&pool);
 	fm_free(&m);
+	free(vbuf);
+}
+
+/* A thin entry keeps where its records start one of three ways: a byte
+ * per record when every record is under 256 bytes, 16-bit offsets in an
+ * interval under 64 KiB, 32-bit ones beyond.  A store of each shape, far
+ * larger than its cache, is read through thin entries, with their maps
+ * and after a reopen from INDEX: every pair is found and the check (which
+ * compares every cached entry with its interval) passes. */
+Test(flexdb, thin_entries_of_every_shape_find_every_pair)
+{
+	static const struct {
+		uint32_t vmin, vmax, pairs, cache_mb;
+	} shape[] = {{0, 100, 40000, 1}, {300, 1500, 6000, 1}, {70000, 90000, 160, 8}};
+	uint64_t seed = test_seed("thinshapes"), r = seed;
+	uint8_t *vbuf = malloc(FLEXDB_MAX_VALUE);
+	for (size_t k = 0; k < sizeof(shape) / sizeof(shape[0]); k++) {
+		struct flexdb_options o = fdb_default_opts();
+		o.memtable_size = 1u << 20;
+		o.cache_size = (uint64_t)shape[k].cache_mb << 20;
+		struct tdb t;
+		tdb_open(&t, "thinshapes", &o);
+		struct fmodel m = {0};
+		for (uint32_t i = 0; i < shape[k].pairs; i++) {
+			char key[24];
+			int kn = snprintf(key, sizeof(key), "%016" PRIx64,
+					  (uint64_t)(i * UINT64_C(0x9e3779b97f4a7c15)));
+			uint32_t vn = shape[k].vmin +
+				      (uint32_t)rnd_below(&r, shape[k].vmax - shape[k].vmin + 1);
+			val_fill(rnd(&r), vbuf, vn);
+			cr_assert_eq(flexdb_put(t.db, key, (uint32_t)kn, vbuf, vn), 0);
+			fm_put(&m, key, (uint32_t)kn, vbuf, vn);
+		}
+		cr_assert_eq(flexdb_sync(t.db), 0);
+		for (int round = 0; round < 2; round++) {
+			const char *when = round ? "after a reopen" : "as written";
+			struct flexdb_stats a, b;
+			cr_assert_eq(flexdb_stats(t.db, &a), 0);
+			tidy_verify(t.db, &m, when);
+			tidy_verify(t.db, &m, when);
+			cr_assert_eq(flexdb_stats(t.db, &b), 0);
+			fprintf(stderr,
+				"  thin shapes, values of %u-%u bytes, %s: %" PRIu64
+				" intervals, %" PRIu64 " thin hits (%" PRIu64 " located), %" PRIu64
+				" misses\n",
+				shape[k].vmin, shape[k].vmax, when, b.intervals,
+				b.cache_thin_hits - a.cache_thin_hits,
+				b.cache_thin_located - a.cache_thin_located,
+				b.cache_misses - a.cache_misses);
+			cr_assert_gt(b.cache_thin_hits - a.cache_thin_hits, 0, "%s: no thin hit", when);
+			cr_assert_gt(b.cache_thin_located - a.cache_thin_located, 0,
+				     "%s: no thin hit read through its map", when);
+			if (round)
+				cr_assert_eq(index_from_file(t.db), 1);
+			tdb_reopen(&t, &o);
+		}
+		tdb_done(&t);
+		fm_free(&m);
+	}
 	free(vbuf);
 }
 
