@@ -16,8 +16,8 @@
  * (Half the cache left a quarter of a 2M-pair store's intervals without
  * one in 24 MiB, and each get there read about 1.7 pages of DATA instead
  * of one: docs/BENCHMARKS.md.)  A thin entry also keeps where its interval's bytes lie
- * in the FlexSpace's data file (struct fdb_pmap, from the read that loaded
- * the interval or from the FlexTree when the entry is made thin), so that
+ * in the FlexSpace's data file (its map, from the read that loaded the
+ * interval or from the FlexTree when the entry is made thin), so that
  * the record is read without a FlexTree lookup: after random inserts an
  * interval is about one extent per pair, and the tree of a large store
  * does not fit its leaf cache.  The FlexSpace says when the bytes moved
@@ -645,8 +645,8 @@ struct fdb_pmap *fdb_pmap_locate(struct fdb_store *s, uint64_t off, uint32_t siz
 /* Makes `need` more bytes fit in the ring; never touches `pin`.  CLOCK:
  * an entry whose bit is set gets its bit cleared and is passed.  An
  * unreferenced whole entry is made thin while thin entries take at most
- * their share of the cache (they are about a tenth the size and still spare a
- * lookup most of its reading); past that, and for unreferenced thin
+ * their share of the cache (they are a twentieth of the size or less and
+ * still spare a lookup most of its reading); past that, and for unreferenced thin
  * entries beyond their share, the entry goes.  Each entry is passed at
  * most three times, so this ends; a last pass ignores the bits, so the
  * bound holds even when every entry was just used.  Under the shared lock
@@ -934,15 +934,18 @@ void fdb_maps_policy(struct fdb_store *s)
 	if (!n || flexspace_stats(s->fs, &st) != 0)
 		return;
 	/* The pairs of the intervals not counted yet are guessed from the
-	 * others; a pair costs 3 bytes when records are under 256 bytes on
-	 * average (thin_kind), 4 otherwise. */
+	 * others (as many as extents when none is counted); a pair costs 3
+	 * bytes when every record is under 256 bytes (thin_kind: taken to
+	 * be so when they average under 200), 4 otherwise.  Every map has a
+	 * piece, and an entry is rounded up to 8 bytes. */
 	double pairs = (double)s->keys, ivals = (double)n;
+	double pieces = st.extents > n ? (double)st.extents : ivals;
 	if (s->uncounted < n)
 		pairs *= ivals / (double)(n - s->uncounted);
 	else
 		pairs = (double)st.extents;
-	double per_pair = pairs > 0 && (double)s->bytes / pairs < 256.0 ? 3.0 : 4.0;
-	double all = ivals * ((double)FDB_CENT_HEAD + 8.0 + 4.0) + 12.0 * (double)st.extents +
+	double per_pair = pairs > 0 && (double)s->bytes / pairs < 200.0 ? 3.0 : 4.0;
+	double all = ivals * ((double)FDB_CENT_HEAD + 8.0 - 4.0 + 4.0) + 12.0 * pieces +
 		     per_pair * pairs;
 	int use = all <= (double)thin_share(s);
 	__atomic_store_n(&s->use_maps, use, __ATOMIC_RELAXED);

@@ -341,6 +341,7 @@ struct fdb_cent {
 	uint8_t map_own; /* map is an allocation of its own */
 };
 #define FDB_CENT_HEAD offsetof(struct fdb_cent, off)
+_Static_assert(FDB_CENT_HEAD % 8 == 0, "a thin entry's 64-bit arrays follow its head");
 
 /* The counters lookups bump, in stripes 128 bytes apart so that readers on
  * different threads do not write the same cache line: a thread bumps its

@@ -21,7 +21,7 @@
  * extent, neighbours lie side by side (a scan reads them in one request)
  * and the data file's pages hold only live pairs.  The contents do not
  * change, so cache entries stay (a thin entry's map reads the old copy
- * until the space frees it, then finds the new one: fdb_pmap_read).
+ * until the space frees it, then finds the new one: fdb_thin_read).
  *
  * It costs a write of what it rewrites, so it spends credit: the bytes
  * commits wrote (fdb_store.c's run_op), at most the store's size, and a pass that

@@ -55,8 +55,9 @@ struct flexdb_options {
 	 * (space.tree_cache_size, a quarter of cache_size when 0; at most
 	 * half of it) and the interval cache, which has the rest: intervals
 	 * kept whole (their pairs, offsets and fingerprints) and, in at most
-	 * three quarters of it, thin (offsets, fingerprints and where the pairs
-	 * lie in the data file: a lookup reads one pair).  0 means 64 MiB.  Range: 1 MiB .. 1 TiB.
+	 * three quarters of it, thin (fingerprints, record sizes and where
+	 * the pairs lie in the data file, about 5 bytes per pair of 116 bytes:
+	 * a lookup reads one pair).  0 means 64 MiB.  Range: 1 MiB .. 1 TiB.
 	 * Besides it and the memtables, a store's memory is its sparse index
 	 * (one entry per interval of up to 32 pairs, about 80 bytes each
 	 * with a 16-byte key: under 4 bytes per pair of 116 bytes), the tree's
@@ -109,7 +110,7 @@ struct flexdb_stats {
 	uint64_t cache_bytes;	   /* held by the interval cache */
 	uint64_t cache_hits;	   /* lookups served from a whole cached interval */
 	uint64_t cache_misses;	   /* intervals read whole from the FlexSpace */
-	/* lookups through a thin entry (offsets and fingerprints only): one
+	/* lookups through a thin entry (fingerprints and record places): one
 	 * record read from the FlexSpace instead of the whole interval */
 	uint64_t cache_thin_hits;
 	/* of those, pairs read where the interval's bytes lay when it was
