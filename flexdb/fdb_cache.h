@@ -52,12 +52,6 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 void fdb_cache_recharge(struct fdb_store *s, struct fdb_cent *c);
 void fdb_cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent *c, int kind);
 size_t fdb_cent_bytes(const struct fdb_cent *c);
-/* What a thin entry of c (whole or thin) with a map of `pieces` (0: none)
- * would be charged. */
-size_t fdb_cent_thin_bytes(const struct fdb_cent *c, uint32_t pieces);
-/* An entry's fingerprints, and the offsets of its records (into off[0..n)). */
-const uint16_t *fdb_cent_fps(const struct fdb_cent *c);
-void fdb_cent_offsets(const struct fdb_cent *c, uint32_t *off);
 void fdb_cent_free(struct fdb_cent *c);
 int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, struct fdb_pmap *map,
 		      struct fdb_cent **out);
@@ -98,6 +92,13 @@ size_t fdb_ring_limit(const struct fdb_store *s);
 size_t fdb_cache_thin_share(const struct fdb_store *s);
 size_t fdb_cache_thin_room(struct fdb_store *s);
 
+/* fdb_thin.c */
+/* What a thin entry of c (whole or thin) with a map of `pieces` (0: none)
+ * would be charged. */
+size_t fdb_cent_thin_bytes(const struct fdb_cent *c, uint32_t pieces);
+/* An entry's fingerprints, and the offsets of its records (into off[0..n)). */
+const uint16_t *fdb_cent_fps(const struct fdb_cent *c);
+void fdb_cent_offsets(const struct fdb_cent *c, uint32_t *off);
 /* A thin entry of n pairs of size bytes in all, at offsets off[] with
  * fingerprints fp[], with a map of `pieces` (0: none) starting at loff[]
  * (loff[0] is 0) at DATA offsets poff[], stamped `stamp`; NULL when out
@@ -117,7 +118,14 @@ int fdb_thin_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, ui
 		  uint8_t *buf);
 /* Whether thin entry c's map is m (its stamp aside). */
 int fdb_thin_map_is(const struct fdb_cent *c, const struct fdb_pmap *m);
-uint64_t *fdb_pmap_poff(struct fdb_pmap *m);
+/* A map of n pieces: its size, and where its data-file offsets are. */
+size_t fdb_pmap_bytes(uint32_t n);
+uint64_t *fdb_pmap_poff(const struct fdb_pmap *m);
+/* The map of the interval at [off, off + size), cut out of a read's
+ * report loc[0..n) that covers it (malloc'd; NULL when none, or out of
+ * memory). */
+struct fdb_pmap *fdb_pmap_new(const struct flextree_mapping *loc, size_t n, uint64_t stamp,
+			      uint64_t off, uint32_t size);
 /* Where the interval at [off, off + size) lies now, as a map (malloc'd;
  * NULL when the FlexSpace does not say in one report, or out of memory). */
 struct fdb_pmap *fdb_pmap_locate(struct fdb_store *s, uint64_t off, uint32_t size);
