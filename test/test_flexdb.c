@@ -1779,7 +1779,18 @@ Test(flexdb, compact_leaves_every_interval_in_one_extent_and_every_pair_in_place
 	cr_assert_leq(st.tidy_bytes, 2 * st.bytes + (1u << 20),
 		      "tidying rewrote %" PRIu64 " bytes for %" PRIu64 " written", st.tidy_bytes,
 		      st.bytes);
-	cr_assert_lt(per, 1.1, "%.2f extents per interval after compact", per);
+	/* Without full, compact spends the credit commits earned: it tidies
+	 * every interval unless tidying in pauses of the load (a slow
+	 * machine) spent it on intervals later commits scattered again, and
+	 * then it rewrote more than the store holds. */
+	cr_assert(per < 1.1 || st.tidy_bytes > st.bytes,
+		  "%.2f extents per interval after compact, %" PRIu64 " bytes rewritten", per,
+		  st.tidy_bytes);
+	if (per >= 1.1) {
+		cr_assert_eq(flexdb_compact(t.db, 1), 0);
+		per = tidy_extents(t.db, "after a whole pass of the load");
+		cr_assert_lt(per, 1.1, "%.2f extents per interval after a whole pass", per);
+	}
 	tidy_verify(t.db, &m, "after compact");
 
 	/* Overwrites and deletes scatter some again; a whole pass tidies
