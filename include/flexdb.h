@@ -62,7 +62,8 @@ struct flexdb_options {
 	 * (one entry per interval of up to 32 pairs, about 80 bytes each
 	 * with a 16-byte key: under 4 bytes per pair of 116 bytes), the tree's
 	 * internal nodes and leaf stubs (under a byte per extent), the
-	 * FlexSpace's segment buffer (space.segment_size, 4 MiB) and the
+	 * FlexSpace's segment buffer (space.segment_size, 4 MiB) and log
+	 * buffer (up to about 1.4 times space.log_limit, 8 MiB), and the
 	 * committer's tidying buffer (about 1 MiB: flexdb_compact).  Memory the
 	 * program's allocator keeps after the library freed it is not
 	 * counted: a cache that turns over frees as much as it allocates. */
