@@ -371,7 +371,7 @@ static struct fdb_pmap *cent_locate(struct fdb_store *s, const struct fdb_cent *
 /* Makes `need` more bytes fit in the ring; never touches `pin`.  CLOCK:
  * an entry whose bit is set gets its bit cleared and is passed.  An
  * unreferenced whole entry is made thin while thin entries take at most
- * their share of the cache (they are a twentieth of the size or less and
+ * their share of the cache (they are a tenth of the size or less and
  * still spare a lookup most of its reading); past that, and for unreferenced thin
  * entries beyond their share, the entry goes.  Each entry is passed at
  * most three times, so this ends; a last pass ignores the bits, so the
@@ -661,8 +661,8 @@ void fdb_maps_policy(struct fdb_store *s)
 		return;
 	/* The pairs of the intervals not counted yet are guessed from the
 	 * others (as many as extents when none is counted); a pair costs 3
-	 * bytes when every record is under 256 bytes (thin_kind: taken to
-	 * be so when they average under 200), 4 otherwise.  Every map has a
+	 * bytes when every record is under 256 bytes (fdb_thin.c: taken to
+	 * be so when they average under 128), 4 otherwise.  Every map has a
 	 * piece, and an entry is rounded up to 8 bytes. */
 	double pairs = (double)s->keys, ivals = (double)n;
 	double pieces = st.extents > n ? (double)st.extents : ivals;
@@ -670,7 +670,7 @@ void fdb_maps_policy(struct fdb_store *s)
 		pairs *= ivals / (double)(n - s->uncounted);
 	else
 		pairs = (double)st.extents;
-	double per_pair = pairs > 0 && (double)s->bytes / pairs < 200.0 ? 3.0 : 4.0;
+	double per_pair = pairs > 0 && (double)s->bytes / pairs < 128.0 ? 3.0 : 4.0;
 	double all =
 	    ivals * ((double)FDB_CENT_HEAD + 8.0 - 4.0 + 4.0) + 12.0 * pieces + per_pair * pairs;
 	int use = all <= (double)thin_share(s);

@@ -1,6 +1,7 @@
 /*
  * fdb_cache.h - what the parts of the store share: the interval cache
- * (fdb_cache.c: entries, the CLOCK ring, loading and admission), the
+ * (fdb_cache.c: entries, the CLOCK ring, loading and admission; fdb_thin.c:
+ * thin entries' layout and maps), the
  * store (fdb_store.c: open, changes and their runs, range deletes,
  * check), tidying (fdb_tidy.c) and the reads (fdb_read.c: gets,
  * prefetch, scans).  Private to libflexdb; the locking rules are those
@@ -108,9 +109,10 @@ struct fdb_cent *fdb_thin_new(uint32_t n, uint32_t size, const uint32_t *off, co
 			      uint64_t stamp);
 /* What fdb_thin_new charges for such an entry. */
 size_t fdb_thin_bytes(uint32_t n, uint32_t size, const uint32_t *off, uint32_t pieces);
-/* Pair i of thin entry c: where its record starts in the interval, and
- * its size. */
-void fdb_thin_rec(const struct fdb_cent *c, uint32_t i, uint32_t *at, uint32_t *sz);
+/* The first pair of thin entry c from *i on whose fingerprint is fp:
+ * its index in *i, where its record starts in the interval and its size;
+ * 0 when there is none. */
+int fdb_thin_next(const struct fdb_cent *c, uint16_t fp, uint32_t *i, uint32_t *at, uint32_t *sz);
 /* Reads bytes [at, at + len) of thin entry c's interval through its map
  * into buf: 0, -ESTALE (no map, or the FlexSpace moved the bytes since:
  * the caller reads through the FlexTree), or an error. */

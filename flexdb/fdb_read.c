@@ -118,12 +118,8 @@ static int thin_get(struct fdb_store *s, const struct fdb_cent *c, uint64_t off,
 		    uint32_t klen, uint16_t fp, void *buf, size_t cap, size_t *vlen)
 {
 	uint8_t small[512];
-	const uint16_t *fps = fdb_cent_fps(c);
-	for (uint32_t i = 0; i < c->n; i++) {
-		if (fps[i] != fp)
-			continue;
-		uint32_t at, sz;
-		fdb_thin_rec(c, i, &at, &sz);
+	uint32_t at, sz;
+	for (uint32_t i = 0; fdb_thin_next(c, fp, &i, &at, &sz); i++) {
 		uint8_t *r = sz <= sizeof(small) ? small : malloc(sz);
 		if (!r)
 			return -ENOMEM;

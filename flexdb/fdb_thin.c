@@ -6,7 +6,8 @@
  * record starts, and where the interval's bytes lie in the FlexSpace's
  * data file (its map), so that a lookup reads only the record whose
  * fingerprint matches, without a FlexTree lookup while the bytes have not
- * moved.  fdb_cache.c makes and drops them; this file lays them out, and
+ * moved.  fdb_cache.c makes them of whole entries and drops them, and
+ * fdb_snap.c makes them of what INDEX holds; this file lays them out, and
  * cuts maps out of the FlexSpace's reports.
  */
 #include <errno.h>
@@ -95,9 +96,9 @@ static size_t thin_len(uint32_t n, int kind, uint32_t pieces)
 	return (b + 7) & ~(size_t)7;
 }
 
-/* Where c's arrays are.  Writable: thin_new fills them in; nothing else
+/* Where c's arrays are.  Writable: fdb_thin_new fills them in; nothing else
  * writes an entry that is in the cache. */
-static void thin_parts(const struct fdb_cent *c, struct thin_parts *p)
+static inline void thin_parts(const struct fdb_cent *c, struct thin_parts *p)
 {
 	uint8_t *q = (uint8_t *)(uintptr_t)c + FDB_CENT_HEAD;
 	size_t n = c->n, np = c->pieces;
@@ -188,24 +189,31 @@ const uint16_t *fdb_cent_fps(const struct fdb_cent *c)
 	return p.fp;
 }
 
-void fdb_thin_rec(const struct fdb_cent *c, uint32_t i, uint32_t *at, uint32_t *sz)
+int fdb_thin_next(const struct fdb_cent *c, uint16_t fp, uint32_t *i, uint32_t *at, uint32_t *sz)
 {
 	struct thin_parts p;
 	thin_parts(c, &p);
+	uint32_t j = *i;
+	while (j < c->n && p.fp[j] != fp)
+		j++;
+	if (j >= c->n)
+		return 0;
 	uint32_t a = 0, b;
 	if (c->thin == THIN_SIZE8) {
-		for (uint32_t j = 0; j < i; j++)
-			a += p.rsize[j];
-		b = a + p.rsize[i];
+		for (uint32_t k = 0; k < j; k++)
+			a += p.rsize[k];
+		b = a + p.rsize[j];
 	} else if (c->thin == THIN_OFF16) {
-		a = p.off16[i];
-		b = i + 1 < c->n ? p.off16[i + 1] : c->size;
+		a = p.off16[j];
+		b = j + 1 < c->n ? p.off16[j + 1] : c->size;
 	} else {
-		a = p.off32[i];
-		b = i + 1 < c->n ? p.off32[i + 1] : c->size;
+		a = p.off32[j];
+		b = j + 1 < c->n ? p.off32[j + 1] : c->size;
 	}
+	*i = j;
 	*at = a;
 	*sz = b - a;
+	return 1;
 }
 
 void fdb_cent_offsets(const struct fdb_cent *c, uint32_t *off)

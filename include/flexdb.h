@@ -63,7 +63,7 @@ struct flexdb_options {
 	 * with a 16-byte key: under 4 bytes per pair of 116 bytes), the tree's
 	 * internal nodes and leaf stubs (under a byte per extent), the
 	 * FlexSpace's segment buffer (space.segment_size, 4 MiB) and log
-	 * buffer (up to about 1.4 times space.log_limit, 8 MiB), and the
+	 * buffer (space.log_limit, 8 MiB, and the slack of its growth), and the
 	 * committer's tidying buffer (about 1 MiB: flexdb_compact).  Memory the
 	 * program's allocator keeps after the library freed it is not
 	 * counted: a cache that turns over frees as much as it allocates. */
@@ -126,7 +126,8 @@ struct flexdb_stats {
 	uint64_t wal_syncs;	   /* WAL fdatasyncs (group commits) */
 	uint64_t recovered_ops;	   /* WAL operations replayed at open */
 	/* Bytes of intervals the committer rewrote whole so that each lies in
-	 * one extent (flexdb_compact), and whether it has more to do. */
+	 * one extent (flexdb_compact) since the open, and whether it has more
+	 * to do. */
 	uint64_t tidy_bytes;
 	int tidy_due;
 	/* Nonzero while the committer, after an open, is still reading the
