@@ -311,9 +311,11 @@ static const uint8_t *snap_item(struct snap_reader *r, const uint8_t *p, const u
 		/* Checked whole; kept while the thin share has room (without
 		 * its map if only that fits). */
 		uint32_t keep = r->maps ? np : 0;
-		if (fdb_thin_bytes(n, size, r->roff, keep) > r->room)
-			keep = 0;
 		size_t cost = fdb_thin_bytes(n, size, r->roff, keep);
+		if (cost > r->room && keep) {
+			keep = 0;
+			cost = fdb_thin_bytes(n, size, r->roff, 0);
+		}
 		if (cost <= r->room) {
 			c = fdb_thin_new(n, size, r->roff, r->rfp, keep, loff, poff, r->mstamp);
 			if (!c)
