@@ -24,6 +24,9 @@ struct fdb_memref {
 	atomic_int refs;
 };
 
+/* Iterators a handle keeps parked: see fdb_iter.c. */
+#define FDB_ITER_PARKED 4
+
 struct flexdb {
 	const struct flex_io *io;
 	char *dir;
@@ -82,6 +85,9 @@ struct flexdb {
 
 	_Atomic uint64_t writer_stalls, wal_syncs, committer_runs, committed_pairs;
 	uint64_t recovered_ops;
+
+	/* Closed iterators kept for the next opens (fdb_iter.c). */
+	_Atomic(struct flexdb_iter *) parked[FDB_ITER_PARKED];
 };
 
 /* A deadline ms milliseconds from now, for pthread_cond_timedwait on a
@@ -186,5 +192,7 @@ int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int rang
 /* wmu held: waits until no group is being written (before a memtable
  * switch outside the write path). */
 void fdb_writers_idle(struct flexdb *db);
+/* Frees the iterators parked in db (flexdb_close: none is open). */
+void fdb_iters_unpark(struct flexdb *db);
 
 #endif /* FDB_DB_H */

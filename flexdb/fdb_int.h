@@ -502,6 +502,8 @@ struct fdb_ar {
 };
 void *fdb_ar_alloc(struct fdb_ar *a, size_t n);
 void fdb_ar_reset(struct fdb_ar *a);
+/* fdb_ar_reset keeping at most `keep` bytes of blocks (a parked iterator's). */
+void fdb_ar_trim(struct fdb_ar *a, size_t keep);
 void fdb_ar_free(struct fdb_ar *a);
 
 /* A copied pair: key then value, in an fdb_ar. */

@@ -46,6 +46,27 @@ static void iter_reset(struct flexdb_iter *it)
 	it->n = it->pos = 0;
 }
 
+/* A closed iterator is parked in one of the handle's FDB_ITER_PARKED
+ * slots, with its arrays and up to this much of its arena, for the next
+ * open: a reader that opens an iterator per range query (a YCSB E scan)
+ * then pays no allocation, and no zeroing or first touch of fresh pages,
+ * per query. */
+#define FDB_ITER_PARK_KEEP (64u << 10)
+
+static void iter_free(struct flexdb_iter *it)
+{
+	fdb_ar_free(&it->ar);
+	free(it->bound);
+	free(it->from);
+	free(it->src);
+	free(it->pairs);
+	free(it->lower);
+	free(it->upper);
+	free(it->pfx);
+	free(it->pfx_end);
+	free(it);
+}
+
 int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
 {
 	if (!out)
@@ -53,20 +74,35 @@ int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
 	*out = NULL;
 	if (!db)
 		return -EINVAL;
-	struct flexdb_iter *it = calloc(1, sizeof(*it));
-	if (!it)
+	struct flexdb_iter *it = NULL;
+	for (int i = 0; i < FDB_ITER_PARKED && !it; i++)
+		if (atomic_load_explicit(&db->parked[i], memory_order_relaxed))
+			it = atomic_exchange_explicit(&db->parked[i], NULL, memory_order_acquire);
+	if (it) {
+		*out = it;
+		return 0;
+	}
+	if (!(it = calloc(1, sizeof(*it))))
 		return -ENOMEM;
-	it->pairs = calloc(3 * FDB_ITER_CHUNK, sizeof(*it->pairs));
-	it->src = calloc(3 * FDB_ITER_CHUNK, sizeof(*it->src));
+	/* Written before they are read: no need to zero them. */
+	it->pairs = malloc(3 * FDB_ITER_CHUNK * sizeof(*it->pairs));
+	it->src = malloc(3 * FDB_ITER_CHUNK * sizeof(*it->src));
 	if (!it->pairs || !it->src) {
-		free(it->pairs);
-		free(it->src);
-		free(it);
+		iter_free(it);
 		return -ENOMEM;
 	}
 	it->db = db;
 	*out = it;
 	return 0;
+}
+
+void fdb_iters_unpark(struct flexdb *db)
+{
+	for (int i = 0; i < FDB_ITER_PARKED; i++) {
+		struct flexdb_iter *it = atomic_exchange(&db->parked[i], NULL);
+		if (it)
+			iter_free(it);
+	}
 }
 
 /* Collects up to FDB_ITER_CHUNK memtable entries from `from`, stopping
@@ -231,10 +267,14 @@ static int iter_clamp(const struct flexdb_iter *it, const void **from, uint32_t 
 	return reverse ? !(c < 0 || (c == 0 && !*inclusive)) : c < 0;
 }
 
-/* One read of the sources: the memtables it holds references to, and
- * what each source gave (0 active, 1 immutable, 2 store). */
+/* One read of the sources: the memtables, and what each source gave (0
+ * active, 1 immutable, 2 store).  The pass holds the shared lock from
+ * before it reads the memtables' pointers to after the merge, as a get
+ * does: the committer drops an immutable memtable only under the
+ * exclusive lock, after its pairs reached the store, so the pass needs no
+ * reference to them (which two readers' passes would contend for). */
 struct iter_pass {
-	struct fdb_memref *a, *im;
+	const struct fdb_memref *a, *im;
 	uint64_t vis;
 	int ranges; /* the memtables hold range deletes */
 	struct fdb_pair *src[3];
@@ -247,8 +287,6 @@ static int iter_gather(struct flexdb_iter *it, struct iter_pass *p, const void *
 	struct flexdb *db = it->db;
 	const uint8_t *lim = reverse ? it->lo : it->hi;
 	uint32_t limlen = reverse ? it->lolen : it->hilen;
-	p->vis = atomic_load(&db->visible);
-	fdb_memrefs_get(db, &p->a, &p->im);
 	p->ranges = fdb_mt_ranges(p->a->mt) || (p->im && fdb_mt_ranges(p->im->mt));
 	/* The store first: when it fills the chunk, the chunk ends at its
 	 * last pair (iter_bound), and the memtables are read only up to
@@ -259,13 +297,10 @@ static int iter_gather(struct flexdb_iter *it, struct iter_pass *p, const void *
 	p->cnt[2] = 0;
 	if (!p->ranges || iter_store_from(p->a, p->im, reverse, p->vis, &sfrom, &sflen, &sinc)) {
 		struct fdb_cands cands;
-		flex_brlock_rdlock(&db->lock);
 		fdb_cands_init(&db->store, &cands, NULL, 0);
 		rc = fdb_store_scan(&db->store, sfrom, sflen, sinc, reverse, lim, limlen,
 				    p->src[2], FDB_ITER_CHUNK, &p->cnt[2], &it->ar, &cands);
 		fdb_store_admit(&db->store, &cands, 1);
-		flex_brlock_rdunlock(&db->lock);
-		fdb_cache_reap(db);
 	}
 	int incl = 0;
 	if (!rc && p->cnt[2] == FDB_ITER_CHUNK) {
@@ -374,6 +409,14 @@ static int iter_pass(struct flexdb_iter *it, const void *from, uint32_t flen, in
 	it->reverse = reverse;
 	fdb_ar_reset(&it->ar);
 	uint64_t mallocs = it->ar.mallocs;
+	struct flexdb *db = it->db;
+	/* active is loaded before imm: switch_memtable stores them the
+	 * other way. */
+	p.vis = atomic_load(&db->visible);
+	flex_brlock_rdlock(&db->lock);
+	p.a = __atomic_load_n(&db->active, __ATOMIC_ACQUIRE);
+	p.im = __atomic_load_n(&db->imm, __ATOMIC_ACQUIRE);
+	FLEX_HB_AFTER(&db->active);
 	int rc = iter_gather(it, &p, from, flen, inclusive, reverse);
 	const struct fdb_pair *bound = rc ? NULL : iter_bound(&p, reverse);
 	if (bound) {
@@ -382,8 +425,8 @@ static int iter_pass(struct flexdb_iter *it, const void *from, uint32_t flen, in
 	}
 	if (!rc)
 		iter_merge(it, &p, reverse, bound != NULL);
-	fdb_memref_put(p.a);
-	fdb_memref_put(p.im);
+	flex_brlock_rdunlock(&db->lock);
+	fdb_cache_reap(db);
 	it->exhausted = bound == NULL;
 	it->grows += it->ar.mallocs - mallocs;
 	return rc;
@@ -606,14 +649,25 @@ void flexdb_iter_close(struct flexdb_iter *it)
 {
 	if (!it)
 		return;
-	fdb_ar_free(&it->ar);
-	free(it->bound);
-	free(it->from);
-	free(it->src);
-	free(it->pairs);
+	/* Parked as a fresh one: unpositioned, no bounds, no prefix. */
+	struct flexdb *db = it->db;
 	free(it->lower);
 	free(it->upper);
 	free(it->pfx);
 	free(it->pfx_end);
-	free(it);
+	it->lower = it->upper = it->pfx = it->pfx_end = NULL;
+	it->lo = it->hi = NULL;
+	it->lowerlen = it->upperlen = it->pfxlen = it->pfx_endlen = it->lolen = it->hilen = 0;
+	iter_reset(it);
+	it->reverse = it->exhausted = 0;
+	it->grows = 0;
+	fdb_ar_trim(&it->ar, FDB_ITER_PARK_KEEP);
+	for (int i = 0; i < FDB_ITER_PARKED; i++) {
+		struct flexdb_iter *none = NULL;
+		if (atomic_compare_exchange_strong_explicit(&db->parked[i], &none, it,
+							    memory_order_release,
+							    memory_order_relaxed))
+			return;
+	}
+	iter_free(it);
 }

@@ -398,27 +398,36 @@ static void ar_blocks_free(struct fdb_ar_blk *b)
 	}
 }
 
-/* Empties the arena but keeps up to FDB_AR_KEEP bytes of its blocks, so
- * that a reader refilling chunk after chunk, even of large pairs, does
- * not ask the allocator (and the kernel) for fresh pages each time. */
-void fdb_ar_reset(struct fdb_ar *a)
+/* Empties the arena but keeps up to `keep` bytes of its blocks, so that a
+ * reader refilling chunk after chunk, even of large pairs, does not ask
+ * the allocator (and the kernel) for fresh pages each time. */
+void fdb_ar_trim(struct fdb_ar *a, size_t keep)
 {
-	size_t kept = 0;
-	for (struct fdb_ar_blk *s = a->spare; s; s = s->prev)
-		kept += s->cap;
-	struct fdb_ar_blk *b = a->blk;
+	struct fdb_ar_blk *all = a->spare, *b = a->blk;
 	while (b) {
 		struct fdb_ar_blk *p = b->prev;
-		if (kept + b->cap <= FDB_AR_KEEP) {
-			kept += b->cap;
-			b->prev = a->spare;
-			a->spare = b;
-		} else {
-			free(b);
-		}
+		b->prev = all;
+		all = b;
 		b = p;
 	}
-	a->blk = NULL;
+	a->blk = a->spare = NULL;
+	size_t kept = 0;
+	while (all) {
+		struct fdb_ar_blk *p = all->prev;
+		if (kept + all->cap <= keep) {
+			kept += all->cap;
+			all->prev = a->spare;
+			a->spare = all;
+		} else {
+			free(all);
+		}
+		all = p;
+	}
+}
+
+void fdb_ar_reset(struct fdb_ar *a)
+{
+	fdb_ar_trim(a, FDB_AR_KEEP);
 }
 
 void fdb_ar_free(struct fdb_ar *a)

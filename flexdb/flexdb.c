@@ -333,6 +333,7 @@ int flexdb_get(const struct flexdb *cdb, const void *key, size_t klen, void *buf
 
 static void db_free(struct flexdb *db)
 {
+	fdb_iters_unpark(db);
 	if (db->store.index)
 		fdb_store_close(&db->store);
 	if (db->fs)

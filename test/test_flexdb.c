@@ -435,6 +435,20 @@ static void *citer(void *arg)
 		for (int w = 0; w < CW; w++)
 			for (int i = 0; i < CK; i++)
 				dead[w][i] = (uint8_t)atomic_load(&s->dead[w][i]);
+		/* Now and then a new iterator: the closed one is parked for
+		 * the next open, on this thread or another's. */
+		if (rnd_below(&r, 4) == 0) {
+			flexdb_iter_close(it);
+			if ((rc = flexdb_iter_open(s->db, &it)) != 0) {
+				cfail(s, "flexdb_iter_open: %s", flex_strerror(rc));
+				it = NULL;
+				break;
+			}
+			if (flexdb_iter_valid(it)) {
+				cfail(s, "iterator: valid before its first seek");
+				break;
+			}
+		}
 		int rev = (int)rnd_below(&r, 2);
 		int kl = ckey(k, (int)rnd_below(&r, CW), (int)rnd_below(&r, (uint64_t)s->nk));
 		rc = rev ? flexdb_iter_seek_for_prev(it, k, (size_t)kl)
@@ -2474,6 +2488,55 @@ Test(flexdb, iterator_on_an_empty_store_is_invalid_everywhere)
 		} else if (round == 1) {
 			tdb_reopen(&t, NULL);
 		}
+	}
+	tdb_done(&t);
+}
+
+/* A closed iterator is kept for the next open: what that open returns
+ * must be a fresh iterator, whatever bounds, prefix, position and
+ * direction the closed one had, and iterators held together are
+ * distinct. */
+Test(flexdb, reopened_iterator_forgets_bounds_prefix_and_position)
+{
+	struct tdb t;
+	tdb_open(&t, "iterpark", NULL);
+	for (int i = 0; i < 500; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "k%04d", i);
+		put_s(t.db, k, "v");
+	}
+	for (int round = 0; round < 2; round++) {
+		struct flexdb_iter *its[6];
+		for (int j = 0; j < 6; j++) {
+			cr_assert_eq(flexdb_iter_open(t.db, &its[j]), 0);
+			for (int q = 0; q < j; q++)
+				cr_assert_neq(its[q], its[j], "two open iterators share one");
+			cr_expect_eq(flexdb_iter_valid(its[j]), 0, "a new iterator is valid");
+			cr_expect_eq(flexdb_iter_set_bounds(its[j], "k0100", 5, "k0200", 5), 0);
+			cr_expect_eq(flexdb_iter_set_prefix(its[j], "k01", 3), 0);
+			cr_expect_eq(flexdb_iter_seek_for_prev(its[j], "k0150", 5), 0);
+			cr_expect_eq(flexdb_iter_valid(its[j]), 1);
+		}
+		for (int j = 0; j < 6; j++)
+			flexdb_iter_close(its[j]);
+		struct flexdb_iter *it;
+		cr_assert_eq(flexdb_iter_open(t.db, &it), 0);
+		cr_expect_eq(flexdb_iter_valid(it), 0, "a reopened iterator is valid");
+		cr_expect_null(flexdb_iter_key(it, NULL));
+		cr_expect_eq(flexdb_iter_next(it), -EINVAL);
+		cr_assert_eq(flexdb_iter_seek(it, NULL, 0), 0);
+		int n = 0;
+		for (; flexdb_iter_valid(it); n++) {
+			char k[16];
+			snprintf(k, sizeof(k), "k%04d", n);
+			size_t kl;
+			const void *key = flexdb_iter_key(it, &kl);
+			cr_assert(kl == 5 && !memcmp(key, k, 5), "pair %d is not %s", n, k);
+			cr_assert_eq(flexdb_iter_next(it), 0);
+		}
+		cr_expect_eq(n, 500, "a reopened iterator saw %d of 500 keys", n);
+		flexdb_iter_close(it);
+		tdb_reopen(&t, NULL);
 	}
 	tdb_done(&t);
 }
