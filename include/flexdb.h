@@ -64,7 +64,10 @@ struct flexdb_options {
 	 * internal nodes and leaf stubs (under a byte per extent), the
 	 * FlexSpace's segment buffer (space.segment_size, 4 MiB) and log
 	 * buffer (space.log_limit, 8 MiB, and the slack of its growth), and the
-	 * committer's tidying buffer (about 1 MiB: flexdb_compact).  Memory the
+	 * committer's tidying buffer (about 1 MiB: flexdb_compact), and
+	 * iterators: an open one keeps up to 512 KiB between chunks (a chunk
+	 * of large pairs takes what it holds), and up to four closed ones of
+	 * about 75 KiB each wait for the next opens.  Memory the
 	 * program's allocator keeps after the library freed it is not
 	 * counted: a cache that turns over frees as much as it allocates. */
 	uint64_t cache_size;
