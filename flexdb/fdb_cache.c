@@ -290,19 +290,28 @@ size_t fdb_load_bytes(const size_t *field)
 	return __atomic_load_n(field, __ATOMIC_RELAXED);
 }
 
+/* The ring of c: whole entries and thin ones (raw NULL) have one each, so
+ * that the hand looking for a whole entry to make thin does not pass
+ * every thin entry on its way. */
+static struct fdb_ring *cent_ring(struct fdb_store *s, const struct fdb_cent *c)
+{
+	return &s->ring[c->raw ? 0 : 1];
+}
+
 static void ring_remove(struct fdb_store *s, struct fdb_cent *c)
 {
 	if (c->slot == UINT32_MAX)
 		return;
+	struct fdb_ring *r = cent_ring(s, c);
 	uint32_t i = c->slot;
-	s->ring[i] = s->ring[--s->nring];
-	s->ring[i]->slot = i;
+	r->v[i] = r->v[--r->n];
+	r->v[i]->slot = i;
 	c->slot = UINT32_MAX;
 	set_bytes(&s->cache_bytes, s->cache_bytes - c->bytes);
 	if (!c->raw)
 		s->thin_bytes -= c->bytes;
-	if (s->hand >= s->nring)
-		s->hand = 0;
+	if (r->hand >= r->n)
+		r->hand = 0;
 }
 
 /* Makes room for one more entry in an array of n of *cap (the ring, the
@@ -317,6 +326,20 @@ static int cent_vec_room(struct fdb_cent ***v, uint32_t n, uint32_t *cap)
 		return -ENOMEM;
 	*v = p;
 	*cap = c;
+	return 0;
+}
+
+/* Puts c in its ring and charges it. */
+static int ring_add(struct fdb_store *s, struct fdb_cent *c)
+{
+	struct fdb_ring *r = cent_ring(s, c);
+	if (cent_vec_room(&r->v, r->n, &r->cap))
+		return -ENOMEM;
+	c->slot = r->n;
+	r->v[r->n++] = c;
+	set_bytes(&s->cache_bytes, s->cache_bytes + c->bytes);
+	if (!c->raw)
+		s->thin_bytes += c->bytes;
 	return 0;
 }
 
@@ -368,40 +391,45 @@ static struct fdb_pmap *cent_locate(struct fdb_store *s, const struct fdb_cent *
 	return fdb_pmap_locate(s, fdb_index_offset(&p), c->size);
 }
 
-/* Makes `need` more bytes fit in the ring; never touches `pin`.  CLOCK:
- * an entry whose bit is set gets its bit cleared and is passed.  An
- * unreferenced whole entry is made thin while thin entries take at most
- * their share of the cache (they are a tenth of the size or less and
- * still spare a lookup most of its reading); past that, and for unreferenced thin
- * entries beyond their share, the entry goes.  Each entry is passed at
- * most three times, so this ends; a last pass ignores the bits, so the
- * bound holds even when every entry was just used.  Under the shared lock
- * (`shared`) it stops when the graveyard is full: returns nonzero if the
- * bytes do not fit then. */
+/* Makes `need` more bytes fit in the cache; never touches `pin`.  CLOCK,
+ * in each ring: an entry whose bit is set gets its bit cleared and is
+ * passed.  Thin entries beyond their share of the cache go first; then
+ * an unreferenced whole entry is made thin while thin entries stay
+ * within their share (they are a tenth of the size or less and still
+ * spare a lookup most of its reading), and goes otherwise; thin entries
+ * within their share go only when no whole entry is left.  Each entry of
+ * a ring is passed at most three times, so this ends; a last pass
+ * ignores the bits, so the bound holds even when every entry was just
+ * used.  Under the shared lock (`shared`) it stops when the graveyard is
+ * full: returns nonzero if the bytes do not fit then. */
 int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin, int shared)
 {
 	size_t thin_cap = thin_share(s), limit = fdb_ring_limit(s);
-	uint32_t steps = 3 * s->nring + 3;
-	while (s->cache_bytes + need > limit && s->nring > 0) {
-		int force = steps == 0;
-		if (!force)
-			steps--;
-		if (s->hand >= s->nring)
-			s->hand = 0;
-		struct fdb_cent *c = s->ring[s->hand];
-		if (c == pin) {
-			if (s->nring == 1)
+	uint32_t steps[2] = {3 * s->ring[0].n + 3, 3 * s->ring[1].n + 3};
+	while (s->cache_bytes + need > limit) {
+		int k = s->thin_bytes > thin_cap;
+		for (int tries = 0; tries < 2; tries++, k = !k) {
+			const struct fdb_ring *q = &s->ring[k];
+			if (q->n > 1 || (q->n == 1 && q->v[0] != pin))
 				break;
-			s->hand++;
-			continue;
 		}
-		if (!force && atomic_exchange(&c->ref, 0)) {
-			s->hand++;
+		struct fdb_ring *r = &s->ring[k];
+		if (r->n == 0 || (r->n == 1 && r->v[0] == pin))
+			break; /* nothing but pin */
+		int force = steps[k] == 0;
+		if (!force)
+			steps[k]--;
+		if (r->hand >= r->n)
+			r->hand = 0;
+		struct fdb_cent *c = r->v[r->hand];
+		if (c == pin || (!force && atomic_exchange(&c->ref, 0))) {
+			r->hand++;
 			continue;
 		}
 		if (shared && grave_reserve(s, c->bytes))
 			return -ENOSPC;
-		if (c->raw && !force) {
+		ring_remove(s, c);
+		if (k == 0 && !force) {
 			int maps = !s->in_run && __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
 			struct fdb_pmap *pm = c->map || !maps ? NULL : cent_locate(s, c);
 			const struct fdb_pmap *use = c->map && maps ? c->map : pm;
@@ -409,43 +437,32 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 			struct fdb_cent *t =
 			    s->thin_bytes + thin <= thin_cap ? cent_thin(c, use) : NULL;
 			free(pm);
+			if (t && ring_add(s, t) != 0) {
+				fdb_cent_free(t);
+				t = NULL;
+			}
 			if (t) {
 				/* A thin copy takes the whole entry's place. */
-				t->slot = c->slot;
-				s->ring[t->slot] = t;
-				c->slot = UINT32_MAX;
-				set_bytes(&s->cache_bytes, s->cache_bytes - c->bytes + t->bytes);
-				s->thin_bytes += t->bytes;
 				ival_set_cent(t->iv, t);
 				cent_retire(s, c, shared);
-				s->hand++;
 				continue;
 			}
-		} else if (!c->raw && !force && s->thin_bytes <= thin_cap) {
-			s->hand++;
-			continue;
 		}
-		ring_remove(s, c);
 		ival_set_cent(c->iv, NULL);
 		cent_retire(s, c, shared);
 	}
 	return s->cache_bytes + need > limit && shared ? -ENOSPC : 0;
 }
 
-/* Puts c, of iv, in the ring, making room for it (not beyond the
+/* Puts c, of iv, in the cache, making room for it (not beyond the
  * graveyard's room when `shared`).  Nonzero: c was not attached. */
 int fdb_cache_attach(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, int shared)
 {
 	if (fdb_cache_evict(s, c->bytes, c, shared))
 		return -ENOSPC;
-	if (cent_vec_room(&s->ring, s->nring, &s->ring_cap))
-		return -ENOMEM;
 	c->iv = iv;
-	c->slot = s->nring;
-	s->ring[s->nring++] = c;
-	set_bytes(&s->cache_bytes, s->cache_bytes + c->bytes);
-	if (!c->raw)
-		s->thin_bytes += c->bytes;
+	if (ring_add(s, c))
+		return -ENOMEM;
 	atomic_store(&c->ref, 1);
 	ival_set_cent(iv, c);
 	return 0;

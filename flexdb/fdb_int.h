@@ -355,10 +355,16 @@ struct fdb_stat_stripe {
 	char pad[128 - FDB_ST_N * sizeof(atomic_ullong)];
 };
 
+/* A CLOCK ring of cached entries, and where its hand stands. */
+struct fdb_ring {
+	struct fdb_cent **v;
+	uint32_t n, cap, hand;
+};
+
 struct fdb_store {
 	struct flexspace *fs;
 	struct fdb_index *index;
-	/* CLOCK ring of cached intervals.  Readers attach the intervals they
+	/* CLOCK rings of cached intervals.  Readers attach the intervals they
 	 * read under the shared lock and cache_mu; the exclusive lock
 	 * excludes them.  An entry a reader takes out of the cache may still
 	 * be in another reader's hands: it waits in the graveyard until the
@@ -366,8 +372,7 @@ struct fdb_store {
 	 * charged there, and the ring keeps a 32nd of the cache for them.
 	 * Readers load cache_bytes and grave_bytes without the mutex. */
 	pthread_mutex_t cache_mu;
-	struct fdb_cent **ring;
-	uint32_t nring, ring_cap, hand;
+	struct fdb_ring ring[2]; /* whole entries, thin ones (fdb_cache.c) */
 	size_t cache_bytes, cache_limit;
 	size_t thin_bytes; /* of thin entries, at most 3/4 of the cache */
 	struct fdb_cent **grave;

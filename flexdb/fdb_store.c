@@ -388,11 +388,13 @@ int fdb_set_tag(struct fdb_store *s, uint64_t off, uint16_t tag)
 
 void fdb_store_close(struct fdb_store *s)
 {
-	for (uint32_t i = 0; i < s->nring; i++) {
-		s->ring[i]->iv->cache = NULL;
-		fdb_cent_free(s->ring[i]);
+	for (int k = 0; k < 2; k++) {
+		for (uint32_t i = 0; i < s->ring[k].n; i++) {
+			s->ring[k].v[i]->iv->cache = NULL;
+			fdb_cent_free(s->ring[k].v[i]);
+		}
+		free(s->ring[k].v);
 	}
-	free(s->ring);
 	fdb_store_reap(s);
 	free(s->grave);
 	pthread_mutex_destroy(&s->cache_mu);
@@ -969,17 +971,19 @@ int fdb_store_check(struct fdb_store *s)
 	/* The cache's accounts: every ring entry is its interval's, and the
 	 * charges add up within the bound (one entry may pass it alone). */
 	size_t bytes = 0, thin = 0, grave = 0;
-	for (uint32_t i = 0; i < s->nring && !rc; i++) {
-		const struct fdb_cent *c = s->ring[i];
-		if (c->slot != i || c->iv->cache != c || c->bytes != fdb_cent_bytes(c))
-			rc = FLEX_ECORRUPT;
-		bytes += c->bytes;
-		thin += c->raw ? 0 : c->bytes;
-	}
+	for (int k = 0; k < 2; k++)
+		for (uint32_t i = 0; i < s->ring[k].n && !rc; i++) {
+			const struct fdb_cent *c = s->ring[k].v[i];
+			if (c->slot != i || (c->raw == NULL) != k || c->iv->cache != c ||
+			    c->bytes != fdb_cent_bytes(c))
+				rc = FLEX_ECORRUPT;
+			bytes += c->bytes;
+			thin += c->raw ? 0 : c->bytes;
+		}
 	for (uint32_t i = 0; i < s->ngrave; i++)
 		grave += s->grave[i]->bytes;
 	if (!rc && (bytes != s->cache_bytes || thin != s->thin_bytes || grave != s->grave_bytes ||
-		    (s->nring > 1 && bytes + grave > s->cache_limit)))
+		    (s->ring[0].n + s->ring[1].n > 1 && bytes + grave > s->cache_limit)))
 		rc = FLEX_ECORRUPT;
 	if (!rc && known && keys != s->keys)
 		rc = FLEX_ECORRUPT;
