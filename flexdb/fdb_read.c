@@ -550,9 +550,13 @@ struct scan_run {
 };
 
 /* Reads the uncached intervals from p's on (backwards with reverse) that
- * the scan will probably need (`want` more pairs) into r. */
+ * the scan will probably need (`want` more pairs) into r.  A seek starts
+ * in the middle of its first interval (`mid`): half of its pairs count,
+ * so that the read holds what the chunk needs, instead of falling a few
+ * pairs short and costing another read (and its faults, one after the
+ * other) for one more interval. */
 static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const struct fdb_ival *iv,
-			 int reverse, int want, const void *lim, uint32_t limlen,
+			 int reverse, int want, int mid, const void *lim, uint32_t limlen,
 			 struct scan_run *r, struct fdb_ar *ar)
 {
 	struct fdb_ipath q = *p;
@@ -562,7 +566,8 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 	for (int k = 1; k < FDB_SCAN_READ_IVALS; k++) {
 		/* After recovery the pair count is unknown: guess from the size. */
 		uint32_t count = __atomic_load_n(&x->count, __ATOMIC_RELAXED);
-		pairs += count != FDB_COUNT_UNKNOWN ? count : x->size / 128 + 1;
+		count = count != FDB_COUNT_UNKNOWN ? count : x->size / 128 + 1;
+		pairs += x == iv && mid ? count / 2 : count;
 		if (pairs > (uint64_t)want)
 			break;
 		/* Nor past the limit: the keys before an interval are below
@@ -710,7 +715,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		uint64_t off = fdb_index_offset(&p);
 		const uint8_t *raw = (const uint8_t *)""; /* an empty interval */
 		if (iv->size && (off < run.off || off + iv->size > run.off + run.len))
-			rc = scan_read_run(s, &p, iv, reverse, max - *n, lim, limlen, &run, ar);
+			rc = scan_read_run(s, &p, iv, reverse, max - *n, first && flen, lim, limlen,
+					   &run, ar);
 		if (iv->size && !rc)
 			raw = run.buf + (off - run.off);
 		if (!rc)

@@ -39,7 +39,7 @@
  * for them together.  One such read in FS_PROBE_EVERY asks the kernel
  * (mincore) whether three of its pieces are in memory, and the answer
  * holds for the next ones (a probe per read cost in-memory scans 15 %). */
-#define FS_PROBE_PIECES 4
+#define FS_PROBE_PIECES 2
 #define FS_PROBE_EVERY 16
 
 /* Whether the page of DATA holding offset off is in memory (1 when the
