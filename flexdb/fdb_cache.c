@@ -233,7 +233,7 @@ int fdb_cent_splice(struct fdb_cent *c, uint32_t pos, uint32_t del, const uint8_
 	return 0;
 }
 
-/* ---- the CLOCK ring ------------------------------------------------------- */
+/* ---- the CLOCK rings ------------------------------------------------------ */
 
 /* An interval's entry, as readers under the shared lock load it: the
  * entry stays valid until the lock is released (retired entries wait in
@@ -251,7 +251,7 @@ static void ival_set_cent(struct fdb_ival *iv, struct fdb_cent *c)
 	__atomic_store_n(&iv->cache, c, __ATOMIC_RELEASE);
 }
 
-/* The bytes the ring may hold: the cache less the graveyard's share. */
+/* The bytes the rings may hold: the cache less the graveyard's share. */
 size_t fdb_ring_limit(const struct fdb_store *s)
 {
 	return s->cache_limit - s->cache_limit / 32;
@@ -314,7 +314,7 @@ static void ring_remove(struct fdb_store *s, struct fdb_cent *c)
 		r->hand = 0;
 }
 
-/* Makes room for one more entry in an array of n of *cap (the ring, the
+/* Makes room for one more entry in an array of n of *cap (a ring, the
  * graveyard), doubling it. */
 static int cent_vec_room(struct fdb_cent ***v, uint32_t n, uint32_t *cap)
 {
@@ -352,7 +352,7 @@ static int grave_reserve(struct fdb_store *s, size_t bytes)
 	return cent_vec_room(&s->grave, s->ngrave, &s->grave_cap);
 }
 
-/* Takes c, out of the ring, out of use: freed at once under the exclusive
+/* Takes c, out of its ring, out of use: freed at once under the exclusive
  * lock; under the shared lock (after grave_reserve) other readers may be
  * reading it, so it waits in the graveyard. */
 static void cent_retire(struct fdb_store *s, struct fdb_cent *c, int shared)

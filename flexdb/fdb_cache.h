@@ -1,6 +1,6 @@
 /*
  * fdb_cache.h - what the parts of the store share: the interval cache
- * (fdb_cache.c: entries, the CLOCK ring, loading and admission; fdb_thin.c:
+ * (fdb_cache.c: entries, the CLOCK rings, loading and admission; fdb_thin.c:
  * thin entries' layout and maps), the
  * store (fdb_store.c: open, changes and their runs, range deletes,
  * check), tidying (fdb_tidy.c) and the reads (fdb_read.c: gets,

@@ -352,8 +352,9 @@ void *fdb_committer_main(void *arg)
 			break;
 		}
 		pthread_mutex_unlock(&db->mtmu);
-		/* Point reads find the memtables under db->lock without a
-		 * reference (flexdb_get): the pairs are in the store now, and
+		/* Point reads and iterators' passes find the memtables under
+		 * db->lock without a reference (flexdb_get, iter_pass): the
+		 * pairs are in the store now, and
 		 * once no reader holds the lock none can still be in m. */
 		flex_brlock_wrlock(&db->lock);
 		/* What the commit wrote may be tidied once writes pause. */

@@ -86,8 +86,12 @@ struct flexdb {
 	_Atomic uint64_t writer_stalls, wal_syncs, committer_runs, committed_pairs;
 	uint64_t recovered_ops;
 
-	/* Closed iterators kept for the next opens (fdb_iter.c). */
+	/* Closed iterators kept for the next opens (fdb_iter.c), on cache
+	 * lines of their own: readers open and close iterators while the
+	 * committer counts its work above. */
+	char parked_pad[64];
 	_Atomic(struct flexdb_iter *) parked[FDB_ITER_PARKED];
+	char parked_end[64];
 };
 
 /* A deadline ms milliseconds from now, for pthread_cond_timedwait on a

@@ -327,7 +327,7 @@ struct fdb_cent {
 	struct fdb_ival *iv;
 	size_t bytes; /* accounted against the cache size */
 	uint32_t size, n;
-	uint32_t slot;	  /* index in the CLOCK ring */
+	uint32_t slot;	  /* index in its CLOCK ring */
 	atomic_uchar ref; /* CLOCK bit */
 	uint8_t thin;	  /* 0, or how a thin entry's offsets are kept */
 	uint16_t pieces;  /* of a thin entry's map (0: none) */
@@ -369,7 +369,7 @@ struct fdb_store {
 	 * excludes them.  An entry a reader takes out of the cache may still
 	 * be in another reader's hands: it waits in the graveyard until the
 	 * next exclusive holder frees it (fdb_store_reap).  Its bytes stay
-	 * charged there, and the ring keeps a 32nd of the cache for them.
+	 * charged there, and the rings keep a 32nd of the cache for them.
 	 * Readers load cache_bytes and grave_bytes without the mutex. */
 	pthread_mutex_t cache_mu;
 	struct fdb_ring ring[2]; /* whole entries, thin ones (fdb_cache.c) */

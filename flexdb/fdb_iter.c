@@ -79,6 +79,7 @@ int flexdb_iter_open(struct flexdb *db, struct flexdb_iter **out)
 		if (atomic_load_explicit(&db->parked[i], memory_order_relaxed))
 			it = atomic_exchange_explicit(&db->parked[i], NULL, memory_order_acquire);
 	if (it) {
+		FLEX_HB_AFTER(&db->parked);
 		*out = it;
 		return 0;
 	}
@@ -662,6 +663,7 @@ void flexdb_iter_close(struct flexdb_iter *it)
 	it->reverse = it->exhausted = 0;
 	it->grows = 0;
 	fdb_ar_trim(&it->ar, FDB_ITER_PARK_KEEP);
+	FLEX_HB_BEFORE(&db->parked);
 	for (int i = 0; i < FDB_ITER_PARKED; i++) {
 		struct flexdb_iter *none = NULL;
 		if (atomic_compare_exchange_strong_explicit(&db->parked[i], &none, it,

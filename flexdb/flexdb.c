@@ -531,6 +531,7 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	/* Point reads load them without the memtable mutex (flexdb_get). */
 	FLEX_ATOMIC_OBJ(&db->active, sizeof(db->active));
 	FLEX_ATOMIC_OBJ(&db->imm, sizeof(db->imm));
+	FLEX_ATOMIC_OBJ(db->parked, sizeof(db->parked));
 	db->io = o.space.io ? o.space.io : flex_io_posix();
 	db->memtable_size = o.memtable_size ? o.memtable_size : FDB_DEFAULT_MEMTABLE;
 	db->sync_writes = o.sync_writes;

@@ -152,10 +152,9 @@ struct flexspace {
 	uint64_t map_len;
 	uint64_t map_end;
 	/* Whether the last probe of DATA's mapping found a piece not in
-	 * memory, and the count of reads that decides when to probe again
-	 * (fs_read.c, FS_PROBE_PIECES); relaxed atomics, any reader. */
+	 * memory (fs_read.c, FS_PROBE_PIECES); a relaxed atomic, any
+	 * reader. */
 	int map_cold;
-	unsigned map_probes;
 	int in_gc;
 
 	/* Logical log.  The records not yet written, encoded as the next

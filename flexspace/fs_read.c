@@ -37,8 +37,9 @@
  * DATA seems to be in memory: otherwise each piece would be a page fault,
  * waited for one after the other, where a batch of reads (io_uring) waits
  * for them together.  One such read in FS_PROBE_EVERY asks the kernel
- * (mincore) whether three of its pieces are in memory, and the answer
- * holds for the next ones (a probe per read cost in-memory scans 15 %). */
+ * (mincore) whether its first, middle and last pieces are in memory, and
+ * the answer holds for the next ones (a probe per read cost in-memory
+ * scans 15 %). */
 #define FS_PROBE_PIECES 2
 #define FS_PROBE_EVERY 16
 
@@ -82,12 +83,14 @@ int fs_data_resident(const struct flexspace *fs, uint64_t poff, uint64_t len)
 }
 
 /* Whether a read of pieces v[0..n) should copy from the mapping: a probe
- * looks at the first, middle and last pieces. */
+ * looks at the first, middle and last pieces.  Each thread counts its own
+ * reads, so that readers on different CPUs write no shared line. */
 static int fs_map_warm(struct flexspace *fs, const struct flex_iovec *v, int n)
 {
-	unsigned t = __atomic_fetch_add(&fs->map_probes, 1, __ATOMIC_RELAXED);
-	if (t % FS_PROBE_EVERY == 0) {
-		int cold = !fs_map_resident(fs, v[0].off) || !fs_map_resident(fs, v[n / 2].off) ||
+	static _Thread_local unsigned reads;
+	if (reads++ % FS_PROBE_EVERY == 0) {
+		int cold = !fs_map_resident(fs, v[0].off) ||
+			   (n > 2 && !fs_map_resident(fs, v[n / 2].off)) ||
 			   !fs_map_resident(fs, v[n - 1].off);
 		__atomic_store_n(&fs->map_cold, cold, __ATOMIC_RELAXED);
 		return !cold;

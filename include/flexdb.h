@@ -64,10 +64,11 @@ struct flexdb_options {
 	 * internal nodes and leaf stubs (under a byte per extent), the
 	 * FlexSpace's segment buffer (space.segment_size, 4 MiB) and log
 	 * buffer (space.log_limit, 8 MiB, and the slack of its growth), and the
-	 * committer's tidying buffer (about 1 MiB: flexdb_compact), and
-	 * iterators: an open one keeps up to 512 KiB between chunks (a chunk
-	 * of large pairs takes what it holds), and up to four closed ones of
-	 * about 75 KiB each wait for the next opens.  Memory the
+	 * committer's tidying buffer (about 1 MiB: flexdb_compact), plus
+	 * iterators: an open one holds its chunk of pairs and keeps up to
+	 * 512 KiB of buffers between chunks (a chunk of large pairs takes
+	 * what they need), and up to four closed ones of about 75 KiB each
+	 * wait for the next opens.  Memory the
 	 * program's allocator keeps after the library freed it is not
 	 * counted: a cache that turns over frees as much as it allocates. */
 	uint64_t cache_size;
@@ -362,6 +363,8 @@ FLEX_EXPORT int flexdb_iter_next(struct flexdb_iter *it);
 FLEX_EXPORT int flexdb_iter_prev(struct flexdb_iter *it);
 FLEX_EXPORT const void *flexdb_iter_key(const struct flexdb_iter *it, size_t *klen);
 FLEX_EXPORT const void *flexdb_iter_value(const struct flexdb_iter *it, size_t *vlen);
+/* Frees the iterator, which the handle may keep for a later
+ * flexdb_iter_open: close every iterator before its handle.  NULL: no-op. */
 FLEX_EXPORT void flexdb_iter_close(struct flexdb_iter *it);
 
 /* Deep check: the FlexSpace's check, every pair's checksum, keys strictly

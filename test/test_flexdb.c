@@ -2521,6 +2521,11 @@ Test(flexdb, reopened_iterator_forgets_bounds_prefix_and_position)
 			flexdb_iter_close(its[j]);
 		struct flexdb_iter *it;
 		cr_assert_eq(flexdb_iter_open(t.db, &it), 0);
+		/* The first four closed wait in the handle's slots. */
+		int parked = 0;
+		for (int j = 0; j < 4; j++)
+			parked |= it == its[j];
+		cr_expect(parked, "the open did not take a parked iterator");
 		cr_expect_eq(flexdb_iter_valid(it), 0, "a reopened iterator is valid");
 		cr_expect_null(flexdb_iter_key(it, NULL));
 		cr_expect_eq(flexdb_iter_next(it), -EINVAL);
