@@ -146,6 +146,14 @@ static int thin_get(struct fdb_store *s, const struct fdb_cent *c, uint64_t off,
 	return FLEXDB_NOTFOUND;
 }
 
+/* Sets an entry's CLOCK bit, which a get or a scan of it earns (written
+ * only when clear: readers on two CPUs do not trade the line). */
+static void cent_touch(struct fdb_cent *c)
+{
+	if (!atomic_load_explicit(&c->ref, memory_order_relaxed))
+		atomic_store_explicit(&c->ref, 1, memory_order_relaxed);
+}
+
 static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb_ival *iv,
 		     const void *key, uint32_t klen, void *buf, size_t cap, size_t *vlen,
 		     struct fdb_cands *cands);
@@ -180,8 +188,7 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
 	uint16_t fp = fdb_fingerprint(key, klen);
 	struct fdb_cent *c = fdb_ival_cent(iv);
 	if (c) {
-		if (!atomic_load_explicit(&c->ref, memory_order_relaxed))
-			atomic_store_explicit(&c->ref, 1, memory_order_relaxed);
+		cent_touch(c);
 		if (c->raw) {
 			fdb_stat_add(s, FDB_ST_HITS);
 			return cent_get(c, key, klen, fp, buf, cap, vlen);
@@ -671,7 +678,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		/* An interval's keys are at or above its key. */
 		if (lim && !reverse && fdb_keycmp(iv->key, iv->klen, lim, limlen) >= 0)
 			break;
-		const struct fdb_cent *c = fdb_ival_cent(iv);
+		struct fdb_cent *c = fdb_ival_cent(iv);
 		/* Later intervals' entries are somewhere in memory, each a
 		 * chain of pointers (interval, entry, bytes): start fetching
 		 * one link of each of the next three while this one is copied,
@@ -694,6 +701,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			/* Copied from the entry (which may change once the
 			 * lock is dropped): a binary search in the first one,
 			 * then the pairs' records in one copy. */
+			cent_touch(c);
 			int64_t i = reverse ? (int64_t)c->n - 1 : 0;
 			if (first && flen) {
 				int found;
