@@ -42,6 +42,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../common/flex_codec.h"
 #include "../common/flex_hg.h"
@@ -65,7 +66,69 @@ int fdb_rec_decode(const uint8_t *p, const uint8_t *end, size_t *size, const uin
  * just enough of an anchor to learn its key). */
 int fdb_rec_peek(const uint8_t *p, const uint8_t *end, uint32_t *klen, uint32_t *vlen,
 		 size_t *hdr);
-int fdb_keycmp(const void *a, uint32_t alen, const void *b, uint32_t blen);
+/* Whether the checksum of the record rec of size bytes (as parsed) holds:
+ * 0 or FLEX_ECORRUPT. */
+int fdb_rec_check(const uint8_t *rec, size_t size);
+
+/* fdb_rec_decode without the checksum: what lies in [p, end) is only
+ * framed, and nothing parsed may be trusted before fdb_rec_check.  A
+ * scan parses a whole interval but hashes only the pairs it uses. */
+static inline int fdb_rec_parse(const uint8_t *p, const uint8_t *end, size_t *size,
+				const uint8_t **key, uint32_t *klen, const uint8_t **val,
+				uint32_t *vlen)
+{
+	size_t hdr;
+	if (end - p >= 2 && p[0] && p[0] < 0x80 && p[1] < 0x80) {
+		*klen = p[0];
+		*vlen = p[1];
+		hdr = 2;
+	} else if (fdb_rec_peek(p, end, klen, vlen, &hdr)) {
+		return FLEX_ECORRUPT;
+	}
+	size_t body = hdr + *klen + *vlen;
+	if ((size_t)(end - p) < body + 4)
+		return FLEX_ECORRUPT;
+	*key = p + hdr;
+	*val = p + hdr + *klen;
+	*size = body + 4;
+	return 0;
+}
+
+/* Orders keys as memcmp over the shorter length, then the shorter first;
+ * only the sign of the result means anything.  Inline and a word at a
+ * time for the common lengths: searches, merges and scans compare keys
+ * more often than they do anything else. */
+static inline int fdb_keycmp(const void *a, uint32_t alen, const void *b, uint32_t blen)
+{
+	const uint8_t *x = a, *y = b;
+	uint32_t n = alen < blen ? alen : blen;
+	if (n >= 8 && n <= 64) {
+		/* Eight bytes at a time, the last word overlapping the one
+		 * before it (whose bytes are equal by then). */
+		for (uint32_t i = 0;;) {
+			uint64_t u, v;
+			memcpy(&u, x + i, 8);
+			memcpy(&v, y + i, 8);
+			if (u != v) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+				u = __builtin_bswap64(u);
+				v = __builtin_bswap64(v);
+#endif
+				return u < v ? -1 : 1;
+			}
+			i += 8;
+			if (i >= n)
+				break;
+			if (i + 8 > n)
+				i = n - 8;
+		}
+	} else if (n) {
+		int c = memcmp(x, y, n);
+		if (c)
+			return c;
+	}
+	return alen < blen ? -1 : alen > blen;
+}
 uint16_t fdb_fingerprint(const void *key, uint32_t klen);
 
 /* ---- memtable (fdb_memtable.c) -------------------------------------------- */

@@ -42,29 +42,19 @@ int fdb_rec_peek(const uint8_t *p, const uint8_t *end, uint32_t *klen, uint32_t 
 	return 0;
 }
 
+int fdb_rec_check(const uint8_t *rec, size_t size)
+{
+	return flex_get_le32(rec + size - 4) == (uint32_t)XXH3_64bits(rec, size - 4)
+		       ? 0
+		       : FLEX_ECORRUPT;
+}
+
 int fdb_rec_decode(const uint8_t *p, const uint8_t *end, size_t *size, const uint8_t **key,
 		   uint32_t *klen, const uint8_t **val, uint32_t *vlen)
 {
-	size_t hdr;
-	if (fdb_rec_peek(p, end, klen, vlen, &hdr))
+	if (fdb_rec_parse(p, end, size, key, klen, val, vlen))
 		return FLEX_ECORRUPT;
-	size_t body = hdr + *klen + *vlen;
-	if ((size_t)(end - p) < body + 4)
-		return FLEX_ECORRUPT;
-	if (flex_get_le32(p + body) != (uint32_t)XXH3_64bits(p, body))
-		return FLEX_ECORRUPT;
-	*key = p + hdr;
-	*val = p + hdr + *klen;
-	*size = body + 4;
-	return 0;
-}
-
-int fdb_keycmp(const void *a, uint32_t alen, const void *b, uint32_t blen)
-{
-	int c = memcmp(a, b, alen < blen ? alen : blen);
-	if (c)
-		return c;
-	return alen < blen ? -1 : alen > blen;
+	return fdb_rec_check(p, *size);
 }
 
 uint16_t fdb_fingerprint(const void *key, uint32_t klen)

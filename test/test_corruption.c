@@ -918,6 +918,58 @@ static int db_verify(const char *dir, const void *arg, char *why, size_t cap, in
 					 rev ? "backward" : "forward", pos, m->n);
 		flexdb_iter_close(it);
 	}
+	/* Seeks with a few steps, both ways, some within bounds: where a
+	 * scan starts and where it stops are decided on keys it reads. */
+	for (uint32_t i = 0; i < DB_KEYS + 8 && !wrong; i += 7) {
+		int rev = (i / 7) % 2, bounded = (i / 7) % 3 == 0;
+		int steps = 1 + (int)(i % 5);
+		char lb[32], ub[32];
+		int kl = db_key(kb, i);
+		int ll = db_key(lb, i >= 4 ? i - 4 : 0), ul = db_key(ub, i + 4);
+		struct flexdb_iter *it;
+		cr_assert_eq(flexdb_iter_open(db, &it), 0);
+		if (bounded)
+			cr_assert_eq(flexdb_iter_set_bounds(it, rev ? lb : NULL, rev ? (size_t)ll : 0,
+							    rev ? NULL : ub, rev ? 0 : (size_t)ul),
+				     0);
+		/* The model's position: the first key >= kb, or with rev the
+		 * last key <= kb. */
+		size_t at = fm_lower(m, kb, (uint32_t)kl);
+		int64_t want = (int64_t)at;
+		if (rev && !(at < m->n && m->e[at].kn == (uint32_t)kl && !memcmp(m->e[at].k, kb, (size_t)kl)))
+			want--;
+		rc = rev ? flexdb_iter_seek_for_prev(it, kb, (size_t)kl)
+			 : flexdb_iter_seek(it, kb, (size_t)kl);
+		for (int st = 0; st < steps && !rc && !wrong; st++) {
+			const struct ment *e = want >= 0 && want < (int64_t)m->n ? &m->e[want] : NULL;
+			if (e && bounded) {
+				const char *b = rev ? lb : ub;
+				uint32_t bl = (uint32_t)(rev ? ll : ul);
+				int c = memcmp(e->k, b, e->kn < bl ? e->kn : bl);
+				c = c ? c : (e->kn > bl) - (e->kn < bl);
+				int out = rev ? c < 0 : c >= 0;
+				e = out ? NULL : e;
+			}
+			if (!flexdb_iter_valid(it)) {
+				if (e)
+					wrong = snprintf(why, cap, "seek %s: ended early at step %d", kb,
+							 st);
+				break;
+			}
+			size_t kn, vn;
+			const uint8_t *k = flexdb_iter_key(it, &kn);
+			const uint8_t *v = flexdb_iter_value(it, &vn);
+			if (!e || kn != e->kn || memcmp(k, e->k, kn) || vn != e->vn ||
+			    memcmp(v, e->v, vn))
+				wrong = snprintf(why, cap, "seek %s%s: step %d has the wrong pair", kb,
+						 rev ? " backwards" : "", st);
+			want += rev ? -1 : 1;
+			rc = rev ? flexdb_iter_prev(it) : flexdb_iter_next(it);
+		}
+		if (rc < 0)
+			read_err = 1;
+		flexdb_iter_close(it);
+	}
 	free(buf);
 	int crc = wrong ? 0 : flexdb_check(db);
 	flexdb_close(db);

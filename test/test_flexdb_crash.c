@@ -1602,6 +1602,129 @@ Test(flexdb_crash, damaged_pair_never_hides_the_next_key)
 	tmp_remove(work);
 }
 
+/* A scan reads whole intervals but verifies only the pairs it uses: those
+ * it returns, and those whose keys decide where it starts and stops.  One
+ * flipped bit in a random pair of a store larger than the cache, then
+ * seeks of random lengths both ways, some within bounds, after a full scan
+ * has filled the cache: every pair returned is exact, or the step reports
+ * an error; a pair is never skipped. */
+#define SCAN_DMG_PAIRS 9000
+#define SCAN_DMG_VLEN 200u
+
+static int scan_dmg_key(char *k, int i)
+{
+	return snprintf(k, 16, "r-%04d", i);
+}
+
+/* Positioned at want (or beyond the pairs and bounds: not valid), steps
+ * times: 1 when every pair was exact, 0 when a step reported an error. */
+static int scan_dmg_check(struct flexdb_iter *it, int rc, int want, int rev, int lo, int hi,
+			  int steps, const char *what)
+{
+	for (int st = 0; st < steps && !rc; st++, want += rev ? -1 : 1) {
+		int exp = want >= lo && want < hi;
+		cr_assert_eq(flexdb_iter_valid(it), exp, "%s: step %d: valid %d, want pair %d",
+			     what, st, flexdb_iter_valid(it), want);
+		if (!exp)
+			return 1;
+		char k[16];
+		int kl = scan_dmg_key(k, want);
+		size_t kn, vn;
+		const uint8_t *ik = flexdb_iter_key(it, &kn);
+		const uint8_t *iv = flexdb_iter_value(it, &vn);
+		cr_assert(kn == (size_t)kl && !memcmp(ik, k, kn), "%s: step %d: not %s", what, st,
+			  k);
+		int bad = vn != SCAN_DMG_VLEN;
+		for (size_t j = 0; j < vn && !bad; j++)
+			bad = iv[j] != 'a' + want % 26;
+		cr_assert(!bad, "%s: step %d: a wrong value for %s", what, st, k);
+		rc = rev ? flexdb_iter_prev(it) : flexdb_iter_next(it);
+	}
+	cr_assert(rc <= 0, "%s: status %d", what, rc);
+	return rc == 0;
+}
+
+Test(flexdb_crash, damaged_pair_never_changes_what_a_scan_returns, .timeout = 300)
+{
+	char dir[256], work[256], data[512];
+	fdb_tmpdir(dir, sizeof(dir), "scandmg");
+	fdb_tmpdir(work, sizeof(work), "scandmg_w");
+	db_simple(dir, SCAN_DMG_PAIRS, SCAN_DMG_VLEN, 1);
+	uint64_t seed = test_seed("damaged_pair_never_changes_what_a_scan_returns"), r = seed;
+	struct flexdb_options o = {0};
+	o.cache_size = 1u << 20; /* the smallest: the store is twice that */
+	int errors = 0;
+	for (int t = 0; t < 24; t++) {
+		copy_store(dir, work);
+		snprintf(data, sizeof(data), "%s/space/DATA", work);
+		char k[16];
+		int victim = (int)rnd_below(&r, SCAN_DMG_PAIRS);
+		scan_dmg_key(k, victim);
+		uint64_t at[2];
+		cr_assert_eq(file_find(data, k, strlen(k), at, 2), 1, "%s is not in DATA once", k);
+		/* Anywhere in its record: lengths, key, value, checksum. */
+		uint64_t pos = at[0] - 2 + rnd_below(&r, 2 + strlen(k) + SCAN_DMG_VLEN + 4);
+		int fd = open(data, O_RDWR);
+		cr_assert(fd >= 0);
+		uint8_t b;
+		cr_assert_eq(pread(fd, &b, 1, (off_t)pos), 1);
+		b ^= (uint8_t)(1u << rnd_below(&r, 8));
+		cr_assert_eq(pwrite(fd, &b, 1, (off_t)pos), 1);
+		close(fd);
+		struct flexdb *db;
+		int rc = flexdb_open(work, &o, &db);
+		if (rc) {
+			cr_assert(rc < 0, "open: %d", rc);
+			continue; /* caught at open */
+		}
+		struct flexdb_iter *it;
+		cr_assert_eq(flexdb_iter_open(db, &it), 0);
+		char what[96];
+		snprintf(what, sizeof(what), "seed %" PRIu64 ", %s damaged, full scan", seed, k);
+		errors += !scan_dmg_check(it, flexdb_iter_seek(it, NULL, 0), 0, 0, 0,
+					  SCAN_DMG_PAIRS, SCAN_DMG_PAIRS + 1, what);
+		for (int q = 0; q < 400; q++) {
+			/* Near the damage half the time. */
+			int j = q % 2 ? victim - 40 + (int)rnd_below(&r, 80)
+				      : (int)rnd_below(&r, SCAN_DMG_PAIRS);
+			j = j < 0 ? 0 : j >= SCAN_DMG_PAIRS ? SCAN_DMG_PAIRS - 1 : j;
+			int rev = (int)rnd_below(&r, 2), between = (int)rnd_below(&r, 2);
+			int steps = 1 + (int)rnd_below(&r, 80), lo = 0, hi = SCAN_DMG_PAIRS;
+			char sk[24], bk[16];
+			int sl = scan_dmg_key(sk, j);
+			if (between)
+				sk[sl++] = 'm'; /* between j and j + 1 */
+			cr_assert_eq(flexdb_iter_set_bounds(it, NULL, 0, NULL, 0), 0);
+			if (rnd_below(&r, 3) == 0) {
+				int e = j + (rev ? -(int)rnd_below(&r, 30) : 1 + (int)rnd_below(&r, 30));
+				e = e < 0 ? 0 : e > SCAN_DMG_PAIRS ? SCAN_DMG_PAIRS : e;
+				int bl = scan_dmg_key(bk, e);
+				if (rev)
+					lo = e;
+				else
+					hi = e;
+				cr_assert_eq(flexdb_iter_set_bounds(it, rev ? bk : NULL,
+								    rev ? (size_t)bl : 0,
+								    rev ? NULL : bk,
+								    rev ? 0 : (size_t)bl),
+					     0);
+			}
+			int want = rev ? j : j + between;
+			snprintf(what, sizeof(what), "seed %" PRIu64 ", %s damaged, seek %.*s%s",
+				 seed, k, sl, sk, rev ? " backwards" : "");
+			rc = rev ? flexdb_iter_seek_for_prev(it, sk, (size_t)sl)
+				 : flexdb_iter_seek(it, sk, (size_t)sl);
+			errors += !scan_dmg_check(it, rc, want, rev, lo, hi, steps, what);
+		}
+		flexdb_iter_close(it);
+		flexdb_close(db);
+	}
+	/* The damage was met, not stepped around. */
+	cr_expect_gt(errors, 24, "only %d scans reported the damage", errors);
+	tmp_remove(dir);
+	tmp_remove(work);
+}
+
 /* A damaged key in the pair that starts an interval became the interval's
  * key at open, sending lookups of the true key to the previous interval
  * ("absent").  A short pair is verified at open; one too long to read
