@@ -574,13 +574,30 @@ void fdb_ar_reset(struct fdb_ar *a);
 void fdb_ar_trim(struct fdb_ar *a, size_t keep);
 void fdb_ar_free(struct fdb_ar *a);
 
-/* A copied pair: key then value, in an fdb_ar. */
+/* A copied pair: key then value, in an fdb_ar.  A pair the store scan
+ * copied from a record it has not verified is `unchecked`: the record
+ * (lengths, key, value, checksum) lies around it in the arena, and
+ * fdb_pair_check verifies it before the pair is used. */
 struct fdb_pair {
 	uint8_t *key;
 	uint32_t klen;
 	uint32_t vlen;
-	int tomb; /* memtable deletes, while merging */
+	uint8_t tomb; /* memtable deletes, while merging */
+	uint8_t unchecked;
 };
+
+/* 0, or FLEX_ECORRUPT when p is unchecked and its record is damaged. */
+static inline int fdb_pair_check(struct fdb_pair *p)
+{
+	if (!p->unchecked)
+		return 0;
+	size_t hdr = flex_varint_len(p->klen) + flex_varint_len(p->vlen);
+	if (fdb_rec_check(p->key - hdr, hdr + p->klen + p->vlen + 4))
+		return FLEX_ECORRUPT;
+	p->unchecked = 0;
+	return 0;
+}
+
 /* Shared lock held: returns up to max pairs, their bytes in ar, in key
  * order starting at the
  * first key >= from (> from unless inclusive), or with reverse, in
@@ -588,7 +605,8 @@ struct fdb_pair {
  * flen 0 starts at the first (last) key.  A non-NULL lim ends the scan
  * before the first key >= lim (with reverse, < lim), and no interval
  * wholly past it is read.  Uncached intervals read are offered in
- * cands. */
+ * cands.  Pairs may be unchecked, but not the last when there are max of
+ * them, nor any whose key decided where the scan starts or stops. */
 int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inclusive, int reverse,
 		   const void *lim, uint32_t limlen, struct fdb_pair *out, int max, int *n,
 		   struct fdb_ar *ar, struct fdb_cands *cands);

@@ -153,6 +153,7 @@ static int mt_collect(const struct fdb_mt *mt, const void *from, uint32_t flen, 
 		p->klen = klen;
 		p->vlen = v->vlen;
 		p->tomb = v->tomb;
+		p->unchecked = 0;
 		(*n)++;
 		if (reverse)
 			fdb_mt_prev(&mi);
@@ -336,8 +337,12 @@ static const struct fdb_pair *iter_bound(const struct iter_pass *p, int reverse)
 }
 
 /* Merges the sources into it->pairs up to the bound (when bounded):
- * newest source first for a key, tombstones and covered keys dropped. */
-static void iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int reverse, int bounded)
+ * newest source first for a key, tombstones and covered keys dropped.  A
+ * store pair is verified before it is dropped for its key (a damaged key
+ * may equal a newer one, or fall in a deleted range): the pairs kept are
+ * verified when the iterator comes to them.  Returns 0 or
+ * FLEX_ECORRUPT. */
+static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int reverse, int bounded)
 {
 	struct fdb_pair *const *src = p->src;
 	/* One source alone (most often the store, the memtables holding
@@ -353,7 +358,7 @@ static void iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int re
 		for (int i = 0; i < p->cnt[only]; i++)
 			if (!src[only][i].tomb)
 				it->pairs[it->n++] = src[only][i];
-		return;
+		return 0;
 	}
 	int idx[3] = {0, 0, 0};
 	for (;;) {
@@ -382,8 +387,11 @@ static void iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int re
 		for (int s = best + 1; s < 3; s++)
 			if (idx[s] < p->cnt[s] &&
 			    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) ==
-				0)
+				0) {
+				if (fdb_pair_check(&src[s][idx[s]]))
+					return FLEX_ECORRUPT;
 				idx[s]++;
+			}
 		/* A tie goes to the newest source, so none newer than best
 		 * can be at the same key, whatever order the sources hold. */
 		for (int s = 0; s < best; s++)
@@ -391,11 +399,17 @@ static void iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int re
 			       fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key,
 					  w->klen) != 0);
 		idx[best]++;
-		if (w->tomb || (p->ranges && best > 0 &&
-				iter_covered(p->a, p->im, best, w->key, w->klen, p->vis)))
+		if (w->tomb)
 			continue;
+		if (p->ranges && best > 0 &&
+		    iter_covered(p->a, p->im, best, w->key, w->klen, p->vis)) {
+			if (fdb_pair_check(w))
+				return FLEX_ECORRUPT;
+			continue;
+		}
 		it->pairs[it->n++] = *w;
 	}
+	return 0;
 }
 
 /* Reads one chunk from `from`, which must not lie in the iterator's
@@ -425,7 +439,7 @@ static int iter_pass(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		it->boundlen = bound->klen;
 	}
 	if (!rc)
-		iter_merge(it, &p, reverse, bound != NULL);
+		rc = iter_merge(it, &p, reverse, bound != NULL);
 	flex_brlock_rdunlock(&db->lock);
 	fdb_cache_reap(db);
 	it->exhausted = bound == NULL;
@@ -458,6 +472,8 @@ static int iter_fill(struct flexdb_iter *it, const void *from, uint32_t flen, in
 		}
 		if (!rc)
 			rc = iter_pass(it, from, flen, inclusive, reverse);
+		if (!rc && it->n > 0)
+			rc = fdb_pair_check(&it->pairs[0]);
 		if (rc || it->n > 0 || it->exhausted)
 			break;
 		/* Everything up to the bound was deleted: go on past it, the
@@ -603,8 +619,15 @@ static int iter_step(struct flexdb_iter *it, int reverse)
 	if (!flexdb_iter_valid(it))
 		return -EINVAL;
 	if (it->reverse == reverse) {
-		if (++it->pos < it->n)
-			return 0;
+		if (++it->pos < it->n) {
+			/* The store's pairs are verified as the iterator comes
+			 * to them (fdb_store_scan). */
+			if (!fdb_pair_check(&it->pairs[it->pos]))
+				return 0;
+			iter_reset(it);
+			it->exhausted = 1;
+			return FLEX_ECORRUPT;
+		}
 		if (it->exhausted) {
 			iter_reset(it);
 			return 0;

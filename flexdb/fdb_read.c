@@ -651,6 +651,7 @@ static int scan_copy_cent(const struct fdb_cent *c, int64_t i, int reverse, cons
 		o->klen = kl;
 		o->vlen = vl;
 		o->tomb = 0;
+		o->unchecked = 0;
 	}
 	if (*n == first)
 		return 0;
@@ -754,11 +755,12 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 				break;
 			fdb_cand_push(cands, iv, nc, ADMIT_WHOLE);
 		}
-		/* Otherwise only the pairs used are verified: those returned,
-		 * the one whose key stops the scan, and the two around the
-		 * start, on whose keys the binary search decided.  A damaged
-		 * pair elsewhere cannot move them (its length would misframe
-		 * what follows it, up to a verified pair). */
+		/* Otherwise only the pairs used are verified: the two around
+		 * the start, on whose keys the binary search decided, and the
+		 * one whose key stops the scan, here; those returned when the
+		 * iterator comes to them (unchecked).  A damaged pair elsewhere
+		 * cannot move them: its length would misframe what follows it,
+		 * up to a verified pair. */
 		int64_t i = reverse ? (int64_t)refs.n - 1 : 0, vlo = 1, vhi = 0;
 		if (first && flen) {
 			int found;
@@ -773,17 +775,20 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		}
 		first = 0;
 		for (; i >= 0 && i < refs.n && *n < max; i += reverse ? -1 : 1) {
-			if (!admit && (i < vlo || i > vhi) && (rc = ref_check(&refs.v[i])) != 0)
-				break;
+			int unchecked = !admit && (i < vlo || i > vhi);
 			if ((past = scan_beyond(refs.v[i].key, refs.v[i].klen, lim, limlen,
-						reverse)) != 0)
+						reverse)) != 0) {
+				if (unchecked)
+					rc = ref_check(&refs.v[i]);
 				break;
+			}
 			/* Key then value, as pair_set would copy them. */
 			struct fdb_pair *o = &out[(*n)++];
 			o->key = (uint8_t *)refs.v[i].key;
 			o->klen = refs.v[i].klen;
 			o->vlen = refs.v[i].vlen;
 			o->tomb = 0;
+			o->unchecked = (uint8_t)unchecked;
 		}
 		if (rc)
 			break;
@@ -792,5 +797,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		iv = reverse ? fdb_index_prev(&p) : fdb_index_next(&p);
 	}
 	free(refs.v);
+	/* A full chunk ends at its last pair's key (the iterator's bound). */
+	if (!rc && *n == max)
+		rc = fdb_pair_check(&out[max - 1]);
 	return rc;
 }

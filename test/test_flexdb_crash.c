@@ -1603,21 +1603,26 @@ Test(flexdb_crash, damaged_pair_never_hides_the_next_key)
 }
 
 /* A scan reads whole intervals but verifies only the pairs it uses: those
- * it returns, and those whose keys decide where it starts and stops.  One
- * flipped bit in a random pair of a store larger than the cache, then
- * seeks of random lengths both ways, some within bounds, after a full scan
- * has filled the cache: every pair returned is exact, or the step reports
- * an error; a pair is never skipped. */
-#define SCAN_DMG_PAIRS 9000
-#define SCAN_DMG_VLEN 200u
+ * it returns, those whose keys decide where it starts and stops, and
+ * those the iterator drops for their keys.  One flipped bit in a random
+ * pair of a store larger than the cache (keys ten apart, so that a
+ * damaged last digit may keep the order), a memtable that rewrites its
+ * neighbours and deletes a range of the gap after it, then seeks of
+ * random lengths both ways, some within bounds, after a full scan has
+ * filled the cache: every pair returned is exact, or the step reports an
+ * error; a pair is never skipped. */
+#define SCAN_DMG_PAIRS 1000
+#define SCAN_DMG_STEP 10
+#define SCAN_DMG_VLEN 2500u
 
 static int scan_dmg_key(char *k, int i)
 {
-	return snprintf(k, 16, "r-%04d", i);
+	return snprintf(k, 16, "r-%04d", i * SCAN_DMG_STEP);
 }
 
-/* Positioned at want (or beyond the pairs and bounds: not valid), steps
- * times: 1 when every pair was exact, 0 when a step reported an error. */
+/* Positioned at pair want (or beyond the pairs and bounds: not valid),
+ * steps times: 1 when every pair was exact, 0 when a step reported an
+ * error. */
 static int scan_dmg_check(struct flexdb_iter *it, int rc, int want, int rev, int lo, int hi,
 			  int steps, const char *what)
 {
@@ -1649,26 +1654,33 @@ Test(flexdb_crash, damaged_pair_never_changes_what_a_scan_returns, .timeout = 30
 	char dir[256], work[256], data[512];
 	fdb_tmpdir(dir, sizeof(dir), "scandmg");
 	fdb_tmpdir(work, sizeof(work), "scandmg_w");
-	db_simple(dir, SCAN_DMG_PAIRS, SCAN_DMG_VLEN, 1);
+	db_simple(dir, SCAN_DMG_PAIRS, SCAN_DMG_VLEN, SCAN_DMG_STEP);
 	uint64_t seed = test_seed("damaged_pair_never_changes_what_a_scan_returns"), r = seed;
 	struct flexdb_options o = {0};
 	o.cache_size = 1u << 20; /* the smallest: the store is twice that */
+	uint8_t *v = malloc(SCAN_DMG_VLEN);
 	int errors = 0;
-	for (int t = 0; t < 24; t++) {
+	for (int t = 0; t < 32; t++) {
 		copy_store(dir, work);
 		snprintf(data, sizeof(data), "%s/space/DATA", work);
 		char k[16];
 		int victim = (int)rnd_below(&r, SCAN_DMG_PAIRS);
-		scan_dmg_key(k, victim);
+		int kl = scan_dmg_key(k, victim);
 		uint64_t at[2];
-		cr_assert_eq(file_find(data, k, strlen(k), at, 2), 1, "%s is not in DATA once", k);
-		/* Anywhere in its record: lengths, key, value, checksum. */
-		uint64_t pos = at[0] - 2 + rnd_below(&r, 2 + strlen(k) + SCAN_DMG_VLEN + 4);
+		cr_assert_eq(file_find(data, k, (size_t)kl, at, 2), 1, "%s is not in DATA once", k);
+		/* Half the time bit 0 of the key's last digit ("r-0120" becomes
+		 * "r-0121", still in order), else anywhere in the record. */
+		uint64_t pos = at[0] + (uint64_t)kl - 1;
+		int bit = 0;
+		if (t % 2) {
+			pos = at[0] - 3 + rnd_below(&r, 3 + (uint64_t)kl + SCAN_DMG_VLEN + 4);
+			bit = (int)rnd_below(&r, 8);
+		}
 		int fd = open(data, O_RDWR);
 		cr_assert(fd >= 0);
 		uint8_t b;
 		cr_assert_eq(pread(fd, &b, 1, (off_t)pos), 1);
-		b ^= (uint8_t)(1u << rnd_below(&r, 8));
+		b ^= (uint8_t)(1u << bit);
 		cr_assert_eq(pwrite(fd, &b, 1, (off_t)pos), 1);
 		close(fd);
 		struct flexdb *db;
@@ -1677,27 +1689,41 @@ Test(flexdb_crash, damaged_pair_never_changes_what_a_scan_returns, .timeout = 30
 			cr_assert(rc < 0, "open: %d", rc);
 			continue; /* caught at open */
 		}
+		/* The neighbours again, as they were; the gap after the victim
+		 * deleted: the store's pairs there are dropped in the merge. */
+		for (int j = victim - 2; j <= victim + 2; j++) {
+			if (j < 0 || j >= SCAN_DMG_PAIRS || j == victim)
+				continue;
+			char nk[16];
+			int nl = scan_dmg_key(nk, j);
+			memset(v, 'a' + j % 26, SCAN_DMG_VLEN);
+			cr_assert_eq(flexdb_put(db, nk, (size_t)nl, v, SCAN_DMG_VLEN), 0);
+		}
+		char g0[16], g1[16];
+		int g0l = snprintf(g0, sizeof(g0), "r-%04d", victim * SCAN_DMG_STEP + 1);
+		int g1l = snprintf(g1, sizeof(g1), "r-%04d", victim * SCAN_DMG_STEP + 9);
+		cr_assert_eq(flexdb_delete_range(db, g0, (size_t)g0l, g1, (size_t)g1l), 0);
 		struct flexdb_iter *it;
 		cr_assert_eq(flexdb_iter_open(db, &it), 0);
 		char what[96];
 		snprintf(what, sizeof(what), "seed %" PRIu64 ", %s damaged, full scan", seed, k);
 		errors += !scan_dmg_check(it, flexdb_iter_seek(it, NULL, 0), 0, 0, 0,
 					  SCAN_DMG_PAIRS, SCAN_DMG_PAIRS + 1, what);
-		for (int q = 0; q < 400; q++) {
+		for (int q = 0; q < 300; q++) {
 			/* Near the damage half the time. */
-			int j = q % 2 ? victim - 40 + (int)rnd_below(&r, 80)
+			int j = q % 2 ? victim - 12 + (int)rnd_below(&r, 24)
 				      : (int)rnd_below(&r, SCAN_DMG_PAIRS);
 			j = j < 0 ? 0 : j >= SCAN_DMG_PAIRS ? SCAN_DMG_PAIRS - 1 : j;
 			int rev = (int)rnd_below(&r, 2), between = (int)rnd_below(&r, 2);
-			int steps = 1 + (int)rnd_below(&r, 80), lo = 0, hi = SCAN_DMG_PAIRS;
-			char sk[24], bk[16];
-			int sl = scan_dmg_key(sk, j);
-			if (between)
-				sk[sl++] = 'm'; /* between j and j + 1 */
+			int steps = 1 + (int)rnd_below(&r, 24), lo = 0, hi = SCAN_DMG_PAIRS;
+			char sk[16], bk[16];
+			int sl = snprintf(sk, sizeof(sk), "r-%04d",
+					  j * SCAN_DMG_STEP + (between ? 5 : 0));
 			cr_assert_eq(flexdb_iter_set_bounds(it, NULL, 0, NULL, 0), 0);
 			if (rnd_below(&r, 3) == 0) {
-				int e = j + (rev ? -(int)rnd_below(&r, 30) : 1 + (int)rnd_below(&r, 30));
-				e = e < 0 ? 0 : e > SCAN_DMG_PAIRS ? SCAN_DMG_PAIRS : e;
+				int e = j + (rev ? -(int)rnd_below(&r, 8) : 1 + (int)rnd_below(&r, 8));
+				/* (keys have four digits: pair 1000 would sort first) */
+				e = e < 0 ? 0 : e >= SCAN_DMG_PAIRS ? SCAN_DMG_PAIRS - 1 : e;
 				int bl = scan_dmg_key(bk, e);
 				if (rev)
 					lo = e;
@@ -1710,8 +1736,8 @@ Test(flexdb_crash, damaged_pair_never_changes_what_a_scan_returns, .timeout = 30
 					     0);
 			}
 			int want = rev ? j : j + between;
-			snprintf(what, sizeof(what), "seed %" PRIu64 ", %s damaged, seek %.*s%s",
-				 seed, k, sl, sk, rev ? " backwards" : "");
+			snprintf(what, sizeof(what), "seed %" PRIu64 ", %s damaged, seek %s%s",
+				 seed, k, sk, rev ? " backwards" : "");
 			rc = rev ? flexdb_iter_seek_for_prev(it, sk, (size_t)sl)
 				 : flexdb_iter_seek(it, sk, (size_t)sl);
 			errors += !scan_dmg_check(it, rc, want, rev, lo, hi, steps, what);
@@ -1719,8 +1745,9 @@ Test(flexdb_crash, damaged_pair_never_changes_what_a_scan_returns, .timeout = 30
 		flexdb_iter_close(it);
 		flexdb_close(db);
 	}
+	free(v);
 	/* The damage was met, not stepped around. */
-	cr_expect_gt(errors, 24, "only %d scans reported the damage", errors);
+	cr_expect_gt(errors, 32, "only %d scans reported the damage", errors);
 	tmp_remove(dir);
 	tmp_remove(work);
 }
