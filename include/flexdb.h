@@ -350,7 +350,10 @@ FLEX_EXPORT int flexdb_iter_set_prefix(struct flexdb_iter *it, const void *prefi
 
 /* Positions at the first key >= key (klen 0: the first key), within the
  * bounds.  Returns 0 or a negative error: -EINVAL (it NULL, key NULL with
- * a nonzero klen), FLEX_ETOOBIG, FLEX_ECORRUPT, FLEX_EFAILED, -errno. */
+ * a nonzero klen), FLEX_ETOOBIG, FLEX_ECORRUPT, FLEX_EFAILED, -errno.
+ * Every pair an iterator is positioned at has passed its checksum: a seek
+ * or step that comes to a damaged pair returns FLEX_ECORRUPT (and leaves
+ * the iterator not valid). */
 FLEX_EXPORT int flexdb_iter_seek(struct flexdb_iter *it, const void *key, size_t klen);
 /* Positions at the last key <= key (klen 0: the last key), within the
  * bounds.  Returns as flexdb_iter_seek. */
