@@ -575,15 +575,17 @@ void fdb_ar_trim(struct fdb_ar *a, size_t keep);
 void fdb_ar_free(struct fdb_ar *a);
 
 /* A copied pair: key then value, in an fdb_ar.  A pair the store scan
- * copied from a record it has not verified is `unchecked`: the record
- * (lengths, key, value, checksum) lies around it in the arena, and
- * fdb_pair_check verifies it before the pair is used. */
+ * found in a record it has not verified is `unchecked`: it points into
+ * the record, read whole into the arena (its hdr bytes of lengths before
+ * the key, its checksum after the value), and fdb_pair_check verifies it
+ * before the pair is used. */
 struct fdb_pair {
 	uint8_t *key;
 	uint32_t klen;
 	uint32_t vlen;
 	uint8_t tomb; /* memtable deletes, while merging */
 	uint8_t unchecked;
+	uint8_t hdr; /* of an unchecked pair */
 };
 
 /* 0, or FLEX_ECORRUPT when p is unchecked and its record is damaged. */
@@ -591,8 +593,7 @@ static inline int fdb_pair_check(struct fdb_pair *p)
 {
 	if (!p->unchecked)
 		return 0;
-	size_t hdr = flex_varint_len(p->klen) + flex_varint_len(p->vlen);
-	if (fdb_rec_check(p->key - hdr, hdr + p->klen + p->vlen + 4))
+	if (fdb_rec_check(p->key - p->hdr, (size_t)p->hdr + p->klen + p->vlen + 4))
 		return FLEX_ECORRUPT;
 	p->unchecked = 0;
 	return 0;

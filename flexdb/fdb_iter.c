@@ -337,11 +337,12 @@ static const struct fdb_pair *iter_bound(const struct iter_pass *p, int reverse)
 }
 
 /* Merges the sources into it->pairs up to the bound (when bounded):
- * newest source first for a key, tombstones and covered keys dropped.  A
- * store pair is verified before it is dropped for its key (a damaged key
- * may equal a newer one, or fall in a deleted range): the pairs kept are
- * verified when the iterator comes to them.  Returns 0 or
- * FLEX_ECORRUPT. */
+ * newest source first for a key, tombstones and covered keys dropped.
+ * The store's pairs may be unchecked (fdb_store_scan): alone, they keep
+ * their order and are verified when the iterator comes to them; here a
+ * store pair is verified before its key is compared with another
+ * source's or the bound, so that a damaged key can neither drop it nor
+ * place another pair wrongly.  Returns 0 or FLEX_ECORRUPT. */
 static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int reverse, int bounded)
 {
 	struct fdb_pair *const *src = p->src;
@@ -362,6 +363,10 @@ static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int rev
 	}
 	int idx[3] = {0, 0, 0};
 	for (;;) {
+		if (idx[2] < p->cnt[2] && src[2][idx[2]].unchecked &&
+		    (bounded || idx[0] < p->cnt[0] || idx[1] < p->cnt[1] || p->ranges) &&
+		    fdb_pair_check(&src[2][idx[2]]))
+			return FLEX_ECORRUPT;
 		int best = -1;
 		for (int s = 0; s < 3; s++) {
 			if (idx[s] >= p->cnt[s])
@@ -387,11 +392,8 @@ static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int rev
 		for (int s = best + 1; s < 3; s++)
 			if (idx[s] < p->cnt[s] &&
 			    fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key, w->klen) ==
-				0) {
-				if (fdb_pair_check(&src[s][idx[s]]))
-					return FLEX_ECORRUPT;
+				0)
 				idx[s]++;
-			}
 		/* A tie goes to the newest source, so none newer than best
 		 * can be at the same key, whatever order the sources hold. */
 		for (int s = 0; s < best; s++)
@@ -399,14 +401,9 @@ static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int rev
 			       fdb_keycmp(src[s][idx[s]].key, src[s][idx[s]].klen, w->key,
 					  w->klen) != 0);
 		idx[best]++;
-		if (w->tomb)
+		if (w->tomb || (p->ranges && best > 0 &&
+				iter_covered(p->a, p->im, best, w->key, w->klen, p->vis)))
 			continue;
-		if (p->ranges && best > 0 &&
-		    iter_covered(p->a, p->im, best, w->key, w->klen, p->vis)) {
-			if (fdb_pair_check(w))
-				return FLEX_ECORRUPT;
-			continue;
-		}
 		it->pairs[it->n++] = *w;
 	}
 	return 0;

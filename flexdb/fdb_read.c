@@ -457,13 +457,14 @@ struct ref_vec {
 };
 
 /* Parses an interval's raw bytes into refs, checking that keys increase
- * from the interval's key on (the binary search below relies on it) and,
- * when known, the pair count.  With `verify` every checksum is checked
- * too; without, the scan checks those of the pairs it uses (ref_check)
- * and no others: a damaged pair it skips cannot change what it returns
- * (fdb_store_scan). */
-static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival *iv, int verify,
-		     struct ref_vec *r)
+ * from the interval's key on and stay below the next interval's key
+ * (next; NULL for the last interval), and, when known, the pair count.
+ * With `verify` every checksum is checked too; without, only the framing
+ * and the order are known, and fdb_store_scan checks the pairs it uses.
+ * A damaged key then still lies between its neighbours, inside the
+ * interval. */
+static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival *iv,
+		     const struct fdb_ival *next, int verify, struct ref_vec *r)
 {
 	r->n = 0;
 	while (p < end) {
@@ -494,6 +495,9 @@ static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival
 	}
 	uint32_t count = __atomic_load_n(&iv->count, __ATOMIC_RELAXED);
 	if (count != FDB_COUNT_UNKNOWN && count != r->n)
+		return FLEX_ECORRUPT;
+	if (next && r->n &&
+	    fdb_keycmp(r->v[r->n - 1].key, r->v[r->n - 1].klen, next->key, next->klen) >= 0)
 		return FLEX_ECORRUPT;
 	return 0;
 }
@@ -741,12 +745,13 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			raw = run.buf + (off - run.off);
 		/* Offered to the cache while it has room (then every pair is
 		 * verified): once it is full, copying intervals a scan passes
-		 * costs more than the few later hits repay (seek+next50: 1.28x
-		 * RocksDB without, 1.10-1.21x with the misses' policy). */
+		 * costs more than the few later hits repay, on uniform seeks
+		 * and on YCSB E's zipfian ones alike (docs/BENCHMARKS.md). */
 		int admit = cands->n < cands->cap &&
 			    fdb_load_bytes(&s->cache_bytes) + 2 * (size_t)iv->size <= fdb_ring_limit(s);
+		struct fdb_ipath q = p;
 		if (!rc)
-			rc = raw_pairs(raw, raw + iv->size, iv, admit, &refs);
+			rc = raw_pairs(raw, raw + iv->size, iv, fdb_index_next(&q), admit, &refs);
 		if (rc)
 			break;
 		if (admit) {
@@ -758,9 +763,11 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		/* Otherwise only the pairs used are verified: the two around
 		 * the start, on whose keys the binary search decided, and the
 		 * one whose key stops the scan, here; those returned when the
-		 * iterator comes to them (unchecked).  A damaged pair elsewhere
-		 * cannot move them: its length would misframe what follows it,
-		 * up to a verified pair. */
+		 * iterator comes to them or compares their keys with another
+		 * source's (unchecked).  A damaged pair elsewhere cannot move
+		 * them: a damaged length misframes what follows it up to a
+		 * verified pair, and a damaged key stays between its
+		 * neighbours (raw_pairs). */
 		int64_t i = reverse ? (int64_t)refs.n - 1 : 0, vlo = 1, vhi = 0;
 		if (first && flen) {
 			int found;
@@ -789,6 +796,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			o->vlen = refs.v[i].vlen;
 			o->tomb = 0;
 			o->unchecked = (uint8_t)unchecked;
+			o->hdr = (uint8_t)(refs.v[i].key - refs.v[i].rec);
 		}
 		if (rc)
 			break;

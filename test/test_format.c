@@ -370,3 +370,43 @@ Test(format, flexdb_pair_bytes_match_the_doc)
 	    fdb_rec_decode(swapped, swapped + sizeof(swapped), &size, &key, &klen, &val, &vlen),
 	    FLEX_ECORRUPT);
 }
+
+/* Keys order as memcmp over the shorter length, then the shorter first:
+ * fdb_keycmp against that definition, for every pair of lengths 0..72
+ * (its word-at-a-time path covers 8..64) and a difference at every
+ * position, in either direction. */
+static int ref_keycmp(const uint8_t *a, uint32_t al, const uint8_t *b, uint32_t bl)
+{
+	int c = memcmp(a, b, al < bl ? al : bl);
+	if (c)
+		return c < 0 ? -1 : 1;
+	return al < bl ? -1 : al > bl;
+}
+
+static int sign(int c)
+{
+	return (c > 0) - (c < 0);
+}
+
+Test(format, key_order_is_memcmp_then_length)
+{
+	uint8_t a[80], b[80];
+	for (int i = 0; i < 80; i++)
+		a[i] = b[i] = (uint8_t)(0x30 + i % 10);
+	for (uint32_t al = 0; al <= 72; al++)
+		for (uint32_t bl = 0; bl <= 72; bl++) {
+			cr_assert_eq(sign(fdb_keycmp(a, al, b, bl)), ref_keycmp(a, al, b, bl),
+				     "equal bytes, lengths %u and %u", al, bl);
+			uint32_t n = al < bl ? al : bl;
+			for (uint32_t at = 0; at < n; at++) {
+				/* High bit set in one of them: the bytes order as unsigned. */
+				uint8_t keep = b[at];
+				b[at] = (uint8_t)(at % 2 ? keep + 1 : keep | 0x80);
+				cr_assert_eq(sign(fdb_keycmp(a, al, b, bl)), ref_keycmp(a, al, b, bl),
+					     "lengths %u and %u, differing at %u", al, bl, at);
+				cr_assert_eq(sign(fdb_keycmp(b, bl, a, al)), ref_keycmp(b, bl, a, al),
+					     "lengths %u and %u, differing at %u, swapped", bl, al, at);
+				b[at] = keep;
+			}
+		}
+}
