@@ -201,8 +201,10 @@ static int cmd_delprefix(struct cli_app *app, struct cli_token *a, size_t n)
 }
 
 /* Appends key or value bytes to b in the output mode: escaped (pasteable
- * as an argument), 0x hex ("" when empty, also pasteable), or raw. */
-static void out_bytes(const struct db_ctx *c, struct cli_buf *b, const void *data, size_t n)
+ * as an argument: a value that starts with @ gets a second one), 0x hex
+ * ("" when empty, also pasteable), or raw. */
+static void out_bytes(const struct db_ctx *c, struct cli_buf *b, const void *data, size_t n,
+		      int value)
 {
 	const unsigned char *s = data;
 	switch (c->out) {
@@ -213,7 +215,10 @@ static void out_bytes(const struct db_ctx *c, struct cli_buf *b, const void *dat
 		cli_buf_add(b, s, n);
 		break;
 	default:
-		cli_escape(b, s, n);
+		if (value)
+			cli_escape_data(b, s, n);
+		else
+			cli_escape(b, s, n);
 	}
 }
 
@@ -239,7 +244,7 @@ static int cmd_get(struct cli_app *app, struct cli_token *a, size_t n)
 	if (rc)
 		return cli_status(app, NULL, rc);
 	struct cli_buf b = {0};
-	out_bytes(c, &b, c->val, vlen < FLEXDB_MAX_VALUE ? vlen : FLEXDB_MAX_VALUE);
+	out_bytes(c, &b, c->val, vlen < FLEXDB_MAX_VALUE ? vlen : FLEXDB_MAX_VALUE, 1);
 	/* raw: the value's bytes alone, so that they can be redirected to a file */
 	if (c->out != OUT_RAW)
 		cli_buf_addc(&b, '\n');
@@ -316,10 +321,10 @@ static int print_pair(void *arg, const void *k, size_t kl, const void *v, size_t
 {
 	struct printer *p = arg;
 	p->b.len = 0;
-	out_bytes(p->c, &p->b, k, kl);
+	out_bytes(p->c, &p->b, k, kl, 0);
 	if (!p->keys_only) {
 		cli_buf_addc(&p->b, ' ');
-		out_bytes(p->c, &p->b, v, vl);
+		out_bytes(p->c, &p->b, v, vl, 1);
 	}
 	cli_buf_addc(&p->b, '\n');
 	return fwrite(p->b.p, 1, p->b.len, stdout) != p->b.len;

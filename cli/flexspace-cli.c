@@ -264,7 +264,7 @@ static int cmd_read(struct cli_app *app, struct cli_token *a, size_t n)
 		if (mode == 'h')
 			cli_hex(&o, esc.p, esc.len);
 		else
-			cli_escape(&o, esc.p, esc.len);
+			cli_escape_data(&o, esc.p, esc.len);
 		cli_buf_addc(&o, '\n');
 		fwrite(o.p, 1, o.len, stdout);
 		cli_buf_free(&o);

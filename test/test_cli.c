@@ -329,6 +329,21 @@ static void esc(char **b, size_t *n, const unsigned char *s, size_t len)
 	append(b, n, "\"", 1);
 }
 
+/* esc for a value as get and scan print it: a leading @ doubled. */
+static void esc_value(char **b, size_t *n, const unsigned char *s, size_t len)
+{
+	if (!len || s[0] != '@') {
+		esc(b, n, s, len);
+		return;
+	}
+	unsigned char *t = malloc(len + 1);
+	cr_assert(t);
+	t[0] = '@';
+	memcpy(t + 1, s, len);
+	esc(b, n, t, len + 1);
+	free(t);
+}
+
 /* Input as 0x hex (a different form from the output), "" when empty. */
 static void hexarg(char **b, size_t *n, const unsigned char *s, size_t len)
 {
@@ -823,9 +838,10 @@ Test(cli, db_put_from_file_and_stdin)
 		 flex_strerror(-ENOENT));
 	cr_expect_str_eq(r.err, want);
 	run_free(&r);
-	/* @@ is a literal @; hex is always literal; a lone @ is an error */
+	/* @@ is a literal @; hex is always literal; a lone @ is an error;
+	 * get prints @ doubled, as put takes it */
 	golden(dbcli, db, "put l1 @@x; put l2 \"@@\"; put l3 0x4078; get l1; get l2; get l3\n",
-	       "@x\n@\n@x\n");
+	       "@@x\n@@\n@@x\n");
 	script(dbcli, db, "put l4 @\n", &r);
 	cr_expect(strstr(r.err, "put: VALUE @FILE: no file name after @"), "%s", r.err);
 	run_free(&r);
@@ -1301,7 +1317,7 @@ Test(cli, db_dump_load_round_trip)
 		append(&g, &gl, "get ", 4);
 		esc(&g, &gl, p[i].k, p[i].kl);
 		append(&g, &gl, "\n", 1);
-		esc(&gw, &gwl, p[i].v, p[i].vl);
+		esc_value(&gw, &gwl, p[i].v, p[i].vl);
 		append(&gw, &gwl, "\n", 1);
 		golden(dbcli, db2, g, gw);
 		free(g);
@@ -1888,7 +1904,7 @@ Test(cli, space_data_from_files_stdin_and_read_out)
 	cr_expect(n == sizeof(v) && !memcmp(b, v, n), "read --out differs from the file");
 	free(b);
 	/* @@ is a literal @, 0x hex always the bytes, a lone @ an error */
-	golden(fscli, sp, "truncate 0; write 0 @@x; insert 0 0x40; read -s 0 10\n", "@@x\n");
+	golden(fscli, sp, "truncate 0; write 0 @@x; insert 0 0x40; read -s 0 10\n", "@@@x\n");
 	script(fscli, sp, "insert 0 @\n", &r);
 	cr_expect(strstr(r.err, "insert: DATA @FILE: no file name after @"), "%s", r.err);
 	cr_expect_eq(code(&r), 1);
@@ -2441,4 +2457,19 @@ Test(cli, a_users_file_named_like_a_stores_is_untouched)
 	cmdline(fscli, fsd, "read -s 0 3", &r);
 	cr_expect_str_eq(r.out, "abc\n");
 	run_free(&r);
+}
+
+/* A value that starts with @ is printed with a second @, so that pasting
+ * it back stores it instead of naming a file; keys have no @ rule. */
+Test(cli, printed_values_that_start_with_at_paste_back)
+{
+	need_tools();
+	const char *db = path("at_db");
+	golden(dbcli, db, "put @k @@v\nput x \"@@a b\"\nget @k\nget x\nscan\n",
+	       "@@v\n\"@@a b\"\n@k @@v\nx \"@@a b\"\n");
+	golden(dbcli, db, "put y @@v\nget y\n", "@@v\n");
+	const char *sp = path("at_space");
+	golden(fscli, sp, "write 0 0x40000a\nread -s 0 3\n", "\"@@\\x00\\n\"\n");
+	golden(fscli, sp, "truncate 0\ninsert 0 \"@@\\x00\\n\"\nsize\nread -s 0 3\n",
+	       "3\n\"@@\\x00\\n\"\n");
 }

@@ -39,6 +39,9 @@ void cli_buf_free(struct cli_buf *b);
 
 /* Appends the escaped form of s to b (bare when possible, else quoted). */
 void cli_escape(struct cli_buf *b, const void *data, size_t n);
+/* cli_escape for bytes read back as a DATA or VALUE argument, where a
+ * leading @ names a file: such bytes get a second @ (@@ is a literal @). */
+void cli_escape_data(struct cli_buf *b, const void *data, size_t n);
 
 /* Appends data as 0x hex, or "" when empty: both read back as the bytes. */
 void cli_hex(struct cli_buf *b, const void *data, size_t n);

@@ -122,6 +122,19 @@ void cli_escape(struct cli_buf *b, const void *data, size_t n)
 	b->len = (size_t)(o - b->p);
 }
 
+void cli_escape_data(struct cli_buf *b, const void *data, size_t n)
+{
+	if (!n || ((const unsigned char *)data)[0] != '@') {
+		cli_escape(b, data, n);
+		return;
+	}
+	struct cli_buf t = {0};
+	cli_buf_addc(&t, '@');
+	cli_buf_add(&t, data, n);
+	cli_escape(b, t.p, t.len);
+	cli_buf_free(&t);
+}
+
 void cli_hex(struct cli_buf *b, const void *data, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
