@@ -201,25 +201,17 @@ static int cmd_delprefix(struct cli_app *app, struct cli_token *a, size_t n)
 }
 
 /* Appends key or value bytes to b in the output mode: escaped (pasteable
- * as an argument: a value that starts with @ gets a second one), 0x hex
- * ("" when empty, also pasteable), or raw. */
+ * as an argument, a value's leading @ doubled), 0x hex ("" when empty,
+ * also pasteable), or raw. */
 static void out_bytes(const struct db_ctx *c, struct cli_buf *b, const void *data, size_t n,
 		      int value)
 {
-	const unsigned char *s = data;
-	switch (c->out) {
-	case OUT_HEX:
-		cli_hex(b, s, n);
-		break;
-	case OUT_RAW:
-		cli_buf_add(b, s, n);
-		break;
-	default:
-		if (value)
-			cli_escape_data(b, s, n);
-		else
-			cli_escape(b, s, n);
-	}
+	if (c->out == OUT_HEX)
+		cli_hex(b, data, n);
+	else if (c->out == OUT_RAW)
+		cli_buf_add(b, data, n);
+	else
+		(value ? cli_escape_data : cli_escape)(b, data, n);
 }
 
 static int cmd_get(struct cli_app *app, struct cli_token *a, size_t n)
