@@ -156,8 +156,11 @@ static void run_argv(char *const argv[], const void *in, size_t inlen, struct ru
 	}
 	while (rout >= 0 || rerr >= 0) {
 		struct pollfd p[3] = {{rout, POLLIN, 0}, {rerr, POLLIN, 0}, {win, POLLOUT, 0}};
-		if (poll(p, 3, 30000) <= 0)
+		if (poll(p, 3, 30000) <= 0) {
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
 			cr_assert_fail("the tool hung (30 s without output)");
+		}
 		char buf[65536];
 		for (int i = 0; i < 2; i++) {
 			if (!p[i].revents)

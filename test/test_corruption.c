@@ -358,6 +358,7 @@ static int cli_check(const char *tool, const char *dir)
 		dup2(nul, 0);
 		dup2(nul, 1);
 		dup2(nul, 2);
+		alarm(60); /* kept across exec: a hung check dies of SIGALRM */
 		execl(path, path, dir, "-c", "check", (char *)NULL);
 		_exit(127);
 	}
@@ -754,6 +755,10 @@ static uint64_t committer_runs(struct flexdb *db)
  * operations it ran and kills itself. */
 static void db_crashed_session(const char *rest, const char *mid, uint64_t seed, int fd)
 {
+	/* The stalled committer never returns: should this thread block
+	 * behind it, the session dies of SIGALRM instead of outliving the
+	 * test (and the parent's read on the pipe). */
+	alarm(120);
 	struct flex_io io = *flex_io_posix();
 	io.open = st_open;
 	io.fsync = st_sync;

@@ -1948,12 +1948,17 @@ Test(flexdb_crash, checkpoint_killed_at_each_step_is_refused_or_whole)
 		for (int i = 0; i < 500; i++) {
 			int kn = snprintf(k, sizeof(k), "wal%05d", i);
 			if (flexdb_put(db, k, (size_t)kn, "w", 1) || flexdb_sync(db))
-				_exit(2);
+				_exit(3);
 		}
 		kill(getpid(), SIGKILL);
+		_exit(4);
 	}
 	int st;
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+		  "the session leaving WAL records failed (status 0x%x: exit 2 open, 3 put or "
+		  "sync)",
+		  st);
 	for (int i = 0; i < 500; i++) {
 		int kn = snprintf(k, sizeof(k), "wal%05d", i);
 		fm_put(&m, k, (uint32_t)kn, "w", 1);
