@@ -92,7 +92,8 @@
  * mapped data file is RssFile) after the fillrandom loop ("load"), after
  * its settle and reopen ("reopen") and at the end of the last read
  * workload ("reads"), VmHWM at the end; per pair, (VmRSS - the configured
- * cache and memtables) / pairs.  With --cgroup-mb, the group's usage and
+ * cache and memtables) / pairs, and the same of RssAnon (a mapped data
+ * file's resident pages are page cache, which the kernel reclaims).  With --cgroup-mb, the group's usage and
  * its page cache and anonymous shares (memory.stat) at the same points,
  * its peak (memory.max_usage_in_bytes) per workload and over the run, and
  * whether the OOM killer killed the engine (its results then stop at the
@@ -395,6 +396,8 @@ struct meas {
  * shuffled key order, the value pool, libraries) the engine's figures
  * are measured above. */
 static double child_start_rss;
+/* Its RssAnon then (MiB). */
+static double child_start_anon;
 /* The highest VmRSS the child sampled (VmHWM can lag behind it). */
 static double child_max_rss;
 
@@ -627,6 +630,7 @@ struct msg {
 	int kind, w, stage;
 	struct meas m;	 /* MSG_RESULT */
 	double start;	 /* VmRSS before the open, MiB */
+	double start_anon; /* RssAnon then */
 	double hwm;	 /* MSG_END: the peak VmRSS, MiB */
 	int interrupted; /* MSG_END: a signal cut the workloads short */
 };
@@ -642,6 +646,7 @@ static void send_msg(int fd, int kind, int w, int stage, const struct meas *m)
 	g.w = w;
 	g.stage = stage;
 	g.start = child_start_rss;
+	g.start_anon = child_start_anon;
 	if (m)
 		g.m = *m;
 	if (kind == MSG_END) {
@@ -675,6 +680,7 @@ static void child_main(int en, int rep, int nt, int fd, const char *cg)
 		child_cg = cg;
 	}
 	child_start_rss = vm_mib("VmRSS");
+	child_start_anon = vm_mib("RssAnon");
 	child_fd = fd;
 
 	for (int w = W_OVERWRITE; w < NWL; w++)
@@ -748,7 +754,7 @@ struct run {
 	int died_in;	/* workload running when the child died, or -1 */
 	int died_stage; /* and where in it (ST_*) */
 	int sig, code;
-	double hwm, start;
+	double hwm, start, start_anon;
 	struct memcg_stat cg; /* the group after the child ended */
 	double cg_peak;	      /* its peak over the whole child */
 	struct meas m[NWL];
@@ -816,6 +822,7 @@ static void run_engine(int ti, int rep, int en)
 		if (got < sizeof(g))
 			break;
 		r->start = g.start;
+		r->start_anon = g.start_anon;
 		if (g.kind == MSG_STAGE && g.w < NWL && g.stage > ST_NONE && g.stage < NST) {
 			running = g.w;
 			stage = g.stage;
@@ -1092,41 +1099,48 @@ static void print_memory(int ti)
 	printf("\nmemory, threads %d (MiB; start = the engine's process before it opened the "
 	       "store (harness: key order, value pool, libraries); load = end of the fillrandom "
 	       "loop, reopen = after its settle and reopen, reads = end of %s; per pair = "
-	       "(VmRSS - start - cache and memtables configured) / %" PRIu64 " pairs, bytes%s)\n",
+	       "(VmRSS - start - cache and memtables configured) / %" PRIu64 " pairs, bytes; "
+	       "anon/pair = the same of RssAnon (the pages of mapped files left out: the page "
+	       "cache's, which the kernel reclaims)%s)\n",
 	       B.tcs[ti], wr >= 0 ? wl_name[wr] : "the reads", B.num,
 	       B.cgroup_mb ? "; cg = the engine's memory cgroup: usage, its page cache and "
 			     "anonymous parts (memory.stat total_cache, total_rss)"
 			   : "");
-	printf("%-8s %-7s %9s %9s %9s %9s", "engine", "point", "VmRSS", "RssAnon", "RssFile",
-	       "per pair");
+	printf("%-8s %-7s %9s %9s %9s %9s %9s", "engine", "point", "VmRSS", "RssAnon", "RssFile",
+	       "per pair", "anon/pair");
 	if (B.cgroup_mb)
 		printf(" %9s %9s %9s %7s", "cg usage", "cg cache", "cg rss", "cache%");
 	printf("\n");
 	for (int en = 0; en < NENG; en++) {
-		double sv[MAX_REPS], start = NAN;
+		double sv[MAX_REPS], av[MAX_REPS], start = NAN, start_anon = NAN;
 		int ns = 0;
 		if (!B.eng_on[en])
 			continue;
 		for (int r = 0; r < B.reps; r++)
-			if (R[ti][r][en].start > 0)
+			if (R[ti][r][en].start > 0) {
+				av[ns] = R[ti][r][en].start_anon;
 				sv[ns++] = R[ti][r][en].start;
+			}
 		if (ns) {
 			start = median(sv, ns);
+			start_anon = median(av, ns);
 			printf("%-8s %-7s %9.1f\n", engines[en].name, "start", start);
 		}
 		for (int p = 0; p < 3; p++) {
 			int w = at[p][0], ro = at[p][1];
 			double rss = med_snap(ti, en, w, ro, 0, offsetof(struct rss, rss));
-			char c[8][16];
+			double anon = med_snap(ti, en, w, ro, 0, offsetof(struct rss, anon));
+			char c[9][16];
 			fmt_num(c[0], sizeof(c[0]), 1, "", rss);
-			fmt_num(c[1], sizeof(c[1]), 1, "",
-				med_snap(ti, en, w, ro, 0, offsetof(struct rss, anon)));
+			fmt_num(c[1], sizeof(c[1]), 1, "", anon);
 			fmt_num(c[2], sizeof(c[2]), 1, "",
 				med_snap(ti, en, w, ro, 0, offsetof(struct rss, file)));
 			fmt_num(c[3], sizeof(c[3]), 1, "",
 				((rss - start) * mib - budget_bytes(en)) / (double)B.num);
-			printf("%-8s %-7s %9s %9s %9s %9s", engines[en].name, pt[p], c[0], c[1],
-			       c[2], c[3]);
+			fmt_num(c[8], sizeof(c[8]), 1, "",
+				((anon - start_anon) * mib - budget_bytes(en)) / (double)B.num);
+			printf("%-8s %-7s %9s %9s %9s %9s %9s", engines[en].name, pt[p], c[0], c[1],
+			       c[2], c[3], c[8]);
 			if (B.cgroup_mb) {
 				double u = med_snap(ti, en, w, ro, 1,
 						    offsetof(struct memcg_stat, usage));
