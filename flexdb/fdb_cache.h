@@ -118,6 +118,10 @@ int fdb_thin_next(const struct fdb_cent *c, uint16_t fp, uint32_t *i, uint32_t *
  * the caller reads through the FlexTree), or an error. */
 int fdb_thin_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, uint32_t len,
 		  uint8_t *buf);
+/* Appends the pieces of thin entry c's map to v[*nv..cap), and lowers
+ * *stamp to the map's: 0, or -ESTALE when c has no map or v no room. */
+int fdb_thin_pieces(const struct fdb_cent *c, struct flextree_mapping *v, size_t cap, size_t *nv,
+		    uint64_t *stamp);
 /* Whether thin entry c's map is m (its stamp aside). */
 int fdb_thin_map_is(const struct fdb_cent *c, const struct fdb_pmap *m);
 /* A map of n pieces: its size, and where its data-file offsets are. */

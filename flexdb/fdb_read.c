@@ -571,6 +571,26 @@ struct scan_run {
 	uint64_t off, len;
 };
 
+/* Reads the k intervals ivs[] (in the scan's order) into buf through
+ * their thin entries' maps, without asking the FlexTree: 0, or -ESTALE
+ * when one has no map (or a whole entry, or none) or the bytes moved
+ * since, and the caller reads through the FlexTree. */
+static int scan_read_mapped(struct fdb_store *s, const struct fdb_ival *const *ivs, int k,
+			    int reverse, uint8_t *buf)
+{
+	struct flextree_mapping v[FLEXSPACE_LOCATE_MAX];
+	size_t nv = 0;
+	uint64_t stamp = UINT64_MAX;
+	for (int j = 0; j < k; j++) {
+		const struct fdb_ival *x = ivs[reverse ? k - 1 - j : j];
+		const struct fdb_cent *c = x->size ? fdb_ival_cent(x) : NULL;
+		if (x->size && (!c || c->size != x->size || fdb_thin_pieces(c, v, FLEXSPACE_LOCATE_MAX,
+									    &nv, &stamp)))
+			return -ESTALE;
+	}
+	return flexspace_read_located(s->fs, buf, v, nv, stamp);
+}
+
 /* Reads the uncached intervals from p's on (backwards with reverse) that
  * the scan will probably need (`want` more pairs) into r.  A seek starts
  * in the middle of its first interval (`mid`): half of its pairs count,
@@ -584,8 +604,9 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 	struct fdb_ipath q = *p;
 	uint64_t lo = fdb_index_offset(p), hi = lo + iv->size;
 	uint64_t pairs = 0;
-	const struct fdb_ival *x = iv;
-	for (int k = 1; k < FDB_SCAN_READ_IVALS; k++) {
+	const struct fdb_ival *x = iv, *ivs[FDB_SCAN_READ_IVALS] = {iv};
+	int k = 1;
+	for (; k < FDB_SCAN_READ_IVALS; k++) {
 		/* After recovery the pair count is unknown: guess from the size. */
 		uint32_t count = __atomic_load_n(&x->count, __ATOMIC_RELAXED);
 		count = count != FDB_COUNT_UNKNOWN ? count : x->size / 128 + 1;
@@ -607,6 +628,7 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 			lo = fdb_index_offset(&q);
 		else
 			hi += x->size;
+		ivs[k] = x;
 	}
 	/* In the chunk's arena: the pairs returned point into it. */
 	r->buf = fdb_ar_alloc(ar, hi > lo ? hi - lo : 1);
@@ -614,6 +636,11 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 	r->len = 0;
 	if (!r->buf)
 		return -ENOMEM;
+	if (hi > lo && !scan_read_mapped(s, ivs, k, reverse, r->buf)) {
+		fdb_stat_add(s, FDB_ST_SCAN_LOCATED);
+		r->len = hi - lo;
+		return 0;
+	}
 	ssize_t n = hi > lo ? flexspace_read(s->fs, r->buf, lo, hi - lo) : 0;
 	if (n < 0)
 		return (int)n;

@@ -289,6 +289,22 @@ int fdb_thin_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, ui
 	return flexspace_read_located(s->fs, buf, v, nv, *p.stamp);
 }
 
+int fdb_thin_pieces(const struct fdb_cent *c, struct flextree_mapping *v, size_t cap, size_t *nv,
+		    uint64_t *stamp)
+{
+	if (!c->thin || !c->pieces || cap - *nv < c->pieces)
+		return -ESTALE;
+	struct thin_parts p;
+	thin_parts(c, &p);
+	for (uint32_t k = 0; k < c->pieces; k++) {
+		uint32_t a = piece_start(&p, k), b = k + 1 < c->pieces ? piece_start(&p, k + 1) : c->size;
+		v[(*nv)++] = (struct flextree_mapping){.loff = a, .poff = p.poff[k], .len = b - a};
+	}
+	if (*p.stamp < *stamp)
+		*stamp = *p.stamp;
+	return 0;
+}
+
 struct fdb_pmap *fdb_pmap_locate(struct fdb_store *s, uint64_t off, uint32_t size)
 {
 	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];

@@ -148,6 +148,10 @@ struct flexdb_stats {
 	 * (docs/ARCHITECTURE.md, "Open"), instead of reading every
 	 * interval's first pair. */
 	int index_from_file;
+	/* Reads of scans and iterators that took the intervals' bytes where
+	 * their thin entries' maps say they lie, without a FlexTree lookup
+	 * (the others read through the FlexTree). */
+	uint64_t scan_located;
 };
 
 /* Opens or creates the store in directory dir.  Replays the WALs left by a

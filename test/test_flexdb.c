@@ -3119,6 +3119,91 @@ Test(flexdb, index_file_opens_the_same_store_and_is_ignored_unless_current)
 	free(vbuf);
 }
 
+/* Seeks from random keys of the pool, forwards (seek, next) or backwards
+ * (seek_for_prev, prev), up to 150 pairs each, against the model. */
+static void seeks_verify(struct flexdb *db, const struct fmodel *m, const struct keypool *pool,
+			 uint64_t *r, int n, const char *when)
+{
+	struct flexdb_iter *it;
+	cr_assert_eq(flexdb_iter_open(db, &it), 0);
+	for (int i = 0; i < n; i++) {
+		const struct fkey *k = &pool->keys[rnd_below(r, pool->n)];
+		int rev = rnd_below(r, 4) == 0;
+		size_t want = 1 + rnd_below(r, 150), lo = fm_lower(m, k->k, k->n);
+		/* Backwards from the last pair <= key. */
+		int eq = lo < m->n && m->e[lo].kn == k->n && !memcmp(m->e[lo].k, k->k, k->n);
+		long pos = rev && !eq ? (long)lo - 1 : (long)lo;
+		int rc = rev ? flexdb_iter_seek_for_prev(it, k->k, k->n) : flexdb_iter_seek(it, k->k, k->n);
+		cr_assert_eq(rc, 0, "%s: seek %d: %s", when, i, flex_strerror(rc));
+		for (size_t j = 0; j < want; j++, pos += rev ? -1 : 1) {
+			int in = pos >= 0 && (size_t)pos < m->n;
+			cr_assert_eq(flexdb_iter_valid(it), in, "%s: seek %d, pair %zu: valid %d, model %d",
+				     when, i, j, flexdb_iter_valid(it), in);
+			if (!in)
+				break;
+			const struct ment *e = &m->e[pos];
+			size_t kl, vl;
+			const void *kp = flexdb_iter_key(it, &kl), *vp = flexdb_iter_value(it, &vl);
+			cr_assert(kl == e->kn && !memcmp(kp, e->k, kl) && vl == e->vn &&
+					  !memcmp(vp, e->v, vl),
+				  "%s: seek %d, pair %zu differs from the model", when, i, j);
+			rc = rev ? flexdb_iter_prev(it) : flexdb_iter_next(it);
+			cr_assert_eq(rc, 0, "%s: step: %s", when, flex_strerror(rc));
+		}
+	}
+	flexdb_iter_close(it);
+}
+
+/* With thin entries that carry maps (an open from INDEX brings them), a
+ * scan reads uncached intervals where the maps say their bytes lie; once
+ * the FlexSpace has moved them (garbage collection frees their
+ * segments) it reads through the FlexTree again.  Either way it returns
+ * exactly the model. */
+Test(flexdb, scans_read_through_thin_maps_and_after_the_bytes_moved)
+{
+	uint64_t seed = test_seed("scanmaps"), r = seed;
+	struct flexdb_options o = fdb_default_opts();
+	o.memtable_size = 256u << 10;
+	o.cache_size = 2u << 20; /* thin entries for part of the store only */
+	struct tdb t;
+	tdb_open(&t, "scanmaps", &o);
+	struct keypool pool;
+	pool_make(&pool, 20000, seed ^ 0x736d6170u);
+	uint8_t *vbuf = malloc(FLEXDB_MAX_VALUE);
+	struct fmodel m = {0};
+	tidy_puts(t.db, &m, &pool, 30000, &r, vbuf);
+	tdb_reopen(&t, &o);
+	cr_assert_eq(index_from_file(t.db), 1);
+	seeks_verify(t.db, &m, &pool, &r, 3000, "maps from INDEX");
+	struct flexdb_stats st;
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	uint64_t located = st.scan_located;
+	cr_assert_gt(located, 0, "no scan read went through a thin entry's map");
+	/* Overwrites of the lower half of the keys until the FlexSpace has
+	 * collected garbage: the upper half's intervals, untouched, keep
+	 * their thin entries, whose maps went stale as their bytes moved
+	 * out of the freed segments. */
+	struct keypool low = pool;
+	low.n = pool.n / 2;
+	uint64_t runs = st.space.gc_runs, moved = st.space.gc_bytes_moved;
+	for (int round = 0; round < 40 && st.space.gc_runs == runs; round++) {
+		tidy_puts(t.db, &m, &low, 5000, &r, vbuf);
+		cr_assert_eq(flexdb_sync(t.db), 0);
+		cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	}
+	cr_assert_gt(st.space.gc_runs, runs, "no garbage collected");
+	cr_assert_gt(st.space.gc_bytes_moved, moved, "garbage collection moved nothing");
+	seeks_verify(t.db, &m, &pool, &r, 3000, "after garbage collection");
+	tidy_verify(t.db, &m, "after garbage collection");
+	fprintf(stderr, "  scans through maps: %" PRIu64 " reads from INDEX's maps, %" PRIu64
+		" in all, %.1f MB moved by GC\n", located, st.scan_located,
+		(double)(st.space.gc_bytes_moved - moved) / 1e6);
+	free(vbuf);
+	fm_free(&m);
+	pool_free(&pool);
+	tdb_done(&t);
+}
+
 /* A thin entry keeps where its records start one of three ways: a byte
  * per record when every record is under 256 bytes, 16-bit offsets in an
  * interval under 64 KiB, 32-bit ones beyond.  A store of each shape, far
