@@ -188,19 +188,19 @@ uint32_t fdb_cent_lower(const struct fdb_cent *c, const void *key, uint32_t klen
 	uint32_t lo = 0, hi = c->n;
 	const uint8_t *k, *v;
 	uint32_t kl, vl, sz;
+	int eq = 0; /* the pair at hi (when below n) is the key */
 	while (lo < hi) {
 		uint32_t mid = (lo + hi) / 2;
 		fdb_cent_pair(c, mid, &k, &kl, &v, &vl, &sz);
-		if (fdb_keycmp(k, kl, key, klen) < 0)
+		int cmp = fdb_keycmp(k, kl, key, klen);
+		if (cmp < 0) {
 			lo = mid + 1;
-		else
+		} else {
 			hi = mid;
+			eq = cmp == 0;
+		}
 	}
-	*found = 0;
-	if (lo < c->n) {
-		fdb_cent_pair(c, lo, &k, &kl, &v, &vl, &sz);
-		*found = fdb_keycmp(k, kl, key, klen) == 0;
-	}
+	*found = lo < c->n && eq;
 	return lo;
 }
 

@@ -233,13 +233,19 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 	uint64_t *offs = malloc((size_t)(n ? n : 1) * sizeof(*offs));
 	int nl = 0, rc = 0;
 	size_t bytes = 0;
-	const struct fdb_ival *prev = NULL;
+	const struct fdb_ival *prev = NULL, *next = NULL;
 	for (int i = 0; list && offs && i < n && nl < cands->cap - cands->n; i++) {
+		/* The ops are in key order: one below the next interval's key
+		 * falls into the interval of the op before. */
+		if (prev && (!next || fdb_keycmp(ops[i].key, ops[i].klen, next->key, next->klen) < 0))
+			continue;
 		struct fdb_ipath p;
 		struct fdb_ival *iv = fdb_index_find(s->index, ops[i].key, ops[i].klen, &p);
 		if (!iv || iv == prev)
 			continue;
 		prev = iv;
+		struct fdb_ipath q = p;
+		next = fdb_index_next(&q);
 		const struct fdb_cent *c = fdb_ival_cent(iv);
 		if ((c && c->raw) || !iv->size || !fdb_ival_keepable(s, iv->size))
 			continue;

@@ -556,7 +556,7 @@ static int run_op(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, 
 		s->keys--;
 		return pos == 0 && c->n > 0 ? fdb_set_tag(s, off0, FDB_ANCHOR) : 0;
 	}
-	if ((rc = fdb_run_room(r, FDB_REC_MAX)) != 0)
+	if ((rc = fdb_run_room(r, fdb_rec_size(op->klen, op->vlen))) != 0)
 		return rc;
 	uint8_t *rec = r->buf + r->used;
 	size_t rs = fdb_rec_encode(rec, op->key, op->klen, op->val, op->vlen);
