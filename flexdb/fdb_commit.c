@@ -515,7 +515,8 @@ static int batch_to_mt(struct fdb_mt *mt, const uint8_t *payload, size_t len, in
 			rc = fdb_mt_put(mt, op.key, op.klen, op.val, op.vlen, op.op == FDB_OP_DEL,
 					seq);
 	}
-	fdb_batch_ranges_free(&br);
+	if (ranges)
+		fdb_batch_ranges_free(&br);
 	return rc;
 }
 
