@@ -178,6 +178,15 @@ static inline struct mt_node *nxt(const struct mt_node *n, int level)
 	return p;
 }
 
+/* Starts fetching node n (its head and the start of its key). */
+static inline void mt_prefetch(const struct mt_node *n)
+{
+	if (n) {
+		__builtin_prefetch(n);
+		__builtin_prefetch((const uint8_t *)n + 64);
+	}
+}
+
 static inline int node_cmp(const struct mt_node *n, const void *key, uint32_t klen)
 {
 	return fdb_keycmp(node_key(n), n->klen, key, klen);
@@ -191,6 +200,10 @@ static struct mt_node *find_ge(const struct fdb_mt *m, const void *key, uint32_t
 	int level = atomic_load_explicit(&m->height, memory_order_relaxed) - 1;
 	for (;;) {
 		struct mt_node *n = nxt(x, level);
+		/* Where the search goes if it goes down from x: fetched while
+		 * n's key is compared, instead of after. */
+		if (level > 0)
+			mt_prefetch(nxt(x, level - 1));
 		if (n && node_cmp(n, key, klen) < 0) {
 			x = n;
 			continue;
