@@ -560,6 +560,9 @@ int fdb_store_get(struct fdb_store *s, const void *key, uint32_t klen, void *buf
 /* Shared lock held, the committer only: one step of warming the cache
  * (fdb_read.c); sets warm_done once the pass is over. */
 void fdb_store_warm(struct fdb_store *s);
+/* The committer, before it applies a run to the interval before nx (at
+ * q): starts fetching the memory of the next intervals (fdb_read.c). */
+void fdb_run_prefetch(const struct fdb_ipath *q, const struct fdb_ival *nx);
 /* Shared lock held: reads the uncached intervals that ops[0..n) (in key
  * order) will change, neighbours together, and offers them in cands, so
  * that the committer applies them under the exclusive lock without

@@ -286,6 +286,28 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 	return rc;
 }
 
+/* The runs of a chunk come in key order, most often one per interval:
+ * while this run is applied, the next intervals' memory is fetched in
+ * three steps, each for what the step before brought in: the interval
+ * three ahead, the entry of the one two ahead, the records and offsets of
+ * the next one (nx, at q). */
+void fdb_run_prefetch(const struct fdb_ipath *q, const struct fdb_ival *nx)
+{
+	if (!nx)
+		return;
+	const struct fdb_ival *n2 = fdb_index_peek(q, 1), *n3 = fdb_index_peek(q, 2);
+	if (n3)
+		__builtin_prefetch(n3);
+	const struct fdb_cent *c2 = n2 ? fdb_ival_cent(n2) : NULL;
+	if (c2)
+		__builtin_prefetch(c2);
+	const struct fdb_cent *c1 = fdb_ival_cent(nx);
+	if (c1 && c1->raw) {
+		__builtin_prefetch(c1->raw);
+		__builtin_prefetch(c1->off);
+	}
+}
+
 /* Warming: after an open the cache is empty, and every interval a lookup
  * reaches first is read whole and decoded while the client waits.  The
  * committer, when it has nothing to commit or tidy, reads the intervals

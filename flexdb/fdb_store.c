@@ -645,6 +645,7 @@ static int store_run(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
 	assert(iv); /* the first interval's empty key is below every key */
 	struct fdb_ipath q = p;
 	const struct fdb_ival *nx = fdb_index_next(&q);
+	fdb_run_prefetch(&q, nx);
 	struct fdb_cent *tmp;
 	int rc = fdb_ival_load(s, &p, iv, &tmp);
 	if (rc)
