@@ -93,10 +93,11 @@
  * its settle and reopen ("reopen") and at the end of the last read
  * workload ("reads"), VmHWM at the end; per pair, (VmRSS - the configured
  * cache and memtables) / pairs, and the same of RssAnon (a mapped data
- * file's resident pages are page cache, which the kernel reclaims).  With --cgroup-mb, the group's usage and
- * its page cache and anonymous shares (memory.stat) at the same points,
- * its peak (memory.max_usage_in_bytes) per workload and over the run, and
- * whether the OOM killer killed the engine (its results then stop at the
+ * file's resident pages are page cache, which the kernel reclaims).
+ * With --cgroup-mb, the group's usage and its page cache and anonymous
+ * shares (memory.stat) at the same points, its peak
+ * (memory.max_usage_in_bytes) per workload and over the run, and whether
+ * the OOM killer killed the engine (its results then stop at the
  * workload it was killed in, printed as OOM; the other engines go on).
  */
 #include <errno.h>

@@ -552,6 +552,7 @@ static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
 	P("warming", (uint64_t)s.warming);
 	P("index_from_file", (uint64_t)s.index_from_file);
 	P("scan_located", s.scan_located);
+	P("scan_stale", s.scan_stale);
 	P("space.size", s.space.size);
 	P("space.extents", s.space.extents);
 	P("space.data_file_bytes", s.space.data_file_bytes);

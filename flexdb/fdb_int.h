@@ -410,8 +410,9 @@ _Static_assert(FDB_CENT_HEAD % 8 == 0, "a thin entry's 64-bit arrays follow its 
  * different threads do not write the same cache line: a thread bumps its
  * own stripe (fdb_stat_add), fdb_store_cache_counts sums them. */
 /* FDB_ST_SCANS: store reads of scans and iterators (for warming's count
- * of the threads reading); FDB_ST_SCAN_LOCATED: those of their reads that
- * went through thin entries' maps. */
+ * of the threads reading); FDB_ST_SCAN_LOCATED and FDB_ST_SCAN_STALE: those
+ * of their reads that went through thin entries' maps, and those the maps
+ * could not serve (the bytes moved). */
 enum {
 	FDB_ST_HITS,
 	FDB_ST_THIN_HITS,
@@ -419,6 +420,7 @@ enum {
 	FDB_ST_MISSES,
 	FDB_ST_SCANS,
 	FDB_ST_SCAN_LOCATED,
+	FDB_ST_SCAN_STALE,
 	FDB_ST_N
 };
 #define FDB_STAT_STRIPES 8

@@ -237,7 +237,8 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 	for (int i = 0; list && offs && i < n && nl < cands->cap - cands->n; i++) {
 		/* The ops are in key order: one below the next interval's key
 		 * falls into the interval of the op before. */
-		if (prev && (!next || fdb_keycmp(ops[i].key, ops[i].klen, next->key, next->klen) < 0))
+		if (prev &&
+		    (!next || fdb_keycmp(ops[i].key, ops[i].klen, next->key, next->klen) < 0))
 			continue;
 		struct fdb_ipath p;
 		struct fdb_ival *iv = fdb_index_find(s->index, ops[i].key, ops[i].klen, &p);
@@ -600,9 +601,10 @@ struct scan_run {
 };
 
 /* Reads the k intervals ivs[] (in the scan's order) into buf through
- * their thin entries' maps, without asking the FlexTree: 0, or -ESTALE
- * when one has no map (or a whole entry, or none) or the bytes moved
- * since, and the caller reads through the FlexTree. */
+ * their thin entries' maps, without asking the FlexTree: 0; 1 when one
+ * has no map (or a whole entry, or none); -ESTALE when the bytes moved
+ * since, or an error.  On anything but 0 the caller reads through the
+ * FlexTree (which reports an error that persists). */
 static int scan_read_mapped(struct fdb_store *s, const struct fdb_ival *const *ivs, int k,
 			    int reverse, uint8_t *buf)
 {
@@ -612,9 +614,9 @@ static int scan_read_mapped(struct fdb_store *s, const struct fdb_ival *const *i
 	for (int j = 0; j < k; j++) {
 		const struct fdb_ival *x = ivs[reverse ? k - 1 - j : j];
 		const struct fdb_cent *c = x->size ? fdb_ival_cent(x) : NULL;
-		if (x->size && (!c || c->size != x->size || fdb_thin_pieces(c, v, FLEXSPACE_LOCATE_MAX,
-									    &nv, &stamp)))
-			return -ESTALE;
+		if (x->size && (!c || c->size != x->size ||
+				fdb_thin_pieces(c, v, FLEXSPACE_LOCATE_MAX, &nv, &stamp)))
+			return 1;
 	}
 	return flexspace_read_located(s->fs, buf, v, nv, stamp);
 }
@@ -664,11 +666,14 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 	r->len = 0;
 	if (!r->buf)
 		return -ENOMEM;
-	if (hi > lo && !scan_read_mapped(s, ivs, k, reverse, r->buf)) {
+	int mapped = hi > lo ? scan_read_mapped(s, ivs, k, reverse, r->buf) : 1;
+	if (!mapped) {
 		fdb_stat_add(s, FDB_ST_SCAN_LOCATED);
 		r->len = hi - lo;
 		return 0;
 	}
+	if (mapped == -ESTALE)
+		fdb_stat_add(s, FDB_ST_SCAN_STALE);
 	ssize_t n = hi > lo ? flexspace_read(s->fs, r->buf, lo, hi - lo) : 0;
 	if (n < 0)
 		return (int)n;

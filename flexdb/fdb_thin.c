@@ -297,7 +297,8 @@ int fdb_thin_pieces(const struct fdb_cent *c, struct flextree_mapping *v, size_t
 	struct thin_parts p;
 	thin_parts(c, &p);
 	for (uint32_t k = 0; k < c->pieces; k++) {
-		uint32_t a = piece_start(&p, k), b = k + 1 < c->pieces ? piece_start(&p, k + 1) : c->size;
+		uint32_t a = piece_start(&p, k);
+		uint32_t b = k + 1 < c->pieces ? piece_start(&p, k + 1) : c->size;
 		v[(*nv)++] = (struct flextree_mapping){.loff = a, .poff = p.poff[k], .len = b - a};
 	}
 	if (*p.stamp < *stamp)

@@ -788,6 +788,7 @@ int flexdb_stats(const struct flexdb *cdb, struct flexdb_stats *st)
 	st->cache_thin_hits = cc[FDB_ST_THIN_HITS];
 	st->cache_thin_located = cc[FDB_ST_THIN_LOCATED];
 	st->scan_located = cc[FDB_ST_SCAN_LOCATED];
+	st->scan_stale = cc[FDB_ST_SCAN_STALE];
 	st->cache_misses = cc[FDB_ST_MISSES];
 	st->committer_runs = atomic_load(&db->committer_runs);
 	st->committed_pairs = atomic_load(&db->committed_pairs);

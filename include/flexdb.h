@@ -150,8 +150,10 @@ struct flexdb_stats {
 	int index_from_file;
 	/* Reads of scans and iterators that took the intervals' bytes where
 	 * their thin entries' maps say they lie, without a FlexTree lookup
-	 * (the others read through the FlexTree). */
+	 * (the others read through the FlexTree); scan_stale: reads tried
+	 * through maps and refused, the bytes having moved since. */
 	uint64_t scan_located;
+	uint64_t scan_stale;
 };
 
 /* Opens or creates the store in directory dir.  Replays the WALs left by a

@@ -3133,12 +3133,14 @@ static void seeks_verify(struct flexdb *db, const struct fmodel *m, const struct
 		/* Backwards from the last pair <= key. */
 		int eq = lo < m->n && m->e[lo].kn == k->n && !memcmp(m->e[lo].k, k->k, k->n);
 		long pos = rev && !eq ? (long)lo - 1 : (long)lo;
-		int rc = rev ? flexdb_iter_seek_for_prev(it, k->k, k->n) : flexdb_iter_seek(it, k->k, k->n);
+		int rc = rev ? flexdb_iter_seek_for_prev(it, k->k, k->n)
+			     : flexdb_iter_seek(it, k->k, k->n);
 		cr_assert_eq(rc, 0, "%s: seek %d: %s", when, i, flex_strerror(rc));
 		for (size_t j = 0; j < want; j++, pos += rev ? -1 : 1) {
 			int in = pos >= 0 && (size_t)pos < m->n;
-			cr_assert_eq(flexdb_iter_valid(it), in, "%s: seek %d, pair %zu: valid %d, model %d",
-				     when, i, j, flexdb_iter_valid(it), in);
+			cr_assert_eq(flexdb_iter_valid(it), in,
+				     "%s: seek %d, pair %zu: valid %d, model %d", when, i, j,
+				     flexdb_iter_valid(it), in);
 			if (!in)
 				break;
 			const struct ment *e = &m->e[pos];
@@ -3165,6 +3167,7 @@ Test(flexdb, scans_read_through_thin_maps_and_after_the_bytes_moved)
 	struct flexdb_options o = fdb_default_opts();
 	o.memtable_size = 256u << 10;
 	o.cache_size = 2u << 20; /* thin entries for part of the store only */
+	o.space.segment_size = FDB_TINY_SEGMENT; /* garbage collected early */
 	struct tdb t;
 	tdb_open(&t, "scanmaps", &o);
 	struct keypool pool;
@@ -3194,10 +3197,12 @@ Test(flexdb, scans_read_through_thin_maps_and_after_the_bytes_moved)
 	cr_assert_gt(st.space.gc_runs, runs, "no garbage collected");
 	cr_assert_gt(st.space.gc_bytes_moved, moved, "garbage collection moved nothing");
 	seeks_verify(t.db, &m, &pool, &r, 3000, "after garbage collection");
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	cr_assert_gt(st.scan_stale, 0, "no scan met a map whose bytes had moved");
 	tidy_verify(t.db, &m, "after garbage collection");
 	fprintf(stderr, "  scans through maps: %" PRIu64 " reads from INDEX's maps, %" PRIu64
-		" in all, %.1f MB moved by GC\n", located, st.scan_located,
-		(double)(st.space.gc_bytes_moved - moved) / 1e6);
+		" in all, %" PRIu64 " refused after %.1f MB moved by GC\n", located,
+		st.scan_located, st.scan_stale, (double)(st.space.gc_bytes_moved - moved) / 1e6);
 	free(vbuf);
 	fm_free(&m);
 	pool_free(&pool);
