@@ -524,8 +524,7 @@ static int cmd_check(struct cli_app *app, struct cli_token *a, size_t n)
 static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
 {
 	struct flexdb_stats s;
-	(void)a;
-	(void)n;
+	(void)a, (void)n;
 	int rc = flexdb_stats(ctx_of(app)->db, &s);
 	if (rc)
 		return cli_status(app, NULL, rc);
@@ -553,6 +552,7 @@ static int cmd_stats(struct cli_app *app, struct cli_token *a, size_t n)
 	P("index_from_file", (uint64_t)s.index_from_file);
 	P("scan_located", s.scan_located);
 	P("scan_stale", s.scan_stale);
+	P("maps_renewed", s.maps_renewed);
 	P("space.size", s.space.size);
 	P("space.extents", s.space.extents);
 	P("space.data_file_bytes", s.space.data_file_bytes);

@@ -699,7 +699,34 @@ void fdb_cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent
 {
 	cands->v[cands->n].iv = iv;
 	cands->v[cands->n].c = c;
+	cands->v[cands->n].old = NULL;
 	cands->v[cands->n++].kind = kind;
+}
+
+/* Shared lock: thin entry `old` of iv (at off) met a map whose bytes moved
+ * (garbage collection or tidying freed a segment they lay in).  Offers a
+ * copy that maps where they lie now, or has no map while thin entries
+ * keep none, in its place: otherwise every read of it would try the
+ * stale map, be refused, and read through the FlexTree, until the
+ * interval changed.  The interval's contents are those of `old` while it
+ * is iv's entry, which fdb_store_admit checks. */
+void fdb_cand_renew(struct fdb_store *s, struct fdb_cands *cands, struct fdb_ival *iv,
+		    const struct fdb_cent *old, uint64_t off)
+{
+	if (cands->n >= cands->cap || !old->thin)
+		return;
+	for (int i = 0; i < cands->n; i++)
+		if (cands->v[i].iv == iv)
+			return;
+	struct fdb_pmap *m = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED)
+				 ? fdb_pmap_locate(s, off, old->size)
+				 : NULL;
+	struct fdb_cent *t = fdb_thin_remap(old, m);
+	free(m);
+	if (!t)
+		return;
+	fdb_cand_push(cands, iv, t, ADMIT_RENEW);
+	cands->v[cands->n - 1].old = old;
 }
 
 void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands, struct fdb_cand *v, int cap)
@@ -737,6 +764,22 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 		struct fdb_cent *c = cands->v[i].c;
 		cands->v[i].c = NULL;
 		int kind = cands->v[i].kind;
+		if (kind == ADMIT_RENEW) {
+			struct fdb_cent *was = iv->cache;
+			if (was != cands->v[i].old ||
+			    (shared && grave_reserve(s, was->bytes))) {
+				fdb_cent_free(c);
+				continue;
+			}
+			ring_remove(s, was);
+			ival_set_cent(iv, NULL);
+			cent_retire(s, was, shared);
+			if (fdb_cache_attach(s, iv, c, shared))
+				fdb_cent_free(c);
+			else
+				fdb_stat_add(s, FDB_ST_RENEWED);
+			continue;
+		}
 		int whole = kind == ADMIT_WHOLE ||
 			    (kind == ADMIT_AUTO ? admit_whole(s, c->size)
 						: s->cache_bytes + 2 * (size_t)c->size <= fdb_ring_limit(s));

@@ -43,8 +43,9 @@
 /* How an interval read by a reader enters the cache: ADMIT_AUTO leaves
  * it to fdb_store_admit (admit_whole); ADMIT_ROOM: whole while the cache
  * has room, thin after (warming: no whole entry of a cold interval
- * pushes out one a lookup brought in). */
-enum { ADMIT_NONE, ADMIT_AUTO, ADMIT_WHOLE, ADMIT_ROOM };
+ * pushes out one a lookup brought in); ADMIT_RENEW: a thin entry in place
+ * of the one it copies, whose map went stale (fdb_cand_renew). */
+enum { ADMIT_NONE, ADMIT_AUTO, ADMIT_WHOLE, ADMIT_ROOM, ADMIT_RENEW };
 
 /* fdb_cache.c */
 int fdb_cache_attach(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *c, int shared);
@@ -52,6 +53,8 @@ void fdb_cache_drop(struct fdb_store *s, struct fdb_ival *iv);
 int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin, int shared);
 void fdb_cache_recharge(struct fdb_store *s, struct fdb_cent *c);
 void fdb_cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent *c, int kind);
+void fdb_cand_renew(struct fdb_store *s, struct fdb_cands *cands, struct fdb_ival *iv,
+		    const struct fdb_cent *old, uint64_t off);
 size_t fdb_cent_bytes(const struct fdb_cent *c);
 void fdb_cent_free(struct fdb_cent *c);
 int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, struct fdb_pmap *map,
@@ -122,6 +125,9 @@ int fdb_thin_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, ui
  * *stamp to the map's: 0, or -ESTALE when c has no map or v no room. */
 int fdb_thin_pieces(const struct fdb_cent *c, struct flextree_mapping *v, size_t cap, size_t *nv,
 		    uint64_t *stamp);
+/* A copy of thin entry c with map m instead of its own (none when m is
+ * NULL); NULL when out of memory. */
+struct fdb_cent *fdb_thin_remap(const struct fdb_cent *c, const struct fdb_pmap *m);
 /* Whether thin entry c's map is m (its stamp aside). */
 int fdb_thin_map_is(const struct fdb_cent *c, const struct fdb_pmap *m);
 /* A map of n pieces: its size, and where its data-file offsets are. */

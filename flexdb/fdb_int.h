@@ -412,7 +412,8 @@ _Static_assert(FDB_CENT_HEAD % 8 == 0, "a thin entry's 64-bit arrays follow its 
 /* FDB_ST_SCANS: store reads of scans and iterators (for warming's count
  * of the threads reading); FDB_ST_SCAN_LOCATED and FDB_ST_SCAN_STALE: those
  * of their reads that went through thin entries' maps, and those the maps
- * could not serve (the bytes moved). */
+ * could not serve (the bytes moved); FDB_ST_RENEWED: thin entries put in
+ * place of ones whose maps those refusals (and gets') found stale. */
 enum {
 	FDB_ST_HITS,
 	FDB_ST_THIN_HITS,
@@ -421,6 +422,7 @@ enum {
 	FDB_ST_SCANS,
 	FDB_ST_SCAN_LOCATED,
 	FDB_ST_SCAN_STALE,
+	FDB_ST_RENEWED,
 	FDB_ST_N
 };
 #define FDB_STAT_STRIPES 8
@@ -526,7 +528,8 @@ int fdb_store_delete_range(struct fdb_store *s, const void *start, uint32_t slen
 struct fdb_cand {
 	struct fdb_ival *iv;
 	struct fdb_cent *c;
-	int kind; /* ADMIT_WHOLE, ADMIT_AUTO or ADMIT_ROOM (fdb_cache.h) */
+	int kind; /* ADMIT_WHOLE, ADMIT_AUTO, ADMIT_ROOM or ADMIT_RENEW (fdb_cache.h) */
+	const struct fdb_cent *old; /* the entry an ADMIT_RENEW one replaces */
 };
 struct fdb_cands {
 	uint64_t gen;

@@ -112,10 +112,12 @@ static int cent_get(const struct fdb_cent *c, const void *key, uint32_t klen, ui
 	return FLEXDB_NOTFOUND;
 }
 
-/* Looks key up through a thin entry: each pair whose fingerprint matches
- * is read alone from the FlexSpace at off + its offset and checked. */
-static int thin_get(struct fdb_store *s, const struct fdb_cent *c, uint64_t off, const void *key,
-		    uint32_t klen, uint16_t fp, void *buf, size_t cap, size_t *vlen)
+/* Looks key up through thin entry c of iv (at off): each pair whose
+ * fingerprint matches is read alone from the FlexSpace at off + its
+ * offset and checked.  A stale map is read past and renewed. */
+static int thin_get(struct fdb_store *s, struct fdb_ival *iv, const struct fdb_cent *c,
+		    uint64_t off, const void *key, uint32_t klen, uint16_t fp, void *buf,
+		    size_t cap, size_t *vlen, struct fdb_cands *cands)
 {
 	uint8_t small[512];
 	uint32_t at, sz;
@@ -127,6 +129,8 @@ static int thin_get(struct fdb_store *s, const struct fdb_cent *c, uint64_t off,
 		if (!rc)
 			fdb_stat_add(s, FDB_ST_THIN_LOCATED);
 		if (rc == -ESTALE) {
+			if (c->pieces)
+				fdb_cand_renew(s, cands, iv, c, off);
 			ssize_t n = flexspace_read(s->fs, r, off + at, sz);
 			rc = n < 0 ? (int)n : (size_t)n != sz ? FLEX_ECORRUPT : 0;
 		}
@@ -194,7 +198,8 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
 			return cent_get(c, key, klen, fp, buf, cap, vlen);
 		}
 		fdb_stat_add(s, FDB_ST_THIN_HITS);
-		return thin_get(s, c, fdb_index_offset(pp), key, klen, fp, buf, cap, vlen);
+		return thin_get(s, iv, c, fdb_index_offset(pp), key, klen, fp, buf, cap, vlen,
+				cands);
 	}
 	/* A miss reads the whole interval and offers it to the cache. */
 	fdb_stat_add(s, FDB_ST_MISSES);
@@ -621,6 +626,23 @@ static int scan_read_mapped(struct fdb_store *s, const struct fdb_ival *const *i
 	return flexspace_read_located(s->fs, buf, v, nv, stamp);
 }
 
+/* After scan_read_mapped was refused: renews the thin entries of ivs[]
+ * (the first at lo) that have maps (fdb_cand_renew).  Not only those
+ * whose own map is stale: the read checks every piece against the oldest
+ * stamp of the run, so an entry with an old stamp makes pieces that were
+ * written since into a reused segment look moved. */
+static void scan_renew(struct fdb_store *s, const struct fdb_ival *const *ivs, int k, int reverse,
+		       uint64_t lo, struct fdb_cands *cands)
+{
+	for (int j = 0; j < k; j++) {
+		const struct fdb_ival *x = ivs[reverse ? k - 1 - j : j];
+		const struct fdb_cent *c = x->size ? fdb_ival_cent(x) : NULL;
+		if (c && c->size == x->size && c->pieces)
+			fdb_cand_renew(s, cands, (struct fdb_ival *)(uintptr_t)x, c, lo);
+		lo += x->size;
+	}
+}
+
 /* Reads the uncached intervals from p's on (backwards with reverse) that
  * the scan will probably need (`want` more pairs) into r.  A seek starts
  * in the middle of its first interval (`mid`): half of its pairs count,
@@ -629,7 +651,7 @@ static int scan_read_mapped(struct fdb_store *s, const struct fdb_ival *const *i
  * other) for one more interval. */
 static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const struct fdb_ival *iv,
 			 int reverse, int want, int mid, const void *lim, uint32_t limlen,
-			 struct scan_run *r, struct fdb_ar *ar)
+			 struct scan_run *r, struct fdb_ar *ar, struct fdb_cands *cands)
 {
 	struct fdb_ipath q = *p;
 	uint64_t lo = fdb_index_offset(p), hi = lo + iv->size;
@@ -672,8 +694,10 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 		r->len = hi - lo;
 		return 0;
 	}
-	if (mapped == -ESTALE)
+	if (mapped == -ESTALE) {
 		fdb_stat_add(s, FDB_ST_SCAN_STALE);
+		scan_renew(s, ivs, k, reverse, lo, cands);
+	}
 	ssize_t n = hi > lo ? flexspace_read(s->fs, r->buf, lo, hi - lo) : 0;
 	if (n < 0)
 		return (int)n;
@@ -800,7 +824,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		const uint8_t *raw = (const uint8_t *)""; /* an empty interval */
 		if (iv->size && (off < run.off || off + iv->size > run.off + run.len))
 			rc = scan_read_run(s, &p, iv, reverse, max - *n, first && flen, lim, limlen,
-					   &run, ar);
+					   &run, ar, cands);
 		if (iv->size && !rc)
 			raw = run.buf + (off - run.off);
 		/* Offered to the cache while it has room (then every pair is

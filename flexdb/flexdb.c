@@ -789,6 +789,7 @@ int flexdb_stats(const struct flexdb *cdb, struct flexdb_stats *st)
 	st->cache_thin_located = cc[FDB_ST_THIN_LOCATED];
 	st->scan_located = cc[FDB_ST_SCAN_LOCATED];
 	st->scan_stale = cc[FDB_ST_SCAN_STALE];
+	st->maps_renewed = cc[FDB_ST_RENEWED];
 	st->cache_misses = cc[FDB_ST_MISSES];
 	st->committer_runs = atomic_load(&db->committer_runs);
 	st->committed_pairs = atomic_load(&db->committed_pairs);

@@ -151,9 +151,12 @@ struct flexdb_stats {
 	/* Reads of scans and iterators that took the intervals' bytes where
 	 * their thin entries' maps say they lie, without a FlexTree lookup
 	 * (the others read through the FlexTree); scan_stale: reads tried
-	 * through maps and refused, the bytes having moved since. */
+	 * through maps and refused, the bytes having moved since; maps_renewed:
+	 * thin entries given a fresh map (or none) in place of one found
+	 * stale by a scan or a get. */
 	uint64_t scan_located;
 	uint64_t scan_stale;
+	uint64_t maps_renewed;
 };
 
 /* Opens or creates the store in directory dir.  Replays the WALs left by a
