@@ -535,8 +535,8 @@ static int cent_index(const struct fdb_ival *iv, struct fdb_cent *c)
 
 /* An entry for iv made of its raw bytes and map (both taken over: freed
  * on failure; map may be NULL). */
-int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, struct fdb_pmap *map,
-		      struct fdb_cent **out)
+static int cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, uint32_t cap,
+			 struct fdb_pmap *map, struct fdb_cent **out)
 {
 	*out = NULL;
 	struct fdb_cent *c = fdb_cent_new();
@@ -546,7 +546,8 @@ int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, st
 		return -ENOMEM;
 	}
 	c->raw = raw;
-	c->rawcap = c->size = size;
+	c->size = size;
+	c->rawcap = cap;
 	int rc = cent_index(iv, c);
 	c->map = map;
 	c->map_own = map != NULL;
@@ -555,8 +556,20 @@ int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, st
 		return rc;
 	}
 	c->bytes = fdb_cent_bytes(c);
-	*out = cent_pack(c);
+	*out = cap == size ? cent_pack(c) : c;
 	return 0;
+}
+
+int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, struct fdb_pmap *map,
+		      struct fdb_cent **out)
+{
+	return cent_from_raw(iv, raw, size, size, map, out);
+}
+
+int fdb_cent_for_change(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, uint32_t cap,
+			struct fdb_cent **out)
+{
+	return cent_from_raw(iv, raw, size, cap, NULL, out);
 }
 
 /* Reads an interval's bytes, and with `map` where they lie (NULL when

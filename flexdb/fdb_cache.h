@@ -59,6 +59,11 @@ size_t fdb_cent_bytes(const struct fdb_cent *c);
 void fdb_cent_free(struct fdb_cent *c);
 int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, struct fdb_pmap *map,
 		      struct fdb_cent **out);
+/* As fdb_cent_from_raw, for an entry about to change: raw has room for
+ * cap bytes, and the offsets and fingerprints stay in arrays of their own
+ * (not packed, which the first change would undo). */
+int fdb_cent_for_change(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, uint32_t cap,
+			struct fdb_cent **out);
 uint32_t fdb_cent_lower(const struct fdb_cent *c, const void *key, uint32_t klen, int *found);
 struct fdb_cent *fdb_cent_new(void);
 /* Pair i of an entry: its key and value inside the raw bytes (verified

@@ -226,8 +226,11 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
 }
 
 /* Finds the uncached intervals ops[0..n) change, reads them in spans of
- * neighbours and offers each as a whole entry. */
+ * neighbours and offers each as a whole entry, with room for the records
+ * its ops bring (up to FDB_PREFETCH_ROOM): the run then grows it in
+ * place instead of copying it to a larger buffer. */
 #define FDB_PREFETCH_GAP 4096
+#define FDB_PREFETCH_ROOM FDB_SPLIT_BYTES
 int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
 		       struct fdb_cands *cands)
 {
@@ -236,15 +239,22 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 	/* Without memory nothing is prefetched: the apply reads what it needs. */
 	struct fdb_ival **list = malloc((size_t)(n ? n : 1) * sizeof(*list));
 	uint64_t *offs = malloc((size_t)(n ? n : 1) * sizeof(*offs));
+	uint32_t *room = malloc((size_t)(n ? n : 1) * sizeof(*room));
 	int nl = 0, rc = 0;
 	size_t bytes = 0;
 	const struct fdb_ival *prev = NULL, *next = NULL;
-	for (int i = 0; list && offs && i < n && nl < cands->cap - cands->n; i++) {
+	for (int i = 0; list && offs && room && i < n && nl < cands->cap - cands->n; i++) {
+		uint32_t rs = ops[i].op == FDB_OP_PUT
+				  ? (uint32_t)fdb_rec_size(ops[i].klen, ops[i].vlen)
+				  : 0;
 		/* The ops are in key order: one below the next interval's key
 		 * falls into the interval of the op before. */
 		if (prev &&
-		    (!next || fdb_keycmp(ops[i].key, ops[i].klen, next->key, next->klen) < 0))
+		    (!next || fdb_keycmp(ops[i].key, ops[i].klen, next->key, next->klen) < 0)) {
+			if (nl && list[nl - 1] == prev && room[nl - 1] < FDB_PREFETCH_ROOM)
+				room[nl - 1] += rs < FDB_PREFETCH_ROOM ? rs : FDB_PREFETCH_ROOM;
 			continue;
+		}
 		struct fdb_ipath p;
 		struct fdb_ival *iv = fdb_index_find(s->index, ops[i].key, ops[i].klen, &p);
 		if (!iv || iv == prev)
@@ -259,6 +269,7 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		if ((bytes += iv->size) > FDB_KEEP_MAX(s))
 			break;
 		list[nl] = iv;
+		room[nl] = rs < FDB_PREFETCH_ROOM ? rs : FDB_PREFETCH_ROOM;
 		offs[nl++] = fdb_index_offset(&p);
 	}
 	for (int a = 0; a < nl && !rc;) {
@@ -274,14 +285,14 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		rc = got < 0 ? (int)got : (uint64_t)got != hi - lo ? FLEX_ECORRUPT : 0;
 		for (int k = a; k < b && !rc; k++) {
 			uint32_t size = list[k]->size;
-			uint8_t *raw = malloc(size);
+			uint8_t *raw = malloc((size_t)size + room[k]);
 			struct fdb_cent *c;
 			if (!raw) {
 				rc = -ENOMEM;
 				break;
 			}
 			memcpy(raw, buf + (offs[k] - lo), size);
-			if ((rc = fdb_cent_from_raw(list[k], raw, size, NULL, &c)) == 0)
+			if ((rc = fdb_cent_for_change(list[k], raw, size, size + room[k], &c)) == 0)
 				fdb_cand_push(cands, list[k], c, ADMIT_WHOLE);
 		}
 		free(buf);
@@ -289,6 +300,7 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 	}
 	free(list);
 	free(offs);
+	free(room);
 	return rc;
 }
 
