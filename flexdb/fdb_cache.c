@@ -716,26 +716,23 @@ void fdb_cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent
 	cands->v[cands->n++].kind = kind;
 }
 
-/* Shared lock: thin entry `old` of iv (at off) met a map whose bytes moved
+/* Shared lock: thin entry `old` of iv met a map whose bytes moved
  * (garbage collection or tidying freed a segment they lay in).  Offers a
- * copy that maps where they lie now, or has no map while thin entries
- * keep none, in its place: otherwise every read of it would try the
- * stale map, be refused, and read through the FlexTree, until the
- * interval changed.  The interval's contents are those of `old` while it
- * is iv's entry, which fdb_store_admit checks. */
+ * copy with map m, where they lie now (none when m is NULL or thin
+ * entries keep no maps), in its place: otherwise every read of it would
+ * try the stale map, be refused, and read through the FlexTree, until
+ * the interval changed.  The interval's contents are those of `old` while
+ * it is iv's entry, which fdb_store_admit checks. */
 void fdb_cand_renew(struct fdb_store *s, struct fdb_cands *cands, struct fdb_ival *iv,
-		    const struct fdb_cent *old, uint64_t off)
+		    const struct fdb_cent *old, const struct fdb_pmap *m)
 {
 	if (cands->n >= cands->cap || !old->thin)
 		return;
 	for (int i = 0; i < cands->n; i++)
 		if (cands->v[i].iv == iv)
 			return;
-	struct fdb_pmap *m = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED)
-				 ? fdb_pmap_locate(s, off, old->size)
-				 : NULL;
-	struct fdb_cent *t = fdb_thin_remap(old, m);
-	free(m);
+	struct fdb_cent *t =
+	    fdb_thin_remap(old, __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED) ? m : NULL);
 	if (!t)
 		return;
 	fdb_cand_push(cands, iv, t, ADMIT_RENEW);
@@ -778,19 +775,27 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 		cands->v[i].c = NULL;
 		int kind = cands->v[i].kind;
 		if (kind == ADMIT_RENEW) {
+			/* Only readers renew (shared): the entry they saw
+			 * waits in the graveyard if it was retired since, so
+			 * the same address is the same entry.  Room first, so
+			 * that the interval never loses its entry. */
 			struct fdb_cent *was = iv->cache;
-			if (was != cands->v[i].old ||
-			    (shared && grave_reserve(s, was->bytes))) {
+			size_t more = c->bytes > was->bytes ? c->bytes - was->bytes : 0;
+			if (was != cands->v[i].old || (shared && grave_reserve(s, was->bytes)) ||
+			    fdb_cache_evict(s, more, was, shared)) {
 				fdb_cent_free(c);
 				continue;
 			}
 			ring_remove(s, was);
 			ival_set_cent(iv, NULL);
+			uint8_t ref = atomic_load_explicit(&was->ref, memory_order_relaxed);
 			cent_retire(s, was, shared);
-			if (fdb_cache_attach(s, iv, c, shared))
+			if (fdb_cache_attach(s, iv, c, shared)) {
 				fdb_cent_free(c);
-			else
-				fdb_stat_add(s, FDB_ST_RENEWED);
+				continue;
+			}
+			atomic_store_explicit(&c->ref, ref, memory_order_relaxed);
+			fdb_stat_add(s, FDB_ST_RENEWED);
 			continue;
 		}
 		int whole = kind == ADMIT_WHOLE ||

@@ -54,7 +54,7 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 void fdb_cache_recharge(struct fdb_store *s, struct fdb_cent *c);
 void fdb_cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent *c, int kind);
 void fdb_cand_renew(struct fdb_store *s, struct fdb_cands *cands, struct fdb_ival *iv,
-		    const struct fdb_cent *old, uint64_t off);
+		    const struct fdb_cent *old, const struct fdb_pmap *m);
 size_t fdb_cent_bytes(const struct fdb_cent *c);
 void fdb_cent_free(struct fdb_cent *c);
 int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, struct fdb_pmap *map,

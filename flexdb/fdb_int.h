@@ -412,8 +412,8 @@ _Static_assert(FDB_CENT_HEAD % 8 == 0, "a thin entry's 64-bit arrays follow its 
 /* FDB_ST_SCANS: store reads of scans and iterators (for warming's count
  * of the threads reading); FDB_ST_SCAN_LOCATED and FDB_ST_SCAN_STALE: those
  * of their reads that went through thin entries' maps, and those the maps
- * could not serve (the bytes moved); FDB_ST_RENEWED: thin entries put in
- * place of ones whose maps those refusals (and gets') found stale. */
+ * could not serve (the bytes moved); FDB_ST_RENEWED: thin entries given
+ * a fresh map in place of one a get or a scan found stale. */
 enum {
 	FDB_ST_HITS,
 	FDB_ST_THIN_HITS,

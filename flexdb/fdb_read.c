@@ -129,8 +129,14 @@ static int thin_get(struct fdb_store *s, struct fdb_ival *iv, const struct fdb_c
 		if (!rc)
 			fdb_stat_add(s, FDB_ST_THIN_LOCATED);
 		if (rc == -ESTALE) {
-			if (c->pieces)
-				fdb_cand_renew(s, cands, iv, c, off);
+			if (c->pieces && c->size == iv->size && cands->n < cands->cap) {
+				struct fdb_pmap *m =
+				    __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED)
+					? fdb_pmap_locate(s, off, c->size)
+					: NULL;
+				fdb_cand_renew(s, cands, iv, c, m);
+				free(m);
+			}
 			ssize_t n = flexspace_read(s->fs, r, off + at, sz);
 			rc = n < 0 ? (int)n : (size_t)n != sz ? FLEX_ECORRUPT : 0;
 		}
@@ -251,8 +257,10 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		 * falls into the interval of the op before. */
 		if (prev &&
 		    (!next || fdb_keycmp(ops[i].key, ops[i].klen, next->key, next->klen) < 0)) {
-			if (nl && list[nl - 1] == prev && room[nl - 1] < FDB_PREFETCH_ROOM)
-				room[nl - 1] += rs < FDB_PREFETCH_ROOM ? rs : FDB_PREFETCH_ROOM;
+			if (nl && list[nl - 1] == prev)
+				room[nl - 1] = room[nl - 1] + rs < FDB_PREFETCH_ROOM
+						   ? room[nl - 1] + rs
+						   : FDB_PREFETCH_ROOM;
 			continue;
 		}
 		struct fdb_ipath p;
@@ -271,6 +279,12 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		list[nl] = iv;
 		room[nl] = rs < FDB_PREFETCH_ROOM ? rs : FDB_PREFETCH_ROOM;
 		offs[nl++] = fdb_index_offset(&p);
+	}
+	/* The room counts too. */
+	size_t left = bytes < FDB_KEEP_MAX(s) ? FDB_KEEP_MAX(s) - bytes : 0;
+	for (int k = 0; k < nl; k++) {
+		room[k] = room[k] < left ? room[k] : (uint32_t)left;
+		left -= room[k];
 	}
 	for (int a = 0; a < nl && !rc;) {
 		int b = a + 1;
@@ -638,19 +652,28 @@ static int scan_read_mapped(struct fdb_store *s, const struct fdb_ival *const *i
 	return flexspace_read_located(s->fs, buf, v, nv, stamp);
 }
 
-/* After scan_read_mapped was refused: renews the thin entries of ivs[]
- * (the first at lo) that have maps (fdb_cand_renew).  Not only those
- * whose own map is stale: the read checks every piece against the oldest
- * stamp of the run, so an entry with an old stamp makes pieces that were
+/* After scan_read_mapped was refused and the run was read through the
+ * FlexTree (its pieces in loc[0..nloc), stamped `stamp`): renews the thin
+ * entries of ivs[] (the first at lo) that have maps, with the maps cut
+ * out of that report (fdb_cand_renew), in at most half of the candidates'
+ * room (the rest is for the whole entries the scan offers).  Not only
+ * those whose own map is stale: the read checks every piece against the
+ * oldest stamp of the run, so an entry with an old stamp makes pieces
  * written since into a reused segment look moved. */
 static void scan_renew(struct fdb_store *s, const struct fdb_ival *const *ivs, int k, int reverse,
-		       uint64_t lo, struct fdb_cands *cands)
+		       uint64_t lo, const struct flextree_mapping *loc, size_t nloc,
+		       uint64_t stamp, struct fdb_cands *cands)
 {
-	for (int j = 0; j < k; j++) {
+	int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
+	for (int j = 0; j < k && cands->n < cands->cap / 2 && (nloc || !maps); j++) {
 		const struct fdb_ival *x = ivs[reverse ? k - 1 - j : j];
 		const struct fdb_cent *c = x->size ? fdb_ival_cent(x) : NULL;
-		if (c && c->size == x->size && c->pieces)
-			fdb_cand_renew(s, cands, (struct fdb_ival *)(uintptr_t)x, c, lo);
+		if (c && c->size == x->size && c->pieces) {
+			struct fdb_pmap *m = maps ? fdb_pmap_new(loc, nloc, stamp, lo, x->size) : NULL;
+			if (m || !maps)
+				fdb_cand_renew(s, cands, (struct fdb_ival *)(uintptr_t)x, c, m);
+			free(m);
+		}
 		lo += x->size;
 	}
 }
@@ -706,15 +729,22 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 		r->len = hi - lo;
 		return 0;
 	}
+	struct flextree_mapping loc[FLEXSPACE_LOCATE_MAX];
+	size_t nloc = 0;
+	uint64_t stamp = 0;
+	ssize_t n = 0;
 	if (mapped == -ESTALE) {
 		fdb_stat_add(s, FDB_ST_SCAN_STALE);
-		scan_renew(s, ivs, k, reverse, lo, cands);
+		n = flexspace_read_locate(s->fs, r->buf, lo, hi - lo, loc, &nloc, &stamp);
+	} else if (hi > lo) {
+		n = flexspace_read(s->fs, r->buf, lo, hi - lo);
 	}
-	ssize_t n = hi > lo ? flexspace_read(s->fs, r->buf, lo, hi - lo) : 0;
 	if (n < 0)
 		return (int)n;
 	if ((uint64_t)n != hi - lo)
 		return FLEX_ECORRUPT;
+	if (mapped == -ESTALE)
+		scan_renew(s, ivs, k, reverse, lo, loc, nloc, stamp, cands);
 	r->len = hi - lo;
 	return 0;
 }

@@ -273,20 +273,31 @@ int fdb_thin_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, ui
 			hi = mid;
 	}
 	struct flextree_mapping v[FDB_PMAP_PIECES];
-	size_t nv = 0;
 	uint32_t pos = at, end = at + len;
-	for (uint32_t k = lo; k < np && pos < end && nv < FDB_PMAP_PIECES; k++) {
-		uint32_t pend = k + 1 < np ? piece_start(&p, k + 1) : c->size;
-		uint32_t take = (pend < end ? pend : end) - pos;
-		v[nv].loff = pos;
-		v[nv].len = take;
-		v[nv++].poff = p.poff[k] == FLEXTREE_HOLE ? FLEXTREE_HOLE
-							  : p.poff[k] + (pos - piece_start(&p, k));
-		pos += take;
+	uint8_t *out = buf;
+	/* FDB_PMAP_PIECES pieces per read (a record of a few pieces, most
+	 * often one). */
+	for (uint32_t k = lo; pos < end;) {
+		size_t nv = 0;
+		uint8_t *from = out;
+		for (; k < np && pos < end && nv < FDB_PMAP_PIECES; k++) {
+			uint32_t pend = k + 1 < np ? piece_start(&p, k + 1) : c->size;
+			uint32_t take = (pend < end ? pend : end) - pos;
+			v[nv].loff = pos;
+			v[nv].len = take;
+			v[nv++].poff = p.poff[k] == FLEXTREE_HOLE
+					   ? FLEXTREE_HOLE
+					   : p.poff[k] + (pos - piece_start(&p, k));
+			pos += take;
+			out += take;
+		}
+		if (!nv)
+			return -ESTALE; /* the map ends before the interval */
+		int rc = flexspace_read_located(s->fs, from, v, nv, *p.stamp);
+		if (rc)
+			return rc;
 	}
-	if (pos != end)
-		return -ESTALE;
-	return flexspace_read_located(s->fs, buf, v, nv, *p.stamp);
+	return 0;
 }
 
 int fdb_thin_pieces(const struct fdb_cent *c, struct flextree_mapping *v, size_t cap, size_t *nv,

@@ -3201,7 +3201,9 @@ Test(flexdb, scans_read_through_thin_maps_and_after_the_bytes_moved)
 	seeks_verify(t.db, &m, &pool, &r, 3000, "after garbage collection");
 	cr_assert_eq(flexdb_stats(t.db, &st), 0);
 	cr_assert_gt(st.scan_stale, 0, "no scan met a map whose bytes had moved");
-	/* Each entry met stale was renewed: the same seeks again meet few. */
+	/* The entries met stale were renewed (up to the room each read has
+	 * for them), so 3000 more seeks meet far fewer stale maps, and read
+	 * through the renewed ones. */
 	cr_assert_gt(st.maps_renewed, 0, "no stale map was renewed");
 	struct flexdb_stats st2;
 	uint64_t stale1 = st.scan_stale;
@@ -3210,8 +3212,10 @@ Test(flexdb, scans_read_through_thin_maps_and_after_the_bytes_moved)
 	cr_assert_lt(st2.scan_stale - stale1, stale1 / 2 + 1,
 		     "stale maps were met again: %" PRIu64 " then %" PRIu64, stale1,
 		     st2.scan_stale - stale1);
-	/* Gets renew what they meet stale too. */
-	for (int round = 0; round < 40 && st2.space.gc_runs == st.space.gc_runs; round++) {
+	cr_assert_gt(st2.scan_located, st.scan_located, "no read went through a renewed map");
+	/* Gets renew what they meet stale too, and read through it after. */
+	uint64_t runs2 = st2.space.gc_runs;
+	for (int round = 0; round < 40 && st2.space.gc_runs == runs2; round++) {
 		tidy_puts(t.db, &m, &low, 5000, &r, vbuf);
 		cr_assert_eq(flexdb_sync(t.db), 0);
 		cr_assert_eq(flexdb_stats(t.db, &st2), 0);
@@ -3227,6 +3231,15 @@ Test(flexdb, scans_read_through_thin_maps_and_after_the_bytes_moved)
 	}
 	cr_assert_eq(flexdb_stats(t.db, &st2), 0);
 	cr_assert_gt(st2.maps_renewed, renewed, "no get renewed a stale map");
+	uint64_t thin_located = st2.cache_thin_located;
+	for (size_t i = 0; i < m.n; i++) {
+		size_t vn;
+		int rc = flexdb_get(t.db, m.e[i].k, m.e[i].kn, vbuf, FLEXDB_MAX_VALUE, &vn);
+		cr_assert(rc == 0 && vn == m.e[i].vn && !memcmp(vbuf, m.e[i].v, vn),
+			  "get of pair %zu after the maps were renewed", i);
+	}
+	cr_assert_eq(flexdb_stats(t.db, &st2), 0);
+	cr_assert_gt(st2.cache_thin_located, thin_located, "no get read through a map");
 	tidy_verify(t.db, &m, "after garbage collection");
 	fprintf(stderr, "  scans through maps: %" PRIu64 " reads from INDEX's maps, %" PRIu64
 		" in all, %" PRIu64 " refused after %.1f MB moved by GC, then %" PRIu64
