@@ -62,6 +62,10 @@ static void block_free(struct arena_block *b)
 
 struct fdb_mt {
 	struct mt_node *head;
+	/* Two chains of blocks: skip-list nodes, and values (and range
+	 * deletes).  A search touches only nodes, which then lie several to
+	 * a page instead of one beside each value. */
+	struct arena_block *nodes;
 	/* Range deletes, newest first: a list a reader walks whole, since a
 	 * key may lie under any of them.  Range deletes are few beside
 	 * pairs; a memtable without any costs a reader one NULL check. */
@@ -73,10 +77,10 @@ struct fdb_mt {
 	uint64_t rng;
 };
 
-static void *arena_alloc(struct fdb_mt *m, size_t n)
+static void *arena_take(struct fdb_mt *m, struct arena_block **chain, size_t n)
 {
 	n = (n + 15) & ~(size_t)15;
-	struct arena_block *b = m->blk;
+	struct arena_block *b = *chain;
 	if (!b || b->cap - b->used < n) {
 		size_t cap = n > ARENA_BLOCK / 4 ? n : ARENA_BLOCK - sizeof(*b);
 		struct arena_block *nb = block_new(cap);
@@ -92,7 +96,7 @@ static void *arena_alloc(struct fdb_mt *m, size_t n)
 			return nb->data;
 		}
 		nb->prev = b;
-		m->blk = b = nb;
+		*chain = b = nb;
 	}
 	/* Bytes handed out, not blocks: a memtable smaller than one block
 	 * must still fill gradually. */
@@ -100,6 +104,11 @@ static void *arena_alloc(struct fdb_mt *m, size_t n)
 	b->used += n;
 	atomic_fetch_add_explicit(&m->bytes, n, memory_order_relaxed);
 	return p;
+}
+
+static void *arena_alloc(struct fdb_mt *m, size_t n)
+{
+	return arena_take(m, &m->blk, n);
 }
 
 static inline const uint8_t *node_key(const struct mt_node *n)
@@ -113,7 +122,7 @@ struct fdb_mt *fdb_mt_new(void)
 	if (!m)
 		return NULL;
 	m->rng = 0x853c49e6748fea9bULL;
-	m->head = arena_alloc(m, sizeof(struct mt_node) + MT_MAX_HEIGHT * sizeof(void *));
+	m->head = arena_take(m, &m->nodes, sizeof(struct mt_node) + MT_MAX_HEIGHT * sizeof(void *));
 	if (!m->head) {
 		free(m);
 		return NULL;
@@ -137,11 +146,13 @@ void fdb_mt_free(struct fdb_mt *m)
 {
 	if (!m)
 		return;
-	struct arena_block *b = m->blk;
-	while (b) {
-		struct arena_block *p = b->prev;
-		block_free(b);
-		b = p;
+	for (int c = 0; c < 2; c++) {
+		struct arena_block *b = c ? m->nodes : m->blk;
+		while (b) {
+			struct arena_block *p = b->prev;
+			block_free(b);
+			b = p;
+		}
 	}
 	free(m);
 }
@@ -314,7 +325,7 @@ static int mt_put(struct fdb_mt *m, struct fdb_mt_finger *f, const void *key, ui
 		 * NULL at the new levels from the head, which is fine. */
 		atomic_store_explicit(&m->height, h, memory_order_relaxed);
 	}
-	n = arena_alloc(m, sizeof(*n) + (size_t)h * sizeof(void *) + klen);
+	n = arena_take(m, &m->nodes, sizeof(*n) + (size_t)h * sizeof(void *) + klen);
 	if (!n)
 		return -ENOMEM;
 	n->klen = klen;
