@@ -780,9 +780,10 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 			 * the same address is the same entry.  Room first, so
 			 * that the interval never loses its entry. */
 			struct fdb_cent *was = iv->cache;
-			size_t more = c->bytes > was->bytes ? c->bytes - was->bytes : 0;
-			if (was != cands->v[i].old || (shared && grave_reserve(s, was->bytes)) ||
-			    fdb_cache_evict(s, more, was, shared)) {
+			if (was != cands->v[i].old ||
+			    fdb_cache_evict(s, c->bytes > was->bytes ? c->bytes - was->bytes : 0,
+					    was, shared) ||
+			    (shared && grave_reserve(s, was->bytes))) {
 				fdb_cent_free(c);
 				continue;
 			}

@@ -121,6 +121,7 @@ static int thin_get(struct fdb_store *s, struct fdb_ival *iv, const struct fdb_c
 {
 	uint8_t small[512];
 	uint32_t at, sz;
+	int renewed = 0;
 	for (uint32_t i = 0; fdb_thin_next(c, fp, &i, &at, &sz); i++) {
 		uint8_t *r = sz <= sizeof(small) ? small : malloc(sz);
 		if (!r)
@@ -129,7 +130,8 @@ static int thin_get(struct fdb_store *s, struct fdb_ival *iv, const struct fdb_c
 		if (!rc)
 			fdb_stat_add(s, FDB_ST_THIN_LOCATED);
 		if (rc == -ESTALE) {
-			if (c->pieces && c->size == iv->size && cands->n < cands->cap) {
+			if (!renewed++ && c->pieces && c->size == iv->size &&
+			    cands->n < cands->cap) {
 				struct fdb_pmap *m =
 				    __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED)
 					? fdb_pmap_locate(s, off, c->size)
@@ -274,8 +276,9 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		if ((c && c->raw) || !iv->size || !fdb_ival_keepable(s, iv->size))
 			continue;
 		/* What fits the cache beside what it holds already. */
-		if ((bytes += iv->size) > FDB_KEEP_MAX(s))
+		if (bytes + iv->size > FDB_KEEP_MAX(s))
 			break;
+		bytes += iv->size;
 		list[nl] = iv;
 		room[nl] = rs < FDB_PREFETCH_ROOM ? rs : FDB_PREFETCH_ROOM;
 		offs[nl++] = fdb_index_offset(&p);
@@ -654,22 +657,26 @@ static int scan_read_mapped(struct fdb_store *s, const struct fdb_ival *const *i
 
 /* After scan_read_mapped was refused and the run was read through the
  * FlexTree (its pieces in loc[0..nloc), stamped `stamp`): renews the thin
- * entries of ivs[] (the first at lo) that have maps, with the maps cut
- * out of that report (fdb_cand_renew), in at most half of the candidates'
- * room (the rest is for the whole entries the scan offers).  Not only
- * those whose own map is stale: the read checks every piece against the
- * oldest stamp of the run, so an entry with an old stamp makes pieces
- * written since into a reused segment look moved. */
+ * entries of ivs[] (the first at lo) that have maps (fdb_cand_renew), in
+ * at most half of the candidates' room (the rest is for the whole
+ * entries the scan offers).  Their maps are cut out of that report, or
+ * located one interval at a time when the run had more pieces than a
+ * report holds.  Not only the entries whose own map is stale: the read
+ * checks every piece against the oldest stamp of the run, so an entry
+ * with an old stamp makes pieces written since into a reused segment
+ * look moved. */
 static void scan_renew(struct fdb_store *s, const struct fdb_ival *const *ivs, int k, int reverse,
 		       uint64_t lo, const struct flextree_mapping *loc, size_t nloc,
 		       uint64_t stamp, struct fdb_cands *cands)
 {
 	int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
-	for (int j = 0; j < k && cands->n < cands->cap / 2 && (nloc || !maps); j++) {
+	for (int j = 0; j < k && cands->n < cands->cap / 2; j++) {
 		const struct fdb_ival *x = ivs[reverse ? k - 1 - j : j];
 		const struct fdb_cent *c = x->size ? fdb_ival_cent(x) : NULL;
 		if (c && c->size == x->size && c->pieces) {
-			struct fdb_pmap *m = maps ? fdb_pmap_new(loc, nloc, stamp, lo, x->size) : NULL;
+			struct fdb_pmap *m = !maps ? NULL
+					     : nloc ? fdb_pmap_new(loc, nloc, stamp, lo, x->size)
+						    : fdb_pmap_locate(s, lo, x->size);
 			if (m || !maps)
 				fdb_cand_renew(s, cands, (struct fdb_ival *)(uintptr_t)x, c, m);
 			free(m);
