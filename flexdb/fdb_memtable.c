@@ -63,8 +63,9 @@ static void block_free(struct arena_block *b)
 struct fdb_mt {
 	struct mt_node *head;
 	/* Two chains of blocks: skip-list nodes, and values (and range
-	 * deletes).  A search touches only nodes, which then lie several to
-	 * a page instead of one beside each value. */
+	 * deletes).  A search touches only nodes, which then lie packed
+	 * together (a 27-byte key's node takes 64 bytes, with its value
+	 * beside it 224) in fewer lines and pages. */
 	struct arena_block *nodes;
 	/* Range deletes, newest first: a list a reader walks whole, since a
 	 * key may lie under any of them.  Range deletes are few beside
