@@ -89,18 +89,6 @@ size_t fdb_cent_bytes(const struct fdb_cent *c)
 	       (c->map ? fdb_pmap_bytes(c->map->n) : 0);
 }
 
-/* A thin copy of whole entry c, with map pm (NULL: none); c is left as it
- * was (readers may hold it).  NULL when out of memory. */
-static struct fdb_cent *cent_thin(const struct fdb_cent *c, const struct fdb_pmap *pm)
-{
-	struct fdb_cent *t =
-	    fdb_thin_new(c->n, c->size, c->off, c->fp, pm ? pm->n : 0, pm ? pm->loff : NULL,
-			 pm ? fdb_pmap_poff(pm) : NULL, pm ? pm->stamp : 0);
-	if (t)
-		t->iv = c->iv;
-	return t;
-}
-
 /* Moves a private whole entry's offsets and fingerprints right after its
  * struct (one allocation, so a lookup misses the cache once less;
  * fdb_cent_reserve moves them out again when the entry grows).  The entry
@@ -435,7 +423,7 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 			const struct fdb_pmap *use = c->map && maps ? c->map : pm;
 			size_t thin = fdb_cent_thin_bytes(c, use ? use->n : 0);
 			struct fdb_cent *t =
-			    s->thin_bytes + thin <= thin_cap ? cent_thin(c, use) : NULL;
+			    s->thin_bytes + thin <= thin_cap ? fdb_thin_copy(c, use) : NULL;
 			free(pm);
 			if (t && ring_add(s, t) != 0) {
 				fdb_cent_free(t);
@@ -732,7 +720,7 @@ void fdb_cand_renew(struct fdb_store *s, struct fdb_cands *cands, struct fdb_iva
 		if (cands->v[i].iv == iv)
 			return;
 	struct fdb_cent *t =
-	    fdb_thin_remap(old, __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED) ? m : NULL);
+	    fdb_thin_copy(old, __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED) ? m : NULL);
 	if (!t)
 		return;
 	fdb_cand_push(cands, iv, t, ADMIT_RENEW);
@@ -804,7 +792,7 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 						: s->cache_bytes + 2 * (size_t)c->size <= fdb_ring_limit(s));
 		if (!whole) {
 			int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
-			struct fdb_cent *t = cent_thin(c, maps ? c->map : NULL);
+			struct fdb_cent *t = fdb_thin_copy(c, maps ? c->map : NULL);
 			fdb_cent_free(c);
 			if (!t)
 				continue;

@@ -130,9 +130,10 @@ int fdb_thin_read(struct fdb_store *s, const struct fdb_cent *c, uint32_t at, ui
  * *stamp to the map's: 0, or -ESTALE when c has no map or v no room. */
 int fdb_thin_pieces(const struct fdb_cent *c, struct flextree_mapping *v, size_t cap, size_t *nv,
 		    uint64_t *stamp);
-/* A copy of thin entry c with map m instead of its own (none when m is
- * NULL); NULL when out of memory. */
-struct fdb_cent *fdb_thin_remap(const struct fdb_cent *c, const struct fdb_pmap *m);
+/* A thin copy of entry c (whole or thin) with map m (none when m is
+ * NULL); c is left as it was (readers may hold it).  NULL when out of
+ * memory. */
+struct fdb_cent *fdb_thin_copy(const struct fdb_cent *c, const struct fdb_pmap *m);
 /* Whether thin entry c's map is m (its stamp aside). */
 int fdb_thin_map_is(const struct fdb_cent *c, const struct fdb_pmap *m);
 /* A map of n pieces: its size, and where its data-file offsets are. */

@@ -317,19 +317,22 @@ int fdb_thin_pieces(const struct fdb_cent *c, struct flextree_mapping *v, size_t
 	return 0;
 }
 
-struct fdb_cent *fdb_thin_remap(const struct fdb_cent *c, const struct fdb_pmap *m)
+struct fdb_cent *fdb_thin_copy(const struct fdb_cent *c, const struct fdb_pmap *m)
 {
 	uint32_t small[2 * FDB_SPLIT_PAIRS];
-	uint32_t *off = c->n <= 2 * FDB_SPLIT_PAIRS ? small : malloc(c->n * sizeof(*off));
+	uint32_t *off = !c->thin		   ? c->off
+			: c->n <= 2 * FDB_SPLIT_PAIRS ? small
+						      : malloc(c->n * sizeof(*off));
 	if (!off)
 		return NULL;
-	fdb_cent_offsets(c, off);
+	if (c->thin)
+		fdb_cent_offsets(c, off);
 	struct fdb_cent *t =
 	    fdb_thin_new(c->n, c->size, off, fdb_cent_fps(c), m ? m->n : 0, m ? m->loff : NULL,
 			 m ? fdb_pmap_poff(m) : NULL, m ? m->stamp : 0);
 	if (t)
 		t->iv = c->iv;
-	if (off != small)
+	if (c->thin && off != small)
 		free(off);
 	return t;
 }
