@@ -604,6 +604,14 @@ static int px_lock(const struct flex_io *io, int fd, int exclusive)
 	return rc ? -errno : 0;
 }
 
+static int px_writeback(const struct flex_io *io, int fd, uint64_t off, uint64_t len)
+{
+	(void)io;
+	if (off > INT64_MAX || len > INT64_MAX - off)
+		return -EINVAL;
+	return sync_file_range(fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE) ? -errno : 0;
+}
+
 static const struct flex_io px_io = {
 	.open = px_open,
 	.close = px_close,
@@ -622,6 +630,7 @@ static const struct flex_io px_io = {
 	.rename = px_rename,
 	.list = px_list,
 	.lock = px_lock,
+	.writeback = px_writeback,
 	.ctx = NULL,
 };
 

@@ -16,7 +16,7 @@
  *
  * Every operation returns >= 0 on success and -errno on failure; none
  * sets errno for the caller.  A table must be usable from many threads.
- * Every entry but ctx must be set: build a table from a copy of
+ * Every entry but ctx and writeback must be set: build a table from a copy of
  * *flex_io_posix() and replace what you need (an incomplete table is
  * refused with FLEX_EOPTION when a handle opens).
  */
@@ -78,6 +78,12 @@ struct flex_io {
 	 * without waiting (flock(2)): 0, or -EWOULDBLOCK while a handle
 	 * holds it in a conflicting mode.  Closing the descriptor drops it. */
 	int (*lock)(const struct flex_io *io, int fd, int exclusive);
+	/* Starts writing [off, off + len) of a file back to the disk without
+	 * waiting for it (sync_file_range(2) with SYNC_FILE_RANGE_WRITE), so
+	 * that the next fdatasync has less left to wait for.  Advisory: it
+	 * makes nothing durable, callers ignore its result, and it may be
+	 * NULL (then nothing is started early). */
+	int (*writeback)(const struct flex_io *io, int fd, uint64_t off, uint64_t len);
 
 	/* Free for the table's owner (tests keep their state here). */
 	void *ctx;
