@@ -61,6 +61,8 @@
 #define WAL_MARK_AT 4096u
 #define WAL_MARK_BYTES 32u
 #define WAL_RECORDS 8192u
+/* Records are started on their way to the disk a MiB at a time. */
+#define FDB_WAL_WRITEBACK ((uint64_t)1 << 20)
 #define MARK_MAGIC 0x31535746u /* "FWS1" */
 #define REC_MAGIC 0x31525746u /* "FWR1" */
 #define REC_HDR 24u
@@ -156,7 +158,15 @@ int fdb_wal_append_group(struct fdb_wal *w, uint64_t seq, size_t n, const uint8_
 		return rc;
 	/* In the file, not yet in the memtable nor acknowledged. */
 	FLEX_KILLPOINT("fdb.wal.appended");
-	atomic_fetch_add(&w->size, total);
+	uint64_t was = atomic_fetch_add(&w->size, total), now = was + total;
+	/* Each whole MiB is started on its way to the disk once written, so
+	 * that the sync at the memtable switch (or a flexdb_sync) waits for
+	 * the last one instead of the whole file. */
+	if (w->io->writeback && was / FDB_WAL_WRITEBACK != now / FDB_WAL_WRITEBACK) {
+		uint64_t lo = was / FDB_WAL_WRITEBACK * FDB_WAL_WRITEBACK;
+		uint64_t hi = now / FDB_WAL_WRITEBACK * FDB_WAL_WRITEBACK;
+		(void)w->io->writeback(w->io, w->fd, lo, hi - lo);
+	}
 	atomic_store(&w->last_seq, seq + n - 1);
 	return 0;
 }

@@ -108,6 +108,19 @@ void fs_seg_free(struct flexspace *fs)
 
 /* ---- the segment buffer -------------------------------------------------- */
 
+/* Starts writing DATA's whole pages in [lo, hi) to the disk, so that the
+ * fdatasync of the next sync waits for what was written since rather
+ * than for every segment the commit filled.  The last page, when partly
+ * filled, waits for the flush that fills it: written back now, it would
+ * be dirtied (and counted as written) twice. */
+static void fs_writeback(struct flexspace *fs, uint64_t lo, uint64_t hi)
+{
+	lo &= ~(uint64_t)4095;
+	hi &= ~(uint64_t)4095;
+	if (fs->io->writeback && hi > lo)
+		(void)fs->io->writeback(fs->io, fs->data_fd, lo, hi - lo);
+}
+
 /* Writing the buffered bytes of the open segment that are not yet in DATA
  * only reads the buffer, so the holder of change_mu does it with readers
  * going on (fs_flush_unlocked); recording that the bytes are in DATA
@@ -131,6 +144,8 @@ static int fs_flush_write(struct flexspace *fs, uint32_t *upto)
 		pos += c;
 		if (n == 8 || pos == fs->fill) {
 			rc = fs->io->write_batch(fs->io, fs->data_fd, v, n);
+			if (!rc)
+				fs_writeback(fs, v[0].off, v[n - 1].off + v[n - 1].len);
 			n = 0;
 		}
 	}
@@ -268,6 +283,7 @@ int fs_append(struct flexspace *fs, const void *data, uint32_t len, uint64_t *po
 		int rc = flex_io_write_full(fs->io, fs->data_fd, data, c, *poff);
 		if (rc)
 			return rc;
+		fs_writeback(fs, *poff, *poff + c);
 		fs->flushed = fs->fill + c;
 		fs->data_unsynced = 1;
 		fs->st.data_bytes_written += c;
