@@ -609,6 +609,8 @@ static int px_writeback(const struct flex_io *io, int fd, uint64_t off, uint64_t
 	(void)io;
 	if (off > INT64_MAX || len > INT64_MAX - off)
 		return -EINVAL;
+	if (!len)
+		return 0; /* (to sync_file_range, 0 would mean "to the end") */
 	return sync_file_range(fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE) ? -errno : 0;
 }
 

@@ -581,6 +581,9 @@ static int write_group(struct flexdb *db, struct fdb_writer *const *grp, size_t 
 		else
 			atomic_store(&db->visible, x->seq); /* the whole batch at once */
 	}
+	/* After the batches are visible: it may wait for the disk's queue. */
+	if (!rc)
+		fdb_wal_writeback(db->active->wal);
 	return rc;
 }
 

@@ -225,6 +225,7 @@ struct fdb_wal {
 	_Atomic uint64_t synced_seq; /* every record <= this is durable */
 	pthread_mutex_t markmu;	     /* orders the sync marks of concurrent syncs */
 	uint64_t marked;	     /* seq in the last sync mark written */
+	uint64_t started;	     /* bytes handed to the disk (fdb_wal_writeback) */
 	char path[];
 };
 
@@ -241,6 +242,11 @@ int fdb_wal_append_group(struct fdb_wal *w, uint64_t seq, size_t n, const uint8_
 			 const size_t *len);
 /* Thread-safe: makes every record appended before the call durable. */
 int fdb_wal_sync(struct fdb_wal *w);
+/* The writer that appends, after an append: starts the whole MiBs written
+ * since the last call on their way to the disk (io->writeback), so that
+ * the sync at the memtable switch, or a flexdb_sync, has less left to
+ * wait for.  Advisory: nothing becomes durable by it. */
+void fdb_wal_writeback(struct fdb_wal *w);
 void fdb_wal_close(struct fdb_wal *w);
 
 /* Checkpoints: copies the WAL of generation gen, open as src_fd, into a

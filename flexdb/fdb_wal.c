@@ -158,17 +158,18 @@ int fdb_wal_append_group(struct fdb_wal *w, uint64_t seq, size_t n, const uint8_
 		return rc;
 	/* In the file, not yet in the memtable nor acknowledged. */
 	FLEX_KILLPOINT("fdb.wal.appended");
-	uint64_t was = atomic_fetch_add(&w->size, total), now = was + total;
-	/* Each whole MiB is started on its way to the disk once written, so
-	 * that the sync at the memtable switch (or a flexdb_sync) waits for
-	 * the last one instead of the whole file. */
-	if (w->io->writeback && was / FDB_WAL_WRITEBACK != now / FDB_WAL_WRITEBACK) {
-		uint64_t lo = was / FDB_WAL_WRITEBACK * FDB_WAL_WRITEBACK;
-		uint64_t hi = now / FDB_WAL_WRITEBACK * FDB_WAL_WRITEBACK;
-		(void)w->io->writeback(w->io, w->fd, lo, hi - lo);
-	}
+	atomic_fetch_add(&w->size, total);
 	atomic_store(&w->last_seq, seq + n - 1);
 	return 0;
+}
+
+void fdb_wal_writeback(struct fdb_wal *w)
+{
+	uint64_t hi = atomic_load(&w->size) / FDB_WAL_WRITEBACK * FDB_WAL_WRITEBACK;
+	if (!w->io->writeback || hi <= w->started)
+		return;
+	(void)w->io->writeback(w->io, w->fd, w->started, hi - w->started);
+	w->started = hi;
 }
 
 static void mark_encode(uint8_t *m, uint64_t gen, uint64_t seq)

@@ -319,6 +319,8 @@ void fs_excl_unlock(struct flexspace *fs)
 {
 	flextree_stats(fs->tree, &fs->tree_st);
 	flex_brlock_wrunlock(&fs->lock);
+	if (fs->nwb)
+		fs_writeback_start(fs);
 }
 
 /* Takes change_mu (and sync_mu first in a bounded space, where making

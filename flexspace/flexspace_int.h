@@ -72,6 +72,12 @@
 #define FS_DIRECT_BYTES (32u << 10)
 /* Bytes of a log record on disk. */
 #define FS_REC_BYTES 24
+/* DATA ranges written and waiting to be started on their way to the disk
+ * (more are merged into the last), and their alignment: whole 64 KiB, so
+ * that no partly written page is written back and then dirtied (and
+ * counted as written) again, whatever the kernel's page size. */
+#define FS_WB_RANGES 4
+#define FS_WB_ALIGN ((uint64_t)64 << 10)
 
 enum fs_seg_state { SEG_FREE = 0, SEG_OPEN, SEG_USED, SEG_PENDING, SEG_RELEASE };
 
@@ -138,6 +144,14 @@ struct flexspace {
 	uint32_t fill;
 	uint32_t flushed;
 	int data_unsynced; /* DATA written since its last fdatasync */
+	/* Ranges of DATA written and not yet handed to the disk (fs_seg.c,
+	 * fs_writeback_note): noted under change_mu, started by
+	 * fs_excl_unlock once the exclusive lock is let go, since starting
+	 * them may wait for the disk's queue. */
+	struct {
+		uint64_t lo, hi;
+	} wb[FS_WB_RANGES];
+	uint32_t nwb;
 
 	/* DATA mapped read-only (fs_read.c): bytes below map_end are
 	 * copied from the mapping, without a system call when the kernel has
@@ -187,6 +201,7 @@ int fs_append(struct flexspace *fs, const void *data, uint32_t len, uint64_t *po
 int fs_flush_buffer(struct flexspace *fs);
 int fs_flush_unlocked(struct flexspace *fs);
 int fs_preflush(struct flexspace *fs, uint64_t len);
+void fs_writeback_start(struct flexspace *fs);
 int fs_fdatasync_data(struct flexspace *fs);
 int fs_sync_data(struct flexspace *fs);
 void fs_seg_drop(struct flexspace *fs, uint64_t poff, uint64_t len);

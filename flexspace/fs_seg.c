@@ -108,17 +108,43 @@ void fs_seg_free(struct flexspace *fs)
 
 /* ---- the segment buffer -------------------------------------------------- */
 
-/* Starts writing DATA's whole pages in [lo, hi) to the disk, so that the
- * fdatasync of the next sync waits for what was written since rather
- * than for every segment the commit filled.  The last page, when partly
- * filled, waits for the flush that fills it: written back now, it would
- * be dirtied (and counted as written) twice. */
-static void fs_writeback(struct flexspace *fs, uint64_t lo, uint64_t hi)
+/* Notes that [lo, hi) of DATA was written (change_mu held), to be started
+ * on its way to the disk (fs_writeback_start), so that the fdatasync of
+ * the next sync waits for less than every segment the changes filled.
+ * Only whole FS_WB_ALIGN blocks: a partly filled one waits for the write
+ * that fills it. */
+static void fs_writeback_note(struct flexspace *fs, uint64_t lo, uint64_t hi)
 {
-	lo &= ~(uint64_t)4095;
-	hi &= ~(uint64_t)4095;
-	if (fs->io->writeback && hi > lo)
-		(void)fs->io->writeback(fs->io, fs->data_fd, lo, hi - lo);
+	lo -= lo % FS_WB_ALIGN;
+	hi -= hi % FS_WB_ALIGN;
+	if (!fs->io->writeback || hi <= lo)
+		return;
+	if (fs->nwb && lo <= fs->wb[fs->nwb - 1].hi && hi >= fs->wb[fs->nwb - 1].lo) {
+		if (lo < fs->wb[fs->nwb - 1].lo)
+			fs->wb[fs->nwb - 1].lo = lo;
+		if (hi > fs->wb[fs->nwb - 1].hi)
+			fs->wb[fs->nwb - 1].hi = hi;
+	} else if (fs->nwb < FS_WB_RANGES) {
+		fs->wb[fs->nwb].lo = lo;
+		fs->wb[fs->nwb++].hi = hi;
+	} else {
+		/* Out of room: the last one grows to cover it (what lies
+		 * between is already written). */
+		if (lo < fs->wb[fs->nwb - 1].lo)
+			fs->wb[fs->nwb - 1].lo = lo;
+		if (hi > fs->wb[fs->nwb - 1].hi)
+			fs->wb[fs->nwb - 1].hi = hi;
+	}
+}
+
+/* change_mu held, the exclusive lock not (fs_excl_unlock): starts the
+ * ranges noted. */
+void fs_writeback_start(struct flexspace *fs)
+{
+	for (uint32_t i = 0; i < fs->nwb; i++)
+		(void)fs->io->writeback(fs->io, fs->data_fd, fs->wb[i].lo,
+					fs->wb[i].hi - fs->wb[i].lo);
+	fs->nwb = 0;
 }
 
 /* Writing the buffered bytes of the open segment that are not yet in DATA
@@ -145,7 +171,7 @@ static int fs_flush_write(struct flexspace *fs, uint32_t *upto)
 		if (n == 8 || pos == fs->fill) {
 			rc = fs->io->write_batch(fs->io, fs->data_fd, v, n);
 			if (!rc)
-				fs_writeback(fs, v[0].off, v[n - 1].off + v[n - 1].len);
+				fs_writeback_note(fs, v[0].off, v[n - 1].off + v[n - 1].len);
 			n = 0;
 		}
 	}
@@ -283,7 +309,7 @@ int fs_append(struct flexspace *fs, const void *data, uint32_t len, uint64_t *po
 		int rc = flex_io_write_full(fs->io, fs->data_fd, data, c, *poff);
 		if (rc)
 			return rc;
-		fs_writeback(fs, *poff, *poff + c);
+		fs_writeback_note(fs, *poff, *poff + c);
 		fs->flushed = fs->fill + c;
 		fs->data_unsynced = 1;
 		fs->st.data_bytes_written += c;

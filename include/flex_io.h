@@ -92,7 +92,8 @@ struct flex_io {
 /* The default table.  Never NULL; static storage. */
 FLEX_EXPORT const struct flex_io *flex_io_posix(void);
 
-/* 0 when every operation of the table is set, else FLEX_EOPTION. */
+/* 0 when every operation of the table but the optional writeback is set,
+ * else FLEX_EOPTION. */
 FLEX_EXPORT int flex_io_check(const struct flex_io *io);
 
 /* Whether the default table's batch calls use io_uring in this process
