@@ -731,19 +731,6 @@ static int st_sync(const struct flex_io *io, int fd)
 	return p->fdatasync(p, fd);
 }
 
-static int count_wals(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL)
-		n += !strncmp(e->d_name, "WAL-", 4);
-	closedir(d);
-	return n;
-}
-
 static uint64_t committer_runs(struct flexdb *db)
 {
 	struct flexdb_stats st;
@@ -779,18 +766,18 @@ static void db_crashed_session(const char *rest, const char *mid, uint64_t seed,
 	for (; i < 20000; i++) {
 		if (db_run_op(db, b, seed, i))
 			_exit(3);
-		if (state == 0 && committer_runs(db) >= 1 && count_wals(rest) == 1) {
+		if (state == 0 && committer_runs(db) >= 1 && fdb_count_wals(rest) == 1) {
 			if (copy_dir(rest, mid))
 				_exit(7);
 			state = 1;
-		} else if (state == 1 && committer_runs(db) >= 2 && count_wals(rest) == 1) {
+		} else if (state == 1 && committer_runs(db) >= 2 && fdb_count_wals(rest) == 1) {
 			stall_space = 1;
 			state = 2;
-		} else if (state == 2 && count_wals(rest) >= 2) {
+		} else if (state == 2 && fdb_count_wals(rest) >= 2) {
 			/* Switched: nothing more until the old memtable is stuck. */
 			for (int w = 0; !stalled && w < 60000; w++)
 				usleep(1000);
-			if (!stalled || count_wals(rest) != 2)
+			if (!stalled || fdb_count_wals(rest) != 2)
 				_exit(8);
 			extra = 40;
 			state = 3;

@@ -3905,6 +3905,26 @@ static void *sg_write_main(void *arg)
 	return NULL;
 }
 
+/* Arms the gate, starts sg_write_main on w and waits up to 60 s for the
+ * gate to park an fdatasync: whether it did. */
+static int sg_write_until_parked(struct sg_writer *w, pthread_t *wt)
+{
+	pthread_mutex_lock(&SG.mu);
+	SG.armed = 1;
+	pthread_mutex_unlock(&SG.mu);
+	atomic_init(&w->stop, 0);
+	cr_assert_eq(pthread_create(wt, NULL, sg_write_main, w), 0);
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 60;
+	pthread_mutex_lock(&SG.mu);
+	while (!SG.parked && pthread_cond_timedwait(&SG.cv, &SG.mu, &dl) == 0)
+		;
+	int parked = SG.parked;
+	pthread_mutex_unlock(&SG.mu);
+	return parked;
+}
+
 struct sg_reader {
 	struct flexdb *db;
 	atomic_int done;
@@ -3956,21 +3976,9 @@ Test(flexdb, no_get_waits_for_a_flexspace_fdatasync, .timeout = 120)
 		}
 		tdb_reopen(&t, &o); /* every pair in the FlexSpace, memtables empty */
 
-		pthread_mutex_lock(&SG.mu);
-		SG.armed = 1;
-		pthread_mutex_unlock(&SG.mu);
 		struct sg_writer w = {.db = t.db};
-		atomic_init(&w.stop, 0);
 		pthread_t wt;
-		cr_assert_eq(pthread_create(&wt, NULL, sg_write_main, &w), 0);
-		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_sec += 60;
-		pthread_mutex_lock(&SG.mu);
-		while (!SG.parked && pthread_cond_timedwait(&SG.cv, &SG.mu, &dl) == 0)
-			;
-		int parked = SG.parked;
-		pthread_mutex_unlock(&SG.mu);
+		int parked = sg_write_until_parked(&w, &wt);
 
 		int read_done = 0;
 		struct sg_reader r = {.db = t.db};
@@ -4001,20 +4009,6 @@ Test(flexdb, no_get_waits_for_a_flexspace_fdatasync, .timeout = 120)
 	}
 }
 
-/* WAL files in a store's directory. */
-static int wal_files(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL)
-		n += !strncmp(e->d_name, "WAL-", 4);
-	closedir(d);
-	return n;
-}
-
 /* The syncer makes a committed memtable durable while the committer
  * applies the next: with the first fdatasync of DATA (the syncer's, for
  * the first memtable) held back, the writer still switches memtables
@@ -4039,26 +4033,14 @@ Test(flexdb, the_next_memtable_is_applied_while_a_sync_waits, .timeout = 120)
 	o.space.io = &io;
 	struct tdb t;
 	tdb_open(&t, "syncover", &o);
-	pthread_mutex_lock(&SG.mu);
-	SG.armed = 1;
-	pthread_mutex_unlock(&SG.mu);
 	struct sg_writer w = {.db = t.db};
-	atomic_init(&w.stop, 0);
 	pthread_t wt;
-	cr_assert_eq(pthread_create(&wt, NULL, sg_write_main, &w), 0);
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += 60;
-	pthread_mutex_lock(&SG.mu);
-	while (!SG.parked && pthread_cond_timedwait(&SG.cv, &SG.mu, &dl) == 0)
-		;
-	int parked = SG.parked;
-	pthread_mutex_unlock(&SG.mu);
+	int parked = sg_write_until_parked(&w, &wt);
 	int most = 0;
 	struct flexdb_stats st;
 	memset(&st, 0, sizeof(st));
 	for (int ms = 0; parked && ms < 20000 && most < 3; ms++) {
-		int n = wal_files(t.dir);
+		int n = fdb_count_wals(t.dir);
 		most = n > most ? n : most;
 		if (most < 3)
 			usleep(1000);
@@ -4092,7 +4074,7 @@ Test(flexdb, the_next_memtable_is_applied_while_a_sync_waits, .timeout = 120)
 		cr_assert_eq(vl, sizeof(v));
 		cr_assert_eq(memcmp(got, v, vl), 0);
 	}
-	cr_assert_eq(wal_files(t.dir), 1, "the committed memtables' WAL files were not removed");
+	cr_assert_eq(fdb_count_wals(t.dir), 1, "the committed memtables' WAL files were not removed");
 	tdb_done(&t);
 }
 
