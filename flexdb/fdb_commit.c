@@ -18,10 +18,9 @@
  * than a few pairs' work), runs the FlexSpace's maintenance after each
  * chunk without db->lock (the space is opened with defer_maintenance, so
  * no change made under db->lock commits the tree or collects garbage, and
- * no reader waits for their fdatasyncs).  The syncer thread then syncs
- * the FlexSpace without db->lock, while the committer applies the next
- * memtable, and only then removes the WAL (syncing the directory, so that
- * a removed WAL cannot come back and be replayed over newer data).
+ * no reader waits for their fdatasyncs), syncs the FlexSpace without
+ * db->lock, and only then removes the WAL (syncing the directory, so that a removed
+ * WAL cannot come back and be replayed over newer data).
  *
  * Lock order: flexdb.c.
  */
@@ -172,87 +171,25 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 		}
 		flex_brlock_wrunlock(&db->lock);
 		fdb_cands_free(&cands); /* after a prefetch error */
-		/* While the syncer syncs the previous memtable, maintenance
-		 * (which would wait for that sync) waits for a later chunk. */
-		if (!rc && !atomic_load_explicit(&db->sy_due, memory_order_acquire))
+		if (!rc)
 			rc = flexspace_maintain(db->fs);
 	}
 	free(ops);
 	free(cv);
-	return rc;
-}
-
-/* Makes a committed memtable's changes durable in the FlexSpace, then
- * removes its WAL (of generation gen; with `rec`, the files replayed at
- * open, which the memtable rebuilt then came from). */
-static int commit_durable(struct flexdb *db, int rec, uint64_t gen)
-{
-	int rc = flexspace_sync(db->fs);
+	if (!rc)
+		rc = flexspace_sync(db->fs);
 	if (!rc) {
-		/* The WAL's records are durable in the FlexSpace now. */
+		/* The WAL's records are durable in the FlexSpace now.  The
+		 * memtable rebuilt at open has the old WAL files instead. */
 		FLEX_KILLPOINT("fdb.commit.space_synced");
-		rc = fdb_walset_remove(&db->wals, rec ? db->rec_gens : &gen,
-				       rec ? db->nrec_gens : 1, FDB_WAL_RM_COMMIT);
-		if (rec)
+		rc = fdb_walset_remove(&db->wals, m->wal ? &m->wal->gen : db->rec_gens,
+				       m->wal ? 1 : db->nrec_gens, FDB_WAL_RM_COMMIT);
+		if (!m->wal)
 			db->nrec_gens = 0;
 	}
 	if (!rc)
 		atomic_fetch_add(&db->committer_runs, 1);
 	return rc;
-}
-
-/* The committer, once m is applied: gives its sync to the syncer, after
- * the previous one is over (WAL files go in order), so that the next
- * memtable is applied during the fdatasyncs.  The next one's changes may
- * reach the disk with this sync or a tree commit: its WAL was synced
- * before they were made (commit_memtable).  Without a syncer, syncs
- * here. */
-static int commit_hand_sync(struct flexdb *db, struct fdb_memref *m)
-{
-	int rec = !m->wal;
-	uint64_t gen = m->wal ? m->wal->gen : 0;
-	if (!db->syncer_started)
-		return commit_durable(db, rec, gen);
-	pthread_mutex_lock(&db->symu);
-	while (atomic_load(&db->sy_due))
-		pthread_cond_wait(&db->sycond, &db->symu);
-	int rc = atomic_load(&db->failed);
-	if (!rc) {
-		db->sy_rec = rec;
-		db->sy_gen = gen;
-		atomic_store(&db->sy_due, 1);
-		pthread_cond_broadcast(&db->sycond);
-	}
-	pthread_mutex_unlock(&db->symu);
-	return rc;
-}
-
-void *fdb_syncer_main(void *arg)
-{
-	struct flexdb *db = arg;
-	pthread_mutex_lock(&db->symu);
-	for (;;) {
-		while (!atomic_load(&db->sy_due) && !db->sy_stop)
-			pthread_cond_wait(&db->sycond, &db->symu);
-		if (!atomic_load(&db->sy_due))
-			break; /* stopped, with nothing left to sync */
-		int rec = db->sy_rec;
-		uint64_t gen = db->sy_gen;
-		pthread_mutex_unlock(&db->symu);
-		int rc = atomic_load(&db->failed) ? FLEX_EFAILED : commit_durable(db, rec, gen);
-		if (rc) {
-			/* The WAL stays for recovery; writes are refused. */
-			pthread_mutex_lock(&db->mtmu);
-			fdb_db_fail(db, rc);
-			pthread_cond_broadcast(&db->mtcond);
-			pthread_mutex_unlock(&db->mtmu);
-		}
-		pthread_mutex_lock(&db->symu);
-		atomic_store(&db->sy_due, 0);
-		pthread_cond_broadcast(&db->sycond);
-	}
-	pthread_mutex_unlock(&db->symu);
-	return NULL;
 }
 
 /* Any thread, after a read: frees the cache entries readers retired
@@ -403,8 +340,6 @@ void *fdb_committer_main(void *arg)
 		atomic_fetch_add(&m->refs, 1);
 		pthread_mutex_unlock(&db->mtmu);
 		int rc = atomic_load(&db->failed) ? FLEX_EFAILED : commit_memtable(db, m);
-		if (!rc)
-			rc = commit_hand_sync(db, m);
 		pthread_mutex_lock(&db->mtmu);
 		if (rc) {
 			/* Keep the memtable (readers still see it) and its WAL

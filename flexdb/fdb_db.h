@@ -77,19 +77,6 @@ struct flexdb {
 
 	pthread_t committer;
 	int committer_started;
-	/* The syncer (fdb_commit.c): makes the last memtable the committer
-	 * applied durable in the FlexSpace and removes its WAL, while the
-	 * committer goes on with the next.  Under symu: whether it has that
-	 * work (sy_due; read without the lock by the committer, its only
-	 * giver), for which WAL (sy_gen, or the files replayed at open with
-	 * sy_rec), and whether it should stop. */
-	pthread_t syncer;
-	int syncer_started;
-	pthread_mutex_t symu;
-	pthread_cond_t sycond;
-	atomic_int sy_due;
-	int sy_rec, sy_stop;
-	uint64_t sy_gen;
 	atomic_int failed;
 
 	uint64_t memtable_size;
@@ -146,9 +133,8 @@ void fdb_memrefs_get(struct flexdb *db, struct fdb_memref **a, struct fdb_memref
 
 /* ---- the committer and group commit (fdb_commit.c) -------------------------- */
 
-/* The committer's and the syncer's thread bodies; arg is the handle. */
+/* The committer thread's body; arg is the handle. */
 void *fdb_committer_main(void *arg);
-void *fdb_syncer_main(void *arg);
 /* wmu held, no group being written (fdb_writers_idle): hands the active
  * memtable to the committer and starts a new one, waiting for the
  * previous hand-over to finish. */

@@ -349,8 +349,6 @@ static void db_free(struct flexdb *db)
 	pthread_cond_destroy(&db->mtcond);
 	pthread_mutex_destroy(&db->syncmu);
 	pthread_cond_destroy(&db->synccond);
-	pthread_mutex_destroy(&db->symu);
-	pthread_cond_destroy(&db->sycond);
 	free(db->rec_gens);
 	free(db->dir);
 	free(db);
@@ -372,31 +370,13 @@ static int db_thread_start(pthread_t *th, void *(*fn)(void *), void *arg)
 	return -rc;
 }
 
-/* Lets the syncer finish what the committer gave it, and joins it. */
-static void db_stop_syncer(struct flexdb *db)
-{
-	if (!db->syncer_started)
-		return;
-	pthread_mutex_lock(&db->symu);
-	db->sy_stop = 1;
-	pthread_cond_broadcast(&db->sycond);
-	pthread_mutex_unlock(&db->symu);
-	pthread_join(db->syncer, NULL);
-	db->syncer_started = 0;
-}
-
 static int db_start_committer(struct flexdb *db)
 {
 	cpu_set_t set;
 	long n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
 							     : sysconf(_SC_NPROCESSORS_ONLN);
 	db->ncpu = n > 0 ? (int)n : 1;
-	/* Without a syncer the committer syncs each memtable itself. */
-	db->syncer_started = db_thread_start(&db->syncer, fdb_syncer_main, db) == 0;
-	int rc = db_thread_start(&db->committer, fdb_committer_main, db);
-	if (rc)
-		db_stop_syncer(db);
-	return rc;
+	return db_thread_start(&db->committer, fdb_committer_main, db);
 }
 
 struct space_open {
@@ -570,8 +550,6 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	pthread_cond_init(&db->mtcond, NULL);
 	pthread_mutex_init(&db->syncmu, NULL);
 	pthread_cond_init(&db->synccond, NULL);
-	pthread_mutex_init(&db->symu, NULL);
-	pthread_cond_init(&db->sycond, NULL);
 	rc = db->dir ? db_open(db, dir, &o) : -ENOMEM;
 	if (rc) {
 		if (db->active) {
@@ -606,7 +584,6 @@ int flexdb_close(struct flexdb *db)
 	pthread_mutex_unlock(&db->wmu);
 	if (db->committer_started)
 		pthread_join(db->committer, NULL);
-	db_stop_syncer(db);
 	if (!rc)
 		rc = atomic_load(&db->failed);
 	struct fdb_memref *a = db->active, *i = db->imm;

@@ -124,7 +124,7 @@ struct flexdb_stats {
 	uint64_t memtable_bytes;   /* both memtables */
 	uint64_t memtable_entries; /* both memtables (range deletes count) */
 	uint64_t wal_bytes;	   /* WAL files on disk; 0 when read-only */
-	uint64_t committer_runs;   /* memtables committed to the FlexSpace and synced */
+	uint64_t committer_runs;   /* memtables committed to the FlexSpace */
 	uint64_t committed_pairs;  /* puts, deletes, range deletes committed */
 	uint64_t writer_stalls;	   /* times a writer waited for the committer */
 	uint64_t wal_syncs;	   /* WAL fdatasyncs (group commits) */

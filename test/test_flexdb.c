@@ -33,7 +33,6 @@
 #ifndef FLEXDB_TSAN_MAIN
 #include <criterion/criterion.h>
 #endif
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -3905,26 +3904,6 @@ static void *sg_write_main(void *arg)
 	return NULL;
 }
 
-/* Arms the gate, starts sg_write_main on w and waits up to 60 s for the
- * gate to park an fdatasync: whether it did. */
-static int sg_write_until_parked(struct sg_writer *w, pthread_t *wt)
-{
-	pthread_mutex_lock(&SG.mu);
-	SG.armed = 1;
-	pthread_mutex_unlock(&SG.mu);
-	atomic_init(&w->stop, 0);
-	cr_assert_eq(pthread_create(wt, NULL, sg_write_main, w), 0);
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += 60;
-	pthread_mutex_lock(&SG.mu);
-	while (!SG.parked && pthread_cond_timedwait(&SG.cv, &SG.mu, &dl) == 0)
-		;
-	int parked = SG.parked;
-	pthread_mutex_unlock(&SG.mu);
-	return parked;
-}
-
 struct sg_reader {
 	struct flexdb *db;
 	atomic_int done;
@@ -3976,9 +3955,21 @@ Test(flexdb, no_get_waits_for_a_flexspace_fdatasync, .timeout = 120)
 		}
 		tdb_reopen(&t, &o); /* every pair in the FlexSpace, memtables empty */
 
+		pthread_mutex_lock(&SG.mu);
+		SG.armed = 1;
+		pthread_mutex_unlock(&SG.mu);
 		struct sg_writer w = {.db = t.db};
+		atomic_init(&w.stop, 0);
 		pthread_t wt;
-		int parked = sg_write_until_parked(&w, &wt);
+		cr_assert_eq(pthread_create(&wt, NULL, sg_write_main, &w), 0);
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 60;
+		pthread_mutex_lock(&SG.mu);
+		while (!SG.parked && pthread_cond_timedwait(&SG.cv, &SG.mu, &dl) == 0)
+			;
+		int parked = SG.parked;
+		pthread_mutex_unlock(&SG.mu);
 
 		int read_done = 0;
 		struct sg_reader r = {.db = t.db};
@@ -4007,75 +3998,6 @@ Test(flexdb, no_get_waits_for_a_flexspace_fdatasync, .timeout = 120)
 		cr_assert_eq(flexdb_check(t.db), 0);
 		tdb_done(&t);
 	}
-}
-
-/* The syncer makes a committed memtable durable while the committer
- * applies the next: with the first fdatasync of DATA (the syncer's, for
- * the first memtable) held back, the writer still switches memtables
- * twice, so three WAL files exist while no memtable has been synced (were
- * the committer waiting for that sync, the first memtable would stay
- * immutable and the second switch would wait for it).  Once the sync is
- * let go, every pair is durable. */
-Test(flexdb, the_next_memtable_is_applied_while_a_sync_waits, .timeout = 120)
-{
-	struct flex_io io = *flex_io_posix();
-	io.open = sg_open;
-	io.close = sg_close;
-	io.fdatasync = sg_fdatasync;
-	pthread_mutex_lock(&SG.mu);
-	SG.name = "DATA";
-	SG.nfd = 0;
-	SG.armed = SG.parked = SG.released = 0;
-	pthread_mutex_unlock(&SG.mu);
-	struct flexdb_options o = fdb_tiny_opts();
-	o.cache_size = 64u << 20;	    /* no tree commit for want of leaf room */
-	o.space.log_limit = 64u << 20; /* nor for the log's size */
-	o.space.io = &io;
-	struct tdb t;
-	tdb_open(&t, "syncover", &o);
-	struct sg_writer w = {.db = t.db};
-	pthread_t wt;
-	int parked = sg_write_until_parked(&w, &wt);
-	int most = 0;
-	struct flexdb_stats st;
-	memset(&st, 0, sizeof(st));
-	for (int ms = 0; parked && ms < 20000 && most < 3; ms++) {
-		int n = fdb_count_wals(t.dir);
-		most = n > most ? n : most;
-		if (most < 3)
-			usleep(1000);
-	}
-	cr_assert_eq(flexdb_stats(t.db, &st), 0);
-	pthread_mutex_lock(&SG.mu);
-	SG.released = 1;
-	pthread_cond_broadcast(&SG.cv);
-	pthread_mutex_unlock(&SG.mu);
-	atomic_store(&w.stop, 1);
-	pthread_join(wt, NULL);
-	cr_assert(parked, "no fdatasync of DATA within 60 s");
-	cr_assert_eq(w.rc, 0, "put: %s", flex_strerror(w.rc));
-	cr_assert_eq(most, 3, "at most %d WAL files while the first sync waited", most);
-	cr_assert_eq(st.committer_runs, 0, "a memtable was synced past the held fdatasync");
-	cr_assert_gt(st.committed_pairs, 0);
-	/* Everything the writer put, durable and readable after a reopen. */
-	tdb_reopen(&t, &o);
-	cr_assert_eq(flexdb_check(t.db), 0);
-	uint8_t v[200];
-	memset(v, 'w', sizeof(v));
-	for (int i = 0; i < 50000; i += 7) {
-		char k[32];
-		snprintf(k, sizeof(k), "w%07d", i);
-		size_t vl;
-		uint8_t got[256];
-		int rc = flexdb_get(t.db, k, strlen(k), got, sizeof(got), &vl);
-		if (rc == FLEXDB_NOTFOUND)
-			continue; /* not reached by the writer */
-		cr_assert_eq(rc, 0, "%s: %s", k, flex_strerror(rc));
-		cr_assert_eq(vl, sizeof(v));
-		cr_assert_eq(memcmp(got, v, vl), 0);
-	}
-	cr_assert_eq(fdb_count_wals(t.dir), 1, "the committed memtables' WAL files were not removed");
-	tdb_done(&t);
 }
 
 /* ---- read-only handles ------------------------------------------------------ */

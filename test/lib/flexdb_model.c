@@ -3,8 +3,6 @@
  */
 #include "flexdb_model.h"
 
-#include <dirent.h>
-
 struct flexdb_options fdb_tiny_opts(void)
 {
 	struct flexdb_options o;
@@ -332,17 +330,4 @@ void fdb_tmpdir(char *out, size_t n, const char *tag)
 		abort();
 	}
 	fdb_tmp_track(out);
-}
-
-int fdb_count_wals(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL)
-		n += !strncmp(e->d_name, "WAL-", 4);
-	closedir(d);
-	return n;
 }

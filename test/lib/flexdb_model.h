@@ -118,7 +118,4 @@ void fdb_tmp_cleanup(void);
 /* A temporary store directory. */
 void fdb_tmpdir(char *out, size_t n, const char *tag);
 
-/* The WAL files in a store's directory (-1 when it cannot be read). */
-int fdb_count_wals(const char *dir);
-
 #endif /* FLEX_TEST_FLEXDB_MODEL_H */
