@@ -119,22 +119,17 @@ static void fs_writeback_note(struct flexspace *fs, uint64_t lo, uint64_t hi)
 	hi -= hi % FS_WB_ALIGN;
 	if (!fs->io->writeback || hi <= lo)
 		return;
-	if (fs->nwb && lo <= fs->wb[fs->nwb - 1].hi && hi >= fs->wb[fs->nwb - 1].lo) {
-		if (lo < fs->wb[fs->nwb - 1].lo)
-			fs->wb[fs->nwb - 1].lo = lo;
-		if (hi > fs->wb[fs->nwb - 1].hi)
-			fs->wb[fs->nwb - 1].hi = hi;
-	} else if (fs->nwb < FS_WB_RANGES) {
+	int touches = fs->nwb && lo <= fs->wb[fs->nwb - 1].hi && hi >= fs->wb[fs->nwb - 1].lo;
+	if (!touches && fs->nwb < FS_WB_RANGES) {
 		fs->wb[fs->nwb].lo = lo;
 		fs->wb[fs->nwb++].hi = hi;
-	} else {
-		/* Out of room: the last one grows to cover it (what lies
-		 * between is already written). */
-		if (lo < fs->wb[fs->nwb - 1].lo)
-			fs->wb[fs->nwb - 1].lo = lo;
-		if (hi > fs->wb[fs->nwb - 1].hi)
-			fs->wb[fs->nwb - 1].hi = hi;
+		return;
 	}
+	/* Touching the last range, or out of room: the last one grows to
+	 * cover it (what lies between was written already). */
+	uint32_t k = fs->nwb - 1;
+	fs->wb[k].lo = lo < fs->wb[k].lo ? lo : fs->wb[k].lo;
+	fs->wb[k].hi = hi > fs->wb[k].hi ? hi : fs->wb[k].hi;
 }
 
 /* change_mu held, the exclusive lock not (fs_excl_unlock): starts the
