@@ -1737,7 +1737,6 @@ static void tidy_deletes(struct flexdb *db, struct fmodel *m, const struct keypo
 	}
 }
 
-/* The store holds exactly the model and passes its check. */
 /* Gets every pair of the model. */
 static void gets_verify(struct flexdb *db, const struct fmodel *m, const char *when)
 {
@@ -1752,6 +1751,7 @@ static void gets_verify(struct flexdb *db, const struct fmodel *m, const char *w
 	free(buf);
 }
 
+/* The store holds exactly the model and passes its check. */
 static void tidy_verify(struct flexdb *db, const struct fmodel *m, const char *when)
 {
 	struct why w;
