@@ -70,7 +70,11 @@ struct flexdb_options {
 	 * what they need), and up to four closed ones of about 75 KiB each
 	 * wait for the next opens.  Memory the
 	 * program's allocator keeps after the library freed it is not
-	 * counted: a cache that turns over frees as much as it allocates. */
+	 * counted: a cache that turns over frees as much as it allocates.
+	 * Nor are the pages of the data file that reads copied from its
+	 * mapping (space.no_mmap): they are the kernel's page cache, shown
+	 * in the process's RSS (RssFile) until the kernel reclaims them.
+	 * With space.no_mmap set, RSS stays within all of the above. */
 	uint64_t cache_size;
 	/* Bytes a memtable may hold before it is handed to the committer; two
 	 * exist at most, so writers block only when both are full.  0 means

@@ -85,7 +85,10 @@ struct flexspace_options {
 	 * -EIO.  Nonzero: every read is a pread (or an io_uring batch) and a
 	 * read error is returned as -EIO.  Writes never go through the
 	 * mapping; a table in `io` other than flex_io_posix() implies
-	 * nonzero. */
+	 * nonzero.  The pages a read copied from the mapping stay in the
+	 * process's page tables, counted in its RSS (RssFile, page cache the
+	 * kernel may reclaim), up to the size of the data file; with
+	 * nonzero, none are. */
 	int no_mmap;
 	/* Zero (default): a change that makes maintenance due (a tree commit
 	 * once the log passes log_limit, a garbage collection once the data
