@@ -1344,8 +1344,9 @@ static void print_header(void)
 	       c, mt);
 	printf("engines:  no compression; %s on rocksdb and leveldb; rocksdb "
 	       "max_background_jobs 2, other options default; flexdb defaults (one committer "
-	       "thread, 4 MiB segments, GC at 1.5x)\n",
-	       engine_opts.bloom_bits > 0 ? "bloom filters" : "no bloom filters");
+	       "thread, 4 MiB segments, GC at 1.5x%s)\n",
+	       engine_opts.bloom_bits > 0 ? "bloom filters" : "no bloom filters",
+	       engine_opts.flex_no_mmap ? "; no_mmap: pread, no mapping" : "");
 	printf("writes:   no sync per write anywhere, each write handed to the OS before it "
 	       "returns (flexdb sync_writes=0, rocksdb/leveldb sync=false, lmdb one txn per put "
 	       "with MDB_NOSYNC|MDB_NOMETASYNC)\n");
@@ -1400,6 +1401,7 @@ static void usage(void)
 	       "  --memtable-mb N    memtable / write buffer, two of them (default 32)\n"
 	       "  --bloom-bits N     RocksDB and LevelDB bloom bits per key, 0 = none (default 10)\n"
 	       "  --rocksdb-compact  compact RocksDB and LevelDB fully when settling\n"
+	       "  --flexdb-no-mmap   FlexDB reads with pread, not through a mapping (space.no_mmap)\n"
 	       "  --seed N           random seed (default 42)\n"
 	       "  --dir DIR          where to make the stores (default /tmp)\n"
 	       "  --csv FILE         also write per-repetition rows as CSV\n"

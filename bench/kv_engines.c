@@ -43,6 +43,8 @@ int engine_opts_arg(int argc, char **argv, int *i)
 		engine_opts.bloom_bits = (int)parse_u64(a, opt_value(argc, argv, i));
 	else if (!strcmp(a, "--rocksdb-compact"))
 		engine_opts.rocks_compact = 1;
+	else if (!strcmp(a, "--flexdb-no-mmap"))
+		engine_opts.flex_no_mmap = 1;
 	else
 		return 0;
 	if (engine_opts.cache_bytes < (1u << 20) || engine_opts.memtable_bytes < (1u << 20))
@@ -138,6 +140,7 @@ static void fx_open(struct store *s)
 	o.cache_size = engine_opts.cache_bytes;
 	o.memtable_size = engine_opts.memtable_bytes;
 	o.sync_writes = 0;
+	o.space.no_mmap = engine_opts.flex_no_mmap;
 	int rc = flexdb_open(s->path, &o, &db);
 	if (rc)
 		die("flexdb_open %s: %s", s->path, flex_strerror(rc));

@@ -64,6 +64,9 @@ struct engine_opts {
 	/* quiesce: also compact the whole key space (RocksDB, LevelDB, and
 	 * FlexDB: flexdb_compact with full) */
 	int rocks_compact;
+	/* FlexDB reads with pread instead of its data file's mapping
+	 * (space.no_mmap): no mapped pages in its RSS */
+	int flex_no_mmap;
 };
 
 extern struct engine_opts engine_opts;
@@ -74,7 +77,8 @@ void engine_opts_default(void);
  * collection moved, summed over the calls. */
 extern uint64_t kv_flex_tidy_bytes, kv_flex_gc_bytes;
 
-/* --cache-mb N, --memtable-mb N, --bloom-bits N, --rocksdb-compact:
+/* --cache-mb N, --memtable-mb N, --bloom-bits N, --rocksdb-compact,
+ * --flexdb-no-mmap:
  * whether argv[*i] was one of them (*i moves past a value). */
 int engine_opts_arg(int argc, char **argv, int *i);
 

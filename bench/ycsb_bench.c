@@ -1149,6 +1149,7 @@ static void usage(void)
 	    "                     and exit 0 without running\n"
 	    "  --bloom-bits N     RocksDB and LevelDB bloom bits per key, 0 = none (default 10)\n"
 	    "  --rocksdb-compact  compact RocksDB and LevelDB fully when settling\n"
+	    "  --flexdb-no-mmap   FlexDB reads with pread, not through a mapping (space.no_mmap)\n"
 	    "  --quick            every engine, load + A-F, 50k pairs, one rep\n"
 	    "  --print-vectors    print the generator test vectors and exit\n");
 }
