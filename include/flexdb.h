@@ -74,7 +74,10 @@ struct flexdb_options {
 	 * Nor are the pages of the data file that reads copied from its
 	 * mapping (space.no_mmap): they are the kernel's page cache, shown
 	 * in the process's RSS (RssFile) until the kernel reclaims them.
-	 * With space.no_mmap set, RSS stays within all of the above. */
+	 * With space.no_mmap set no page of the data file is mapped, so RSS
+	 * holds only the above and what the allocator keeps; reads are then
+	 * system calls, and the cache is not warmed after an open (the
+	 * store cannot tell which intervals the page cache holds). */
 	uint64_t cache_size;
 	/* Bytes a memtable may hold before it is handed to the committer; two
 	 * exist at most, so writers block only when both are full.  0 means

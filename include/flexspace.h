@@ -88,7 +88,8 @@ struct flexspace_options {
 	 * nonzero.  The pages a read copied from the mapping stay in the
 	 * process's page tables, counted in its RSS (RssFile, page cache the
 	 * kernel may reclaim), up to the size of the data file; with
-	 * nonzero, none are. */
+	 * nonzero, none are, and flexspace_resident() says 0 for any range
+	 * with bytes in the data file. */
 	int no_mmap;
 	/* Zero (default): a change that makes maintenance due (a tree commit
 	 * once the log passes log_limit, a garbage collection once the data
