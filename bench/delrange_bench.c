@@ -6,6 +6,7 @@
  *   delrange_bench [--num N] [--frac F] [--reads R] [--scans S]
  *                  [--cases LIST] [--dir DIR] [--quick]
  *                  [--cache-mb N] [--memtable-mb N] [--bloom-bits N]
+ *                  [--rocksdb-compact] [--flexdb-no-mmap]
  *
  * Each case runs in its own process on its own store (engine settings:
  * kv_engines.h, default 64 MiB cache and two 32 MiB memtables):

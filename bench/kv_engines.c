@@ -29,6 +29,7 @@ void engine_opts_default(void)
 	engine_opts.memtable_bytes = (uint64_t)32 << 20;
 	engine_opts.bloom_bits = 10;
 	engine_opts.rocks_compact = 0;
+	engine_opts.flex_no_mmap = 0;
 }
 
 int engine_opts_arg(int argc, char **argv, int *i)

@@ -6,7 +6,8 @@
  *
  * Settings (engine_opts, filled in by the program before the first open):
  *   - FlexDB: cache_size = cache_bytes, memtable_size = memtable_bytes
- *     (two memtables), sync_writes = 0; everything else its defaults.
+ *     (two memtables), sync_writes = 0, space.no_mmap = flex_no_mmap;
+ *     everything else its defaults.
  *   - RocksDB: LRU block cache of cache_bytes, write_buffer_size
  *     memtable_bytes x max_write_buffer_number 2, no compression, a full
  *     bloom filter of bloom_bits bits per key (none when 0), default
