@@ -160,8 +160,12 @@ struct flexspace {
 	 * the kernel refused the mapping.  map_end is how much of DATA is
 	 * known to exist: the file's size at open, raised by every write,
 	 * lowered by trims, and never above the reservation map_len, so the
-	 * mapping is never touched past the end of the file (SIGBUS). */
+	 * mapping is never touched past the end of the file (SIGBUS).
+	 * resident is the mapping fs_data_resident asks the kernel about
+	 * (mincore): map, or with no_mmap (and the POSIX table) a mapping
+	 * without access that no read touches; NULL when there is none. */
 	const uint8_t *map;
+	const uint8_t *resident;
 	int no_mmap; /* the option */
 	uint64_t map_len;
 	uint64_t map_end;

@@ -62,11 +62,11 @@ int fs_data_resident(const struct flexspace *fs, uint64_t poff, uint64_t len)
 		len = poff < open_base + fs->flushed ? open_base + fs->flushed - poff : 0;
 	if (!len)
 		return 1;
-	if (!fs->map || poff + len > fs->map_end)
+	if (!fs->resident || poff + len > fs->map_end)
 		return 0;
 	uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t a = ((uintptr_t)fs->map + poff) & ~(ps - 1);
-	uintptr_t b = (uintptr_t)fs->map + poff + len;
+	uintptr_t a = ((uintptr_t)fs->resident + poff) & ~(ps - 1);
+	uintptr_t b = (uintptr_t)fs->resident + poff + len;
 	unsigned char vec[64];
 	while (a < b) {
 		size_t pages = (b - a + ps - 1) / ps;

@@ -60,15 +60,23 @@ static int fs_grow_segments(struct flexspace *fs, uint32_t want)
  * spans explicitly (fs_read_pieces). */
 static void fs_map_data(struct flexspace *fs, uint64_t data_bytes)
 {
-	fs->map = NULL;
-	if (fs->no_mmap || getenv("FLEX_NO_MMAP"))
+	fs->map = fs->resident = NULL;
+	/* Without the mapping for reads (no_mmap), a mapping nothing may
+	 * touch still tells what the page cache holds (fs_data_resident:
+	 * FlexDB warms its cache from those intervals only); it maps no page
+	 * into the process.  Only over the kernel's own descriptors. */
+	int reads = !fs->no_mmap && !getenv("FLEX_NO_MMAP");
+	if (!reads && fs->io != flex_io_posix())
 		return;
 	uint64_t want = fs->max_data < FS_MAP_MAX ? fs->max_data : FS_MAP_MAX;
-	void *m = mmap(NULL, want, PROT_READ, MAP_SHARED, fs->data_fd, 0);
+	void *m = mmap(NULL, want, reads ? PROT_READ : PROT_NONE, MAP_SHARED, fs->data_fd, 0);
 	if (m == MAP_FAILED)
 		return;
-	madvise(m, want, MADV_RANDOM);
-	fs->map = m;
+	if (reads) {
+		madvise(m, want, MADV_RANDOM);
+		fs->map = m;
+	}
+	fs->resident = m;
 	fs->map_len = want;
 	fs->map_end = data_bytes < want ? data_bytes : want;
 }
@@ -96,9 +104,9 @@ int fs_seg_init(struct flexspace *fs, uint64_t data_bytes)
 
 void fs_seg_free(struct flexspace *fs)
 {
-	if (fs->map)
-		munmap((void *)fs->map, fs->map_len);
-	fs->map = NULL;
+	if (fs->resident)
+		munmap((void *)fs->resident, fs->map_len);
+	fs->map = fs->resident = NULL;
 	free(fs->valid);
 	free(fs->state);
 	free(fs->freed_at);

@@ -75,9 +75,8 @@ struct flexdb_options {
 	 * mapping (space.no_mmap): they are the kernel's page cache, shown
 	 * in the process's RSS (RssFile) until the kernel reclaims them.
 	 * With space.no_mmap set no page of the data file is mapped, so RSS
-	 * holds only the above and what the allocator keeps; reads are then
-	 * system calls, and the cache is not warmed after an open (the
-	 * store cannot tell which intervals the page cache holds). */
+	 * holds only the above and what the allocator keeps; each read is
+	 * then a system call. */
 	uint64_t cache_size;
 	/* Bytes a memtable may hold before it is handed to the committer; two
 	 * exist at most, so writers block only when both are full.  0 means

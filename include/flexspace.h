@@ -88,8 +88,8 @@ struct flexspace_options {
 	 * nonzero.  The pages a read copied from the mapping stay in the
 	 * process's page tables, counted in its RSS (RssFile, page cache the
 	 * kernel may reclaim), up to the size of the data file; with
-	 * nonzero, none are, and flexspace_resident() says 0 for any range
-	 * with bytes in the data file. */
+	 * nonzero, none are (flexspace_resident() still asks the kernel,
+	 * through a mapping no read touches). */
 	int no_mmap;
 	/* Zero (default): a change that makes maintenance due (a tree commit
 	 * once the log passes log_limit, a garbage collection once the data
@@ -231,7 +231,8 @@ FLEX_EXPORT int flexspace_read_located(const struct flexspace *fs, void *buf,
 /* Whether bytes [off, off+len) of the space are in memory now: 1 when
  * every page of the data file they lie in is in the page cache (or the
  * range holds no bytes of the file), 0 when one is not or the space
- * cannot tell (its data file is not mapped), or -EINVAL or an error as
+ * cannot tell (an I/O table other than flex_io_posix(), or the kernel
+ * refused the mapping it asks through), or -EINVAL or an error as
  * flexspace_read.  A hint for a caller choosing
  * what to read ahead: the kernel may load or drop pages right after.
  * A range of more than FLEXSPACE_LOCATE_MAX pieces (holes included)

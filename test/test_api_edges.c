@@ -719,8 +719,9 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(nl, 1);
 	cr_assert_eq(flexspace_read_located(fs, buf, loc, nl, stamp), 0);
 	/* Just written and read: in memory; past the end there is nothing
-	 * to miss.  Without a mapping of DATA the space cannot tell once the
-	 * bytes left the segment buffer. */
+	 * to miss.  Without the mapping for reads (no_mmap) the space still
+	 * asks the kernel; with an I/O table of the caller's it cannot tell
+	 * once the bytes left the segment buffer. */
 	cr_assert_eq(flexspace_resident(NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_resident(fs, 0, 1000), 1);
 	cr_assert_eq(flexspace_resident(fs, 5000, 10), 1);
@@ -733,6 +734,16 @@ Test(api_edges, flexspace_bad_ranges)
 		struct flexspace_options no = small_space();
 		no.no_mmap = 1;
 		struct flexspace *nf = NULL;
+		cr_assert_eq(flexspace_open(q, &no, &nf), 0);
+		cr_assert_eq(flexspace_write(nf, buf, 0, 1000), 1000);
+		cr_assert_eq(flexspace_resident(nf, 0, 1000), 1, "in the segment buffer");
+		cr_assert_eq(flexspace_sync(nf), 0);
+		cr_assert_eq(flexspace_resident(nf, 0, 1000), 1, "no_mmap: the page cache's");
+		cr_assert_eq(flexspace_close(nf), 0);
+		/* A table that is not the kernel's: no mapping at all. */
+		struct flex_io own = *flex_io_posix();
+		no.io = &own;
+		join(q, sizeof(q), d.path, "ownio");
 		cr_assert_eq(flexspace_open(q, &no, &nf), 0);
 		cr_assert_eq(flexspace_write(nf, buf, 0, 1000), 1000);
 		cr_assert_eq(flexspace_resident(nf, 0, 1000), 1, "in the segment buffer");
