@@ -1346,7 +1346,7 @@ static void print_header(void)
 	       "max_background_jobs 2, other options default; flexdb defaults (one committer "
 	       "thread, 4 MiB segments, GC at 1.5x)%s\n",
 	       engine_opts.bloom_bits > 0 ? "bloom filters" : "no bloom filters",
-	       engine_opts.flex_no_mmap ? " but space.no_mmap (pread, no mapping)" : "");
+	       engine_opts.flex_no_mmap ? " but space.no_mmap (pread, no read mapping)" : "");
 	printf("writes:   no sync per write anywhere, each write handed to the OS before it "
 	       "returns (flexdb sync_writes=0, rocksdb/leveldb sync=false, lmdb one txn per put "
 	       "with MDB_NOSYNC|MDB_NOMETASYNC)\n");

@@ -1094,7 +1094,7 @@ static void print_header(void)
 	       engine_opts.cache_bytes >> 20, engine_opts.memtable_bytes >> 20);
 	printf("engines:  no compression; 10-bit bloom filters on rocksdb and leveldb; rocksdb "
 	       "other options default; flexdb defaults%s\n",
-	       engine_opts.flex_no_mmap ? " but space.no_mmap (pread, no mapping)" : "");
+	       engine_opts.flex_no_mmap ? " but space.no_mmap (pread, no read mapping)" : "");
 	printf("writes:   no sync per write anywhere, each write handed to the OS before it "
 	       "returns: flexdb sync_writes=0, rocksdb/leveldb sync=false, lmdb one txn per put "
 	       "with MDB_NOSYNC|MDB_NOMETASYNC (writers serialised by its lock)\n");

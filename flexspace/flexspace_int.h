@@ -163,9 +163,11 @@ struct flexspace {
 	 * mapping is never touched past the end of the file (SIGBUS).
 	 * resident is the mapping fs_data_resident asks the kernel about
 	 * (mincore): map, or with no_mmap (and the POSIX table) a mapping
-	 * without access that no read touches; NULL when there is none. */
+	 * without access that no read touches; NULL when there is none or
+	 * the kernel would not answer truly (fs_map_data).  Never read
+	 * through. */
 	const uint8_t *map;
-	const uint8_t *resident;
+	const void *resident;
 	int no_mmap; /* the option */
 	uint64_t map_len;
 	uint64_t map_end;
@@ -225,7 +227,7 @@ int fs_read_located(struct flexspace *fs, uint8_t *buf, const struct flextree_ma
 		    size_t n, uint64_t stamp);
 /* Lock held: whether DATA's bytes [poff, poff + len) are known to be in
  * memory, in the page cache or the open segment's buffer (0 when the
- * space cannot tell: DATA is not mapped there). */
+ * space cannot tell: no residency mapping, `resident`). */
 int fs_data_resident(const struct flexspace *fs, uint64_t poff, uint64_t len);
 
 /* fs_gc.c */

@@ -89,7 +89,8 @@ struct flexspace_options {
 	 * process's page tables, counted in its RSS (RssFile, page cache the
 	 * kernel may reclaim), up to the size of the data file; with
 	 * nonzero, none are (flexspace_resident() still asks the kernel,
-	 * through a mapping no read touches). */
+	 * through a mapping no read touches: address space, as with zero,
+	 * of up to max_data_size or 256 GiB). */
 	int no_mmap;
 	/* Zero (default): a change that makes maintenance due (a tree commit
 	 * once the log passes log_limit, a garbage collection once the data
@@ -231,8 +232,9 @@ FLEX_EXPORT int flexspace_read_located(const struct flexspace *fs, void *buf,
 /* Whether bytes [off, off+len) of the space are in memory now: 1 when
  * every page of the data file they lie in is in the page cache (or the
  * range holds no bytes of the file), 0 when one is not or the space
- * cannot tell (an I/O table other than flex_io_posix(), or the kernel
- * refused the mapping it asks through), or -EINVAL or an error as
+ * cannot tell (an I/O table other than flex_io_posix(), a process that
+ * neither owns the data file nor may write it, whom the kernel does not
+ * tell, or a mapping the kernel refused), or -EINVAL or an error as
  * flexspace_read.  A hint for a caller choosing
  * what to read ahead: the kernel may load or drop pages right after.
  * A range of more than FLEXSPACE_LOCATE_MAX pieces (holes included)
