@@ -348,7 +348,7 @@ static int fs_begin_write(struct flexspace *fs)
  * must never reach the disk before the bytes it maps), which is a
  * synchronous stall nobody asked for; the buffer is bounded by log_limit
  * instead. */
-static int fs_commit_due(const struct flexspace *fs)
+int fs_commit_due(const struct flexspace *fs)
 {
 	return fs->log_size + (uint64_t)fs->nlog * FS_REC_BYTES > fs->log_limit ||
 	       flextree_pressure(fs->tree);

@@ -249,6 +249,8 @@ int fs_log_replay(struct flexspace *fs, uint64_t *records);
 int fs_log_reset(struct flexspace *fs);
 int fs_apply(struct flextree *t, const struct fs_rec *r);
 int fs_commit(struct flexspace *fs);
+/* Whether the log or the tree's dirty leaves have passed their bounds. */
+int fs_commit_due(const struct flexspace *fs);
 
 /* flexspace.c */
 int fs_fail(struct flexspace *fs, int rc);

@@ -324,7 +324,17 @@ int fs_gc_run(struct flexspace *fs, int may_release)
 		rc = vs.err;
 	if (rc)
 		goto out;
-	data = malloc((size_t)fs->max_extent * FS_GC_BATCH);
+	/* Batches of FS_GC_BATCH extents, read packed into one buffer the
+	 * size of the largest batch (up to FS_GC_BATCH times max_extent;
+	 * most pieces are far smaller). */
+	size_t room = 0;
+	for (size_t i = 0; i < vs.n; i += FS_GC_BATCH) {
+		size_t sum = 0;
+		for (size_t j = i; j < vs.n && j < i + FS_GC_BATCH; j++)
+			sum += vs.ext[j].len;
+		room = sum > room ? sum : room;
+	}
+	data = malloc(room ? room : 1);
 	if (!data) {
 		rc = -ENOMEM;
 		goto out;
@@ -333,10 +343,12 @@ int fs_gc_run(struct flexspace *fs, int may_release)
 	for (size_t i = 0; i < vs.n && !rc; i += FS_GC_BATCH) {
 		size_t k = vs.n - i < FS_GC_BATCH ? vs.n - i : FS_GC_BATCH;
 		struct flex_iovec v[FS_GC_BATCH];
-		for (size_t j = 0; j < k; j++)
-			v[j] = (struct flex_iovec){.buf = data + j * fs->max_extent,
-						   .len = vs.ext[i + j].len,
-						   .off = vs.ext[i + j].poff};
+		size_t at = 0;
+		for (size_t j = 0; j < k; j++) {
+			v[j] = (struct flex_iovec){
+			    .buf = data + at, .len = vs.ext[i + j].len, .off = vs.ext[i + j].poff};
+			at += vs.ext[i + j].len;
+		}
 		rc = fs->io->read_batch(fs->io, fs->data_fd, v, (int)k);
 		if (rc == -ENODATA)
 			rc = FLEX_ECORRUPT;
@@ -344,13 +356,21 @@ int fs_gc_run(struct flexspace *fs, int may_release)
 			if ((rc = fs_preflush(fs, vs.ext[i + j].len)) != 0)
 				break;
 			fs_excl_lock(fs);
-			rc = fs_relocate(fs, &vs.ext[i + j], data + j * fs->max_extent);
+			rc = fs_relocate(fs, &vs.ext[i + j], v[j].buf);
 			fs_excl_unlock(fs);
 			/* Part of the victims' extents moved, none of it
 			 * logged: the n-th hit is mid-collection. */
 			if (!rc)
 				FLEX_KILLPOINT("fs.gc.moved");
 		}
+		/* The victims' extents lie all over the space: each one moved
+		 * dirties a tree leaf, which cannot leave memory before a
+		 * commit, and adds a log record.  A run would otherwise hold
+		 * most of a large tree, and a log buffer past log_limit, until
+		 * it ends; it commits as the changes do.  Victims emptied so
+		 * far are freed by it, and none of those left is. */
+		if (!rc && fs_commit_due(fs))
+			rc = fs_commit(fs);
 	}
 	fs->in_gc = 0;
 	if (!rc) {

@@ -109,8 +109,9 @@ struct flexspace_options {
 	 * more of them than this commits the tree early (as log_limit does),
 	 * which bounds the tree's memory by about this plus the internal
 	 * nodes and leaf stubs (about 75 bytes per leaf of up to 200
-	 * extents: under a byte per extent).  Log replay at open and one
-	 * garbage-collection run may exceed it until the next commit. */
+	 * extents: under a byte per extent); a garbage collection commits
+	 * the tree the same way between its batches of 64 extents moved.
+	 * Log replay at open may exceed it until the next commit. */
 	uint64_t tree_cache_size;
 	/* Nonzero opens the space read-only, for backups, dumps, a second
 	 * reading process or a user without write permission: every file is

@@ -532,6 +532,75 @@ Test(flexspace, free_segments_keep_no_collection_due)
 	tmp_remove(dir);
 }
 
+/* A collection's victims hold pieces from all over the space: each piece
+ * moved dirties a tree leaf, and a dirty leaf cannot leave memory before
+ * the tree is committed.  A run commits the tree as often as its leaf
+ * cache fills, as changes do, instead of holding most of the tree until
+ * it ends.  The log is given no say (log_limit 1 GiB): on the old code
+ * the run made no commit at all. */
+Test(flexspace, a_collection_spread_over_the_tree_commits_as_its_leaves_fill)
+{
+	char dir[PATH_MAX];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "gcleaves"), 0);
+	struct flexspace_options o = tiny_options();
+	o.log_limit = 1u << 30;
+	o.tree_cache_size = 16u << 10; /* four leaves */
+	o.gc_ratio = 1.2;
+	o.defer_maintenance = 1;
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	uint64_t seed = test_seed("gc_leaves"), r = seed;
+	const uint32_t piece = 32, n = 16000;
+	uint8_t *model = malloc((size_t)n * piece), b[32];
+	uint64_t size = 0;
+	/* Pieces inserted at random places: neighbours in the space lie in
+	 * different segments, and every segment's pieces span the tree. */
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t off = rnd_below(&r, size / piece + 1) * piece;
+		op_data(rnd(&r), b, piece);
+		cr_assert_eq(flexspace_insert(fs, b, off, piece), (ssize_t)piece);
+		memmove(model + off + piece, model + off, size - off);
+		memcpy(model + off, b, piece);
+		size += piece;
+	}
+	cr_assert_eq(flexspace_commit(fs), 0);
+	/* Half of it rewritten, at unaligned places: every old segment is
+	 * left about half live. */
+	for (uint32_t i = 0; i < n / 2; i++) {
+		uint64_t off = rnd_below(&r, size - piece + 1);
+		op_data(rnd(&r), b, piece);
+		cr_assert_eq(flexspace_write(fs, b, off, piece), (ssize_t)piece);
+		memcpy(model + off, b, piece);
+	}
+	cr_assert_eq(flexspace_commit(fs), 0);
+	struct flexspace_stats before, after;
+	cr_assert_eq(flexspace_stats(fs, &before), 0);
+	cr_assert_eq(flexspace_maintain(fs), 0);
+	cr_assert_eq(flexspace_stats(fs, &after), 0);
+	fprintf(stderr,
+		"gc_leaves: seed %" PRIu64 ": %" PRIu64 " extents; the collection moved %" PRIu64
+		" bytes in %" PRIu64 " runs with %" PRIu64 " tree commits\n",
+		seed, after.extents, after.gc_bytes_moved - before.gc_bytes_moved,
+		after.gc_runs - before.gc_runs, after.tree_commits - before.tree_commits);
+	cr_assert_gt(after.gc_runs, before.gc_runs, "seed %" PRIu64 ": no collection", seed);
+	cr_assert_geq(after.tree_commits - before.tree_commits, 2,
+		      "seed %" PRIu64 ": the collection held its dirty leaves to its end", seed);
+	cr_assert_eq(flexspace_check(fs), 0);
+	uint8_t *rb = malloc(size);
+	cr_assert_eq(flexspace_read(fs, rb, 0, size), (ssize_t)size);
+	cr_assert(!memcmp(rb, model, size), "seed %" PRIu64 ": bytes after the collection", seed);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	memset(rb, 0, size);
+	cr_assert_eq(flexspace_read(fs, rb, 0, size), (ssize_t)size);
+	cr_assert(!memcmp(rb, model, size), "seed %" PRIu64 ": bytes after reopening", seed);
+	cr_assert_eq(flexspace_close(fs), 0);
+	free(rb);
+	free(model);
+	tmp_remove(dir);
+}
+
 /* ---- API edges ------------------------------------------------------------ */
 
 static struct flexspace *open_fresh(char *dir, size_t n, const struct flexspace_options *o)
