@@ -66,6 +66,9 @@
 #define FS_GC_MIN_SEGMENTS 4
 /* Victims relocated per GC run at most (the paper's batch of 64). */
 #define FS_GC_BATCH 64
+/* Live bytes a GC run moves at most, in segments (one victim at least):
+ * the run lists every piece it moves (24 bytes each) before it starts. */
+#define FS_GC_MOVE_SEGMENTS 16
 /* Initial capacity of the in-memory log buffer (records). */
 #define FS_LOGBUF_RECORDS 8192
 /* Pieces at least this large bypass the segment buffer (fs_append). */

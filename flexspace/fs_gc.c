@@ -310,7 +310,8 @@ int fs_gc_run(struct flexspace *fs, int may_release)
 	uint64_t avail = fs_space_avail(fs), moved = 0;
 	uint32_t nv = 0;
 	for (uint32_t i = 0; i < nc && nv < FS_GC_BATCH && reclaim < need; i++) {
-		if (moved + fs->valid[cand[i]] > avail)
+		if (moved + fs->valid[cand[i]] > avail ||
+		    (nv && moved + fs->valid[cand[i]] > (uint64_t)FS_GC_MOVE_SEGMENTS * fs->seg_size))
 			break;
 		victim[cand[i]] = 1;
 		reclaim += fs->seg_size - fs->valid[cand[i]];

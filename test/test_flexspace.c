@@ -601,6 +601,58 @@ Test(flexspace, a_collection_spread_over_the_tree_commits_as_its_leaves_fill)
 	tmp_remove(dir);
 }
 
+/* A run moves at most 16 segments of live bytes (it lists every piece
+ * before it starts); the next maintenance goes on where it stopped. */
+Test(flexspace, a_collection_run_moves_at_most_sixteen_segments)
+{
+	char dir[PATH_MAX];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "gccap"), 0);
+	struct flexspace_options o = tiny_options();
+	o.log_limit = 1u << 20;
+	o.gc_ratio = 1.2;
+	o.defer_maintenance = 1;
+	const uint64_t seg = o.segment_size, size = 96 * seg;
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	uint64_t seed = test_seed("gc_cap"), r = seed;
+	uint8_t *model = malloc(size), *rb = malloc(size);
+	op_data(rnd(&r), model, size);
+	cr_assert_eq(flexspace_write(fs, model, 0, size), (ssize_t)size);
+	cr_assert_eq(flexspace_commit(fs), 0);
+	/* Every old segment left about half live. */
+	for (uint64_t i = 0; i < size / 2048 / 2; i++) {
+		uint64_t off = rnd_below(&r, size / 2048) * 2048;
+		op_data(rnd(&r), model + off, 2048);
+		cr_assert_eq(flexspace_write(fs, model + off, off, 2048), 2048);
+	}
+	cr_assert_eq(flexspace_commit(fs), 0);
+	struct flexspace_stats st, prev;
+	cr_assert_eq(flexspace_stats(fs, &prev), 0);
+	int runs = 0;
+	for (; runs < 64; runs++) {
+		cr_assert_eq(flexspace_maintain(fs), 0);
+		cr_assert_eq(flexspace_stats(fs, &st), 0);
+		if (st.gc_runs == prev.gc_runs)
+			break;
+		cr_assert_leq(st.gc_bytes_moved - prev.gc_bytes_moved, 16 * seg,
+			      "seed %" PRIu64 ": run %d moved %" PRIu64 " bytes", seed, runs,
+			      st.gc_bytes_moved - prev.gc_bytes_moved);
+		prev = st;
+	}
+	fprintf(stderr, "gc_cap: seed %" PRIu64 ": %d runs moved %" PRIu64 " bytes; %" PRIu64
+		" segments used for %" PRIu64 " live bytes\n",
+		seed, runs, st.gc_bytes_moved, st.segments_used, st.live_bytes);
+	cr_assert_geq(runs, 2, "seed %" PRIu64 ": the garbage took one run", seed);
+	cr_assert_leq(st.segments_used * seg, 6 * st.live_bytes / 5 + 4 * seg);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_read(fs, rb, 0, size), (ssize_t)size);
+	cr_assert(!memcmp(rb, model, size), "seed %" PRIu64 ": bytes after the collections", seed);
+	cr_assert_eq(flexspace_close(fs), 0);
+	free(rb);
+	free(model);
+	tmp_remove(dir);
+}
+
 /* ---- API edges ------------------------------------------------------------ */
 
 static struct flexspace *open_fresh(char *dir, size_t n, const struct flexspace_options *o)
