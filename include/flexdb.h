@@ -59,12 +59,16 @@ struct flexdb_options {
 	 * the pairs lie in the data file, about 5 bytes per pair of 116 bytes:
 	 * a lookup reads one pair).  0 means 64 MiB.  Range: 1 MiB .. 1 TiB.
 	 * Besides it and the memtables, a store's memory is its sparse index
-	 * (one entry per interval of up to 32 pairs, about 80 bytes each
-	 * with a 16-byte key: under 4 bytes per pair of 116 bytes), the tree's
+	 * (one entry per interval of up to 32 pairs, about 90 bytes each
+	 * with a 16-byte key; intervals hold 22 pairs on average after a
+	 * random load: about 4 bytes per pair of 116 bytes), the tree's
 	 * internal nodes and leaf stubs (under a byte per extent), the
 	 * FlexSpace's segment buffer (space.segment_size, 4 MiB) and log
-	 * buffer (space.log_limit, 8 MiB, and the slack of its growth), and the
-	 * committer's tidying buffer (about 1 MiB: flexdb_compact), plus
+	 * buffer (space.log_limit, 8 MiB, and the slack of its growth), a
+	 * garbage collection's list of the pieces it moves (24 bytes each,
+	 * for at most 16 segments of live bytes) and the buffer it reads 64
+	 * of them into, and the committer's tidying buffer (about 1 MiB:
+	 * flexdb_compact), plus
 	 * iterators: an open one holds its chunk of pairs and keeps up to
 	 * 512 KiB of buffers between chunks (a chunk of large pairs takes
 	 * what they need), and up to four closed ones of about 75 KiB each
