@@ -216,11 +216,13 @@ void fdb_cache_reap(struct flexdb *db)
  * intervals already in one extent).  One that ran out of credit leaves
  * its garbage to the commits' collections: a partial pass empties every
  * older segment a little, and collecting them at once would copy far
- * more than the pass wrote.
+ * more than the pass wrote.  A pass flexdb_compact waits for ends with
+ * the collection of every segment at most half live instead, whole or
+ * not: the caller asked for the space back.
  * An error fails the handle, as the same error in a commit would: the
  * committer could not go on with the next commit either. */
 #define FDB_TIDY_GC_SLACK 1.0
-static int tidy_step(struct flexdb *db)
+static int tidy_step(struct flexdb *db, int asked)
 {
 	uint32_t n;
 	flex_brlock_rdlock(&db->lock);
@@ -235,6 +237,11 @@ static int tidy_step(struct flexdb *db)
 		return rc;
 	int end = !atomic_load(&db->store.tidy_due), whole = end && db->store.tidy_whole;
 	rc = flexspace_maintain_slack(db->fs, whole ? 0.0 : FDB_TIDY_GC_SLACK);
+	/* The end of a pass flexdb_compact waits for: the older segments it
+	 * left at most half live are collected (each byte copied frees one
+	 * at least), not left until the data file passes gc_ratio again. */
+	if (!rc && end && asked)
+		rc = flexspace_collect(db->fs);
 	if (!rc && end)
 		rc = flexspace_sync(db->fs);
 	return rc;
@@ -326,8 +333,9 @@ void *fdb_committer_main(void *arg)
 				pthread_cond_wait(&db->mtcond, &db->mtmu);
 			if (now <= 0)
 				continue;
+			int asked = db->compact_done != db->compact_started;
 			pthread_mutex_unlock(&db->mtmu);
-			int rc = tidy_step(db);
+			int rc = tidy_step(db, asked);
 			pthread_mutex_lock(&db->mtmu);
 			if (rc) {
 				fdb_db_fail(db, rc);

@@ -411,6 +411,24 @@ int flexspace_maintain_slack(struct flexspace *fs, double slack)
 	return rc;
 }
 
+int flexspace_collect(struct flexspace *fs)
+{
+	if (!fs)
+		return -EINVAL;
+	if (fs->read_only)
+		return FLEX_EREADONLY;
+	pthread_mutex_lock(&fs->sync_mu);
+	pthread_mutex_lock(&fs->change_mu);
+	int rc = fs->failed ? FLEX_EFAILED : 0;
+	if (!rc && fs_commit_due(fs))
+		rc = fs_commit(fs);
+	if (!rc && (rc = fs_gc_sparse(fs)) != 0)
+		rc = fs_fail(fs, rc);
+	pthread_mutex_unlock(&fs->change_mu);
+	pthread_mutex_unlock(&fs->sync_mu);
+	return rc;
+}
+
 /* Releases the live bytes of [off, off+len) before the tree forgets it. */
 static int fs_drop_range(struct flexspace *fs, uint64_t off, uint64_t len)
 {

@@ -239,6 +239,8 @@ int fs_gc_due(const struct flexspace *fs);
 /* Whether the data file is over `ratio` bytes per live byte. */
 int fs_gc_due_at(const struct flexspace *fs, double ratio);
 int fs_gc_run(struct flexspace *fs, int may_release);
+/* flexspace_collect: runs on the segments at most half live, all of them. */
+int fs_gc_sparse(struct flexspace *fs);
 int fs_check_segments(struct flexspace *fs);
 int fs_check_overlap(struct flexspace *fs);
 

@@ -284,7 +284,7 @@ static uint64_t fs_used_bytes(const struct flexspace *fs)
  * and each extent is re-pointed under the exclusive lock on its own, so
  * a reader waits for one extent's copy at most.  may_release lets the
  * closing sync give up change_mu while it waits for the disk. */
-int fs_gc_run(struct flexspace *fs, int may_release)
+static int fs_gc_pick(struct flexspace *fs, int may_release, uint32_t max_valid, int all)
 {
 	uint32_t *cand = malloc((size_t)fs->nsegs * sizeof(*cand));
 	uint8_t *victim = calloc(fs->nsegs, 1);
@@ -297,14 +297,14 @@ int fs_gc_run(struct flexspace *fs, int may_release)
 	}
 	uint32_t nc = 0;
 	for (uint32_t s = 0; s < fs->nsegs; s++)
-		if (fs->state[s] == SEG_USED && fs->valid[s] <= fs->seg_size / 32 * 30)
+		if (fs->state[s] == SEG_USED && fs->valid[s] <= max_valid)
 			cand[nc++] = s;
 	qsort_r(cand, nc, sizeof(*cand), fs_cmp_seg_live, fs->valid);
 	/* Enough victims to bring the file back under the ratio, each
 	 * freeing at least a 32nd of a segment. */
 	uint64_t used = fs_used_bytes(fs);
 	uint64_t target = (uint64_t)((double)fs->live * fs->gc_ratio * 0.8);
-	uint64_t reclaim = 0, need = used > target ? used - target : fs->seg_size;
+	uint64_t reclaim = 0, need = all ? UINT64_MAX : used > target ? used - target : fs->seg_size;
 	/* The copies must fit in the space available now: the victims are
 	 * reusable only after this run's log is durable. */
 	uint64_t avail = fs_space_avail(fs), moved = 0;
@@ -386,6 +386,35 @@ out:
 	free(vs.ext);
 	free(data);
 	return rc;
+}
+
+int fs_gc_run(struct flexspace *fs, int may_release)
+{
+	return fs_gc_pick(fs, may_release, fs->seg_size / 32 * 30, 0);
+}
+
+static uint32_t fs_sparse_segments(const struct flexspace *fs)
+{
+	uint32_t n = 0;
+	for (uint32_t s = 0; s < fs->nsegs; s++)
+		n += fs->state[s] == SEG_USED && fs->valid[s] <= fs->seg_size / 2;
+	return n;
+}
+
+/* Runs until no used segment is at most half live, or a run frees
+ * nothing (no room for the copies).  Each run empties one of those found
+ * at the start at least; changes made while a run's sync let change_mu
+ * go may add more, which wait for the next call past that many runs. */
+int fs_gc_sparse(struct flexspace *fs)
+{
+	uint32_t left = fs_sparse_segments(fs);
+	for (; left && fs_sparse_segments(fs); left--) {
+		uint64_t runs = fs->st.gc_runs;
+		int rc = fs_gc_pick(fs, 1, fs->seg_size / 2, 1);
+		if (rc || fs->st.gc_runs == runs)
+			return rc;
+	}
+	return 0;
 }
 
 /* Whether the data file holds enough garbage for a collection. */

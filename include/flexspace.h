@@ -423,6 +423,17 @@ FLEX_EXPORT int flexspace_maintain(struct flexspace *fs);
  * bounded space (max_data_size) still collects when a change needs room.
  * -EINVAL for a negative slack. */
 FLEX_EXPORT int flexspace_maintain_slack(struct flexspace *fs, double slack);
+/* Collects every segment of the data file that is at most half live,
+ * whatever gc_ratio says: each byte it copies frees one at least.  For a
+ * caller that has just rewritten most of its data elsewhere (FlexDB at
+ * the end of the tidying flexdb_compact waits for), whose older segments
+ * hold little but garbage; the collection gc_ratio starts would leave
+ * them until the data file passed the ratio again.  Runs as many
+ * collections as that takes (each ends with a sync), committing the tree
+ * first if it is due.  Returns 0, FLEX_EFAILED, FLEX_EREADONLY, -EINVAL
+ * for a NULL handle, -errno; an error fails the handle as a failed sync
+ * does. */
+FLEX_EXPORT int flexspace_collect(struct flexspace *fs);
 
 /* Paper section 5.4: reads from the start of the extent containing off
  * (up to maxlen bytes, continuing into later extents if maxlen asks for

@@ -636,6 +636,7 @@ Test(api_edges, flexspace_null_handles)
 	cr_assert_eq(flexspace_sync(NULL), -EINVAL);
 	cr_assert_eq(flexspace_maintain(NULL), -EINVAL);
 	cr_assert_eq(flexspace_maintain_slack(NULL, 1.0), -EINVAL);
+	cr_assert_eq(flexspace_collect(NULL), -EINVAL);
 	cr_assert_eq(flexspace_read_extent(NULL, buf, 0, sizeof(buf), &u, &u), -EINVAL);
 	cr_assert_eq(flexspace_tag_set(NULL, 0, 1), -EINVAL);
 	struct flexspace_op op = {.type = FLEXSPACE_OP_TAG, .off = 0, .tag = 1};
@@ -822,6 +823,7 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_maintain_slack(fs, -1.0), -EINVAL);
 	cr_assert_eq(flexspace_maintain_slack(fs, 0.0 / 0.0), -EINVAL);
 	cr_assert_eq(flexspace_maintain_slack(fs, 1.0), 0);
+	cr_assert_eq(flexspace_collect(fs), 0); /* nothing half empty */
 	cr_assert_eq(flexspace_close(fs), 0);
 	tmp_free(&d);
 }
@@ -975,6 +977,7 @@ Test(api_edges, flexspace_options_and_paths)
 	cr_assert_eq(flexspace_sync(fs), FLEX_EREADONLY);
 	cr_assert_eq(flexspace_maintain(fs), FLEX_EREADONLY);
 	cr_assert_eq(flexspace_maintain_slack(fs, 1.0), FLEX_EREADONLY);
+	cr_assert_eq(flexspace_collect(fs), FLEX_EREADONLY);
 	cr_assert_eq(flexspace_read(fs, NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_read(fs, b1, 0, sizeof(b1)), 0);
 	cr_assert_eq(flexspace_check(fs), 0);
@@ -1839,7 +1842,7 @@ static const char *const exported_covered[] = {
     "flexspace_write",	     "flexspace_insert",
     "flexspace_collapse",    "flexspace_truncate",
     "flexspace_size",	     "flexspace_sync",
-    "flexspace_maintain",    "flexspace_maintain_slack",
+    "flexspace_maintain",    "flexspace_maintain_slack", "flexspace_collect",
     "flexspace_read_extent", "flexspace_tag_set", "flexspace_apply",
     "flexspace_read_locate", "flexspace_locate",
     "flexspace_read_located", "flexspace_resident",

@@ -1842,6 +1842,48 @@ Test(flexdb, compact_leaves_every_interval_in_one_extent_and_every_pair_in_place
 	free(vbuf);
 }
 
+/* flexdb_compact gives the space back: the pass empties most of the older
+ * segments, and those it leaves at most half live are collected at its
+ * end, whatever gc_ratio says (2.5 here: no collection on its own). */
+Test(flexdb, compact_collects_the_segments_its_pass_left_half_empty)
+{
+	uint64_t seed = test_seed("compact_space"), r = seed;
+	struct flexdb_options o = fdb_tiny_opts();
+	o.space.gc_ratio = 2.5;
+	struct tdb t;
+	tdb_open(&t, "compact_space", &o);
+	struct keypool pool;
+	pool_make(&pool, 16000, seed ^ 0x73706163u);
+	uint8_t *vbuf = malloc(FLEXDB_MAX_VALUE);
+	struct fmodel m = {0};
+	tidy_puts(t.db, &m, &pool, 48000, &r, vbuf);
+	struct flexdb_stats a, b;
+	cr_assert_eq(flexdb_stats(t.db, &a), 0);
+	cr_assert_eq(flexdb_compact(t.db, 1), 0);
+	cr_assert_eq(flexdb_stats(t.db, &b), 0);
+	fprintf(stderr,
+		"  compact_space: %" PRIu64 " segments used for %" PRIu64 " live bytes before, %" PRIu64
+		" after; the collection moved %" PRIu64 " bytes in %" PRIu64 " runs\n",
+		a.space.segments_used, a.space.live_bytes, b.space.segments_used,
+		b.space.gc_bytes_moved - a.space.gc_bytes_moved, b.space.gc_runs - a.space.gc_runs);
+	/* Every used segment is more than half live, and the pass rewrote
+	 * nearly everything into full ones: about the live bytes, and the
+	 * segments the pass and the collection left open. */
+	uint64_t seg = b.space.segment_size;
+	cr_assert_leq(b.space.segments_used * seg, b.space.live_bytes / 10 * 11 + 2 * seg,
+		      "seed %" PRIu64 ": %" PRIu64 " segments used for %" PRIu64 " live bytes", seed,
+		      b.space.segments_used, b.space.live_bytes);
+	cr_assert_leq(b.space.gc_bytes_moved - a.space.gc_bytes_moved, b.space.live_bytes,
+		      "seed %" PRIu64 ": the collection copied more than the store", seed);
+	tidy_verify(t.db, &m, "after compact");
+	tdb_reopen(&t, &o);
+	tidy_verify(t.db, &m, "after reopen");
+	tdb_done(&t);
+	fm_free(&m);
+	pool_free(&pool);
+	free(vbuf);
+}
+
 /* ======================================================================
  * Warming: the committer reads the store into the cache after an open.
  * ====================================================================== */

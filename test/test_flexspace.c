@@ -653,6 +653,63 @@ Test(flexspace, a_collection_run_moves_at_most_sixteen_segments)
 	tmp_remove(dir);
 }
 
+/* flexspace_collect takes every segment at most half live, whatever
+ * gc_ratio says, and no other. */
+Test(flexspace, collect_takes_every_segment_at_most_half_live)
+{
+	char dir[PATH_MAX];
+	cr_assert_eq(tmp_make(dir, sizeof(dir), "collect"), 0);
+	struct flexspace_options o = tiny_options();
+	o.log_limit = 1u << 20;
+	o.defer_maintenance = 1; /* gc_ratio 1.5 */
+	const uint64_t seg = o.segment_size, size = 32 * seg, piece = 2048;
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	uint64_t seed = test_seed("collect"), r = seed;
+	uint8_t *model = malloc(size), *rb = malloc(size);
+	op_data(rnd(&r), model, size);
+	cr_assert_eq(flexspace_write(fs, model, 0, size), (ssize_t)size);
+	cr_assert_eq(flexspace_commit(fs), 0);
+	/* Three pieces of four rewritten in the first 16 segments' bytes:
+	 * those are a quarter live, the other 16 whole. */
+	for (uint64_t off = 0; off < 16 * seg; off += piece) {
+		if (off / piece % 4 == 0)
+			continue;
+		op_data(rnd(&r), model + off, piece);
+		cr_assert_eq(flexspace_write(fs, model + off, off, piece), (ssize_t)piece);
+	}
+	cr_assert_eq(flexspace_commit(fs), 0);
+	struct flexspace_stats a, b, c;
+	cr_assert_eq(flexspace_maintain(fs), 0);
+	cr_assert_eq(flexspace_stats(fs, &a), 0);
+	cr_assert_eq(a.gc_runs, 0, "under gc_ratio: %" PRIu64 " segments for %" PRIu64 " live",
+		     a.segments_used, a.live_bytes);
+	cr_assert_eq(flexspace_collect(fs), 0);
+	cr_assert_eq(flexspace_stats(fs, &b), 0);
+	fprintf(stderr, "collect: seed %" PRIu64 ": %" PRIu64 " segments used before, %" PRIu64
+		" after, %" PRIu64 " bytes moved in %" PRIu64 " runs\n",
+		seed, a.segments_used, b.segments_used, b.gc_bytes_moved, b.gc_runs);
+	/* The quarter-live ones moved (4 segments of bytes), the whole ones
+	 * not; what is left is the live bytes and a partly filled segment. */
+	cr_assert_eq(b.gc_bytes_moved, 4 * seg, "seed %" PRIu64, seed);
+	cr_assert_leq(b.segments_used * seg, size + 2 * seg);
+	/* Nothing is left at most half live: a second call moves nothing. */
+	cr_assert_eq(flexspace_collect(fs), 0);
+	cr_assert_eq(flexspace_stats(fs, &c), 0);
+	cr_assert_eq(c.gc_bytes_moved, b.gc_bytes_moved);
+	cr_assert_eq(flexspace_check(fs), 0);
+	cr_assert_eq(flexspace_read(fs, rb, 0, size), (ssize_t)size);
+	cr_assert(!memcmp(rb, model, size), "seed %" PRIu64 ": bytes after the collection", seed);
+	cr_assert_eq(flexspace_close(fs), 0);
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	cr_assert_eq(flexspace_read(fs, rb, 0, size), (ssize_t)size);
+	cr_assert(!memcmp(rb, model, size), "seed %" PRIu64 ": bytes after reopening", seed);
+	cr_assert_eq(flexspace_close(fs), 0);
+	free(rb);
+	free(model);
+	tmp_remove(dir);
+}
+
 /* ---- API edges ------------------------------------------------------------ */
 
 static struct flexspace *open_fresh(char *dir, size_t n, const struct flexspace_options *o)
