@@ -278,7 +278,8 @@ static uint64_t fs_used_bytes(const struct flexspace *fs)
 }
 
 /* One collection run: relocates the live extents of up to FS_GC_BATCH
- * least-live segments, then makes the log durable so they can be reused.
+ * least-live segments, then makes the log durable so they can be reused
+ * (those emptied before a tree commit between batches, at that commit).
  * The caller holds sync_mu and change_mu, not the rwlock: the victims are
  * found and read with readers going on (no other change can move them),
  * and each extent is re-pointed under the exclusive lock on its own, so
@@ -306,7 +307,7 @@ static int fs_gc_pick(struct flexspace *fs, int may_release, uint32_t max_valid,
 	uint64_t target = (uint64_t)((double)fs->live * fs->gc_ratio * 0.8);
 	uint64_t reclaim = 0, need = all ? UINT64_MAX : used > target ? used - target : fs->seg_size;
 	/* The copies must fit in the space available now: the victims are
-	 * reusable only after this run's log is durable. */
+	 * reusable only once the records that emptied them are durable. */
 	uint64_t avail = fs_space_avail(fs), moved = 0;
 	uint32_t nv = 0;
 	for (uint32_t i = 0; i < nc && nv < FS_GC_BATCH && reclaim < need; i++) {
@@ -360,7 +361,8 @@ static int fs_gc_pick(struct flexspace *fs, int may_release, uint32_t max_valid,
 			rc = fs_relocate(fs, &vs.ext[i + j], v[j].buf);
 			fs_excl_unlock(fs);
 			/* Part of the victims' extents moved, none of it
-			 * logged: the n-th hit is mid-collection. */
+			 * logged since the run's last tree commit: the n-th
+			 * hit is mid-collection. */
 			if (!rc)
 				FLEX_KILLPOINT("fs.gc.moved");
 		}
@@ -409,6 +411,10 @@ int fs_gc_sparse(struct flexspace *fs)
 {
 	uint32_t left = fs_sparse_segments(fs);
 	for (; left && fs_sparse_segments(fs); left--) {
+		/* A change that failed while a run's sync let change_mu go
+		 * may have left half of itself in the tree: no commit now. */
+		if (fs->failed)
+			return FLEX_EFAILED;
 		uint64_t runs = fs->st.gc_runs;
 		int rc = fs_gc_pick(fs, 1, fs->seg_size / 2, 1);
 		if (rc || fs->st.gc_runs == runs)

@@ -406,6 +406,11 @@ int fs_log_sync(struct flexspace *fs, int may_release)
 	fs_seg_release(fs, 0);
 	fs_excl_unlock(fs);
 	fs_seg_punch(fs);
+	/* A change that failed while change_mu was let go may have left half
+	 * of itself in the tree: the batch above did not hold it, a commit
+	 * would. */
+	if (fs->failed)
+		return FLEX_EFAILED;
 	if (fs->log_size > fs->log_limit)
 		return fs_commit(fs);
 	return 0;

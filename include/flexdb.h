@@ -264,9 +264,12 @@ FLEX_EXPORT int flexdb_sync(struct flexdb *db);
  * wait for it, and what is left is not carried to the next open); with
  * full, every such interval (one that straddles the end of a segment of
  * the data file stays in two; writes during the pass may scatter others).
- * The pass ends by collecting the data file's segments it left at most
- * half live (flexspace_collect), so that the file comes back near the
- * live bytes instead of waiting for space.gc_ratio.
+ * A pass compact starts ends by collecting the data file's segments it
+ * left at most half live (flexspace_collect), so that the file comes
+ * back near the live bytes instead of waiting for space.gc_ratio; without
+ * full and with nothing left to tidy no pass starts, and nothing is
+ * collected.  Memtable commits wait for that collection (writes only if
+ * both memtables fill meanwhile).
  * A store with space.max_data_size is not tidied.  It makes nothing durable (flexdb_sync does), and
  * readers and writers go on meanwhile.  Returns 0, FLEX_EFAILED, -errno,
  * FLEX_EREADONLY for a read-only handle. */

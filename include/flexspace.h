@@ -110,7 +110,8 @@ struct flexspace_options {
 	 * which bounds the tree's memory by about this plus the internal
 	 * nodes and leaf stubs (about 75 bytes per leaf of up to 200
 	 * extents: under a byte per extent); a garbage collection commits
-	 * the tree the same way between its batches of 64 extents moved.
+	 * the tree the same way between its batches of 64 extents moved, so
+	 * it may pass the bound by one batch's leaves.
 	 * Log replay at open may exceed it until the next commit. */
 	uint64_t tree_cache_size;
 	/* Nonzero opens the space read-only, for backups, dumps, a second
@@ -429,10 +430,15 @@ FLEX_EXPORT int flexspace_maintain_slack(struct flexspace *fs, double slack);
  * the end of the tidying flexdb_compact waits for), whose older segments
  * hold little but garbage; the collection gc_ratio starts would leave
  * them until the data file passed the ratio again.  Runs as many
- * collections as that takes (each ends with a sync), committing the tree
- * first if it is due.  Returns 0, FLEX_EFAILED, FLEX_EREADONLY, -EINVAL
- * for a NULL handle, -errno; an error fails the handle as a failed sync
- * does. */
+ * collections as that takes (each ends with a sync; changes wait for
+ * their copying, reads do not), committing the tree first if it is due.
+ * It stops early, returning 0, where a collection cannot free room: in a
+ * space with max_data_size when the copies do not fit, while a
+ * checkpoint holds the segments, or after as many runs as there were
+ * such segments when it began (changes made meanwhile may leave more).
+ * Returns 0, FLEX_EFAILED, FLEX_EREADONLY, -EINVAL for a NULL handle,
+ * FLEX_ECORRUPT for a victim that cannot be read whole, -errno; an error
+ * fails the handle as a failed sync does. */
 FLEX_EXPORT int flexspace_collect(struct flexspace *fs);
 
 /* Paper section 5.4: reads from the start of the extent containing off
