@@ -129,6 +129,16 @@ int kp_next(struct kp_sched *s, uint64_t *r, long *n)
 	}
 	long small = top < 3 ? top : 3;
 	*n = 1 + (long)rnd_below(r, (uint64_t)(rnd_below(r, 4) == 0 ? small : top));
+	/* A point whose reach is known (it fired at max_fired and missed just
+	 * past it) is armed within that reach three times in four: one
+	 * reached once per process (at creation) was otherwise left to a
+	 * coin per try between 1 and 2, and some seeds lost every toss.
+	 * Until it has fired at all, one a deeper count missed is armed at
+	 * its first hit. */
+	if (st->min_missed && st->min_missed <= st->max_fired + 1 && rnd_below(r, 4) != 0)
+		*n = st->max_fired ? 1 + (long)rnd_below(r, (uint64_t)st->max_fired) : 1;
+	else if (!st->fired && st->min_missed)
+		*n = 1;
 	s->st[p].cycles++;
 	return p;
 }
