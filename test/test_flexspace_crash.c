@@ -1151,3 +1151,110 @@ Test(flexspace_crash, checkpoint_is_synced_and_a_failed_copy_leaves_the_space_us
 	cio_destroy(&c);
 	tmp_remove(root);
 }
+
+/* ---- a collection killed between its tree commits ------------------------ */
+
+/* A space whose garbage lies in segments holding pieces from all over it,
+ * with a leaf cache of four leaves: a collection commits the tree many
+ * times between its batches (test_flexspace.c has the same layout). */
+static struct flexspace_options gc_kill_options(void)
+{
+	struct flexspace_options o = tiny_options();
+	o.log_limit = 1u << 30;
+	o.tree_cache_size = 16u << 10;
+	o.gc_ratio = 1.2;
+	o.defer_maintenance = 1;
+	return o;
+}
+
+static void gc_kill_prepare(const char *dir)
+{
+	struct flexspace_options o = gc_kill_options();
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	uint64_t r = 7, size = 0;
+	uint8_t b[32];
+	for (int i = 0; i < 24000; i++) {
+		op_data(rnd(&r), b, sizeof(b));
+		uint64_t off = rnd_below(&r, size / 32 + 1) * 32;
+		cr_assert_eq(flexspace_insert(fs, b, off, sizeof(b)), (ssize_t)sizeof(b));
+		size += sizeof(b);
+	}
+	cr_assert_eq(flexspace_commit(fs), 0);
+	for (int i = 0; i < 12000; i++) {
+		op_data(rnd(&r), b, sizeof(b));
+		uint64_t off = rnd_below(&r, size - sizeof(b) + 1);
+		cr_assert_eq(flexspace_write(fs, b, off, sizeof(b)), (ssize_t)sizeof(b));
+	}
+	cr_assert_eq(flexspace_commit(fs), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+}
+
+Test(flexspace_crash, collection_killed_between_its_tree_commits_loses_no_byte)
+{
+	static const struct {
+		const char *point;
+		long n;
+	} cases[] = {{"fs.gc.moved", 1},	  {"fs.gc.moved", 300},	       {"fs.gc.moved", 1500},
+		     {"fs.gc.moved", 4000},	  {"fs.commit.tree_done", 1},  {"fs.commit.tree_done", 3},
+		     {"ft.nodes.sync.after", 2}, {"ft.header.sync.after", 2}, {"fs.log.truncated", 2},
+		     {"fs.data.sync.after", 3},  {"fs.data.sync.after", 1},   {"fs.log.sync.after", 1}};
+	char root[PATH_MAX], dir[PATH_MAX + 16], report[PATH_MAX + 32];
+	cr_assert_eq(tmp_make(root, sizeof(root), "gckill"), 0);
+	snprintf(dir, sizeof(dir), "%s/space", root);
+	snprintf(report, sizeof(report), "%s/report", root);
+	struct flexspace_options o = gc_kill_options();
+	gc_kill_prepare(dir);
+	struct flexspace *fs;
+	uint8_t *want;
+	uint64_t want_size;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	cr_assert_eq(space_read_all(fs, &want, &want_size), 0);
+	cr_assert_eq(flexspace_close(fs), 0);
+	int killed_late = 0;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		tmp_clear(dir);
+		gc_kill_prepare(dir);
+		pid_t pid = fork();
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			kp_arm(cases[c].point, cases[c].n, report);
+			struct flexspace *cfs;
+			int rc = flexspace_open(dir, &o, &cfs);
+			if (!rc)
+				rc = flexspace_maintain(cfs);
+			_exit(rc ? 2 : 0);
+		}
+		int st;
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		char fired[128];
+		long fn = 0;
+		int f = kp_fired(report, fired, sizeof(fired), &fn);
+		int killed = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+		cr_assert((killed && f == 1 && !strcmp(fired, cases[c].point) && fn == cases[c].n) ||
+			      (WIFEXITED(st) && WEXITSTATUS(st) == 0 && f == 0),
+			  "%s:%ld: status 0x%x, report %d", cases[c].point, cases[c].n, st, f);
+		cr_assert(killed || cases[c].n > 1, "%s never reached in a collection",
+			  cases[c].point);
+		killed_late += killed && cases[c].n > 1;
+		cr_assert_eq(flexspace_open(dir, &o, &fs), 0, "%s:%ld", cases[c].point, cases[c].n);
+		cr_assert_eq(flexspace_check(fs), 0, "%s:%ld", cases[c].point, cases[c].n);
+		uint8_t *got;
+		uint64_t got_size;
+		cr_assert_eq(space_read_all(fs, &got, &got_size), 0);
+		cr_assert(got_size == want_size && !memcmp(got, want, got_size),
+			  "%s:%ld: the bytes changed", cases[c].point, cases[c].n);
+		free(got);
+		struct flexspace_stats s;
+		cr_assert_eq(flexspace_stats(fs, &s), 0);
+		fprintf(stderr, "gc kill %s:%ld: %s, %" PRIu64 " log records replayed\n",
+			cases[c].point, cases[c].n, killed ? "killed" : "not reached",
+			s.recovered_records);
+		cr_assert_eq(flexspace_close(fs), 0);
+	}
+	/* Kills after a first commit of the run: past it, the recovered tree
+	 * holds part of the collection. */
+	cr_assert_geq(killed_late, 4, "only %d kills after a commit of the run", killed_late);
+	free(want);
+	tmp_remove(root);
+}
