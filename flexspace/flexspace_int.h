@@ -69,6 +69,8 @@
 /* Live bytes a GC run moves at most, in segments (one victim at least):
  * the run lists every piece it moves (24 bytes each) before it starts. */
 #define FS_GC_MOVE_SEGMENTS 16
+/* Bytes a GC run reads at once at most (or one extent). */
+#define FS_GC_READ_BYTES (1u << 20)
 /* Initial capacity of the in-memory log buffer (records). */
 #define FS_LOGBUF_RECORDS 8192
 /* Pieces at least this large bypass the segment buffer (fs_append). */

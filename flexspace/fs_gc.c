@@ -326,30 +326,28 @@ static int fs_gc_pick(struct flexspace *fs, int may_release, uint32_t max_valid,
 		rc = vs.err;
 	if (rc)
 		goto out;
-	/* Batches of FS_GC_BATCH extents, read packed into one buffer the
-	 * size of the largest batch (up to FS_GC_BATCH times max_extent;
-	 * most pieces are far smaller). */
-	size_t room = 0;
-	for (size_t i = 0; i < vs.n; i += FS_GC_BATCH) {
-		size_t sum = 0;
-		for (size_t j = i; j < vs.n && j < i + FS_GC_BATCH; j++)
-			sum += vs.ext[j].len;
-		room = sum > room ? sum : room;
-	}
+	/* Batches of up to FS_GC_BATCH extents and FS_GC_READ_BYTES (or one
+	 * extent, up to max_extent), read packed into one buffer. */
+	size_t total = 0;
+	for (size_t i = 0; i < vs.n; i++)
+		total += vs.ext[i].len;
+	size_t room = FS_GC_READ_BYTES > fs->max_extent ? FS_GC_READ_BYTES : fs->max_extent;
+	room = total < room ? total : room;
 	data = malloc(room ? room : 1);
 	if (!data) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	fs->in_gc = 1;
-	for (size_t i = 0; i < vs.n && !rc; i += FS_GC_BATCH) {
-		size_t k = vs.n - i < FS_GC_BATCH ? vs.n - i : FS_GC_BATCH;
+	for (size_t i = 0, k; i < vs.n && !rc; i += k) {
 		struct flex_iovec v[FS_GC_BATCH];
 		size_t at = 0;
-		for (size_t j = 0; j < k; j++) {
-			v[j] = (struct flex_iovec){
-			    .buf = data + at, .len = vs.ext[i + j].len, .off = vs.ext[i + j].poff};
-			at += vs.ext[i + j].len;
+		for (k = 0; i + k < vs.n && k < FS_GC_BATCH; k++) {
+			uint32_t len = vs.ext[i + k].len;
+			if (k && at + len > FS_GC_READ_BYTES)
+				break;
+			v[k] = (struct flex_iovec){.buf = data + at, .len = len, .off = vs.ext[i + k].poff};
+			at += len;
 		}
 		rc = fs->io->read_batch(fs->io, fs->data_fd, v, (int)k);
 		if (rc == -ENODATA)

@@ -66,8 +66,8 @@ struct flexdb_options {
 	 * FlexSpace's segment buffer (space.segment_size, 4 MiB) and log
 	 * buffer (space.log_limit, 8 MiB, and the slack of its growth), a
 	 * garbage collection's list of the pieces it moves (24 bytes each,
-	 * for at most 16 segments of live bytes) and the buffer it reads 64
-	 * of them into, and the committer's tidying buffer (about 1 MiB:
+	 * for at most 16 segments of live bytes) and the buffer it reads
+	 * them into (1 MiB, or one extent of up to a 32nd of a segment), and the committer's tidying buffer (about 1 MiB:
 	 * flexdb_compact), plus
 	 * iterators: an open one holds its chunk of pairs and keeps up to
 	 * 512 KiB of buffers between chunks (a chunk of large pairs takes

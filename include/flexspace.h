@@ -110,8 +110,8 @@ struct flexspace_options {
 	 * which bounds the tree's memory by about this plus the internal
 	 * nodes and leaf stubs (about 75 bytes per leaf of up to 200
 	 * extents: under a byte per extent); a garbage collection commits
-	 * the tree the same way between its batches of 64 extents moved, so
-	 * it may pass the bound by one batch's leaves.
+	 * the tree the same way between its batches of up to 64 extents
+	 * moved, so it may pass the bound by one batch's leaves.
 	 * Log replay at open may exceed it until the next commit. */
 	uint64_t tree_cache_size;
 	/* Nonzero opens the space read-only, for backups, dumps, a second
