@@ -532,6 +532,25 @@ Test(flexspace, free_segments_keep_no_collection_due)
 	tmp_remove(dir);
 }
 
+/* The space holds model[0..size) and passes its check, and again once
+ * reopened from its files with o; closes it. */
+static void gc_verify(struct flexspace *fs, const char *dir, const struct flexspace_options *o,
+		      const uint8_t *model, uint64_t size, uint64_t seed)
+{
+	uint8_t *rb = malloc(size ? size : 1);
+	for (int reopen = 0; reopen < 2; reopen++) {
+		if (reopen)
+			cr_assert_eq(flexspace_open(dir, o, &fs), 0);
+		cr_assert_eq(flexspace_check(fs), 0, "seed %" PRIu64 ", reopened %d", seed, reopen);
+		memset(rb, 0, size);
+		cr_assert_eq(flexspace_read(fs, rb, 0, size), (ssize_t)size);
+		cr_assert(!memcmp(rb, model, size), "seed %" PRIu64 ": bytes (reopened %d)", seed,
+			  reopen);
+		cr_assert_eq(flexspace_close(fs), 0);
+	}
+	free(rb);
+}
+
 /* A collection's victims hold pieces from all over the space: each piece
  * moved dirties a tree leaf, and a dirty leaf cannot leave memory before
  * the tree is committed.  A run commits the tree as often as its leaf
@@ -585,18 +604,7 @@ Test(flexspace, a_collection_spread_over_the_tree_commits_as_its_leaves_fill)
 	cr_assert_gt(after.gc_runs, before.gc_runs, "seed %" PRIu64 ": no collection", seed);
 	cr_assert_geq(after.tree_commits - before.tree_commits, 2,
 		      "seed %" PRIu64 ": the collection held its dirty leaves to its end", seed);
-	cr_assert_eq(flexspace_check(fs), 0);
-	uint8_t *rb = malloc(size);
-	cr_assert_eq(flexspace_read(fs, rb, 0, size), (ssize_t)size);
-	cr_assert(!memcmp(rb, model, size), "seed %" PRIu64 ": bytes after the collection", seed);
-	cr_assert_eq(flexspace_close(fs), 0);
-	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
-	cr_assert_eq(flexspace_check(fs), 0);
-	memset(rb, 0, size);
-	cr_assert_eq(flexspace_read(fs, rb, 0, size), (ssize_t)size);
-	cr_assert(!memcmp(rb, model, size), "seed %" PRIu64 ": bytes after reopening", seed);
-	cr_assert_eq(flexspace_close(fs), 0);
-	free(rb);
+	gc_verify(fs, dir, &o, model, size, seed);
 	free(model);
 	tmp_remove(dir);
 }
@@ -615,7 +623,7 @@ Test(flexspace, a_collection_run_moves_at_most_sixteen_segments)
 	struct flexspace *fs;
 	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
 	uint64_t seed = test_seed("gc_cap"), r = seed;
-	uint8_t *model = malloc(size), *rb = malloc(size);
+	uint8_t *model = malloc(size);
 	op_data(rnd(&r), model, size);
 	cr_assert_eq(flexspace_write(fs, model, 0, size), (ssize_t)size);
 	cr_assert_eq(flexspace_commit(fs), 0);
@@ -644,11 +652,7 @@ Test(flexspace, a_collection_run_moves_at_most_sixteen_segments)
 		seed, runs, st.gc_bytes_moved, st.segments_used, st.live_bytes);
 	cr_assert_geq(runs, 2, "seed %" PRIu64 ": the garbage took one run", seed);
 	cr_assert_leq(st.segments_used * seg, 6 * st.live_bytes / 5 + 4 * seg);
-	cr_assert_eq(flexspace_check(fs), 0);
-	cr_assert_eq(flexspace_read(fs, rb, 0, size), (ssize_t)size);
-	cr_assert(!memcmp(rb, model, size), "seed %" PRIu64 ": bytes after the collections", seed);
-	cr_assert_eq(flexspace_close(fs), 0);
-	free(rb);
+	gc_verify(fs, dir, &o, model, size, seed);
 	free(model);
 	tmp_remove(dir);
 }
@@ -666,7 +670,7 @@ Test(flexspace, collect_takes_every_segment_at_most_half_live)
 	struct flexspace *fs;
 	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
 	uint64_t seed = test_seed("collect"), r = seed;
-	uint8_t *model = malloc(size), *rb = malloc(size);
+	uint8_t *model = malloc(size);
 	op_data(rnd(&r), model, size);
 	cr_assert_eq(flexspace_write(fs, model, 0, size), (ssize_t)size);
 	cr_assert_eq(flexspace_commit(fs), 0);
@@ -697,15 +701,7 @@ Test(flexspace, collect_takes_every_segment_at_most_half_live)
 	cr_assert_eq(flexspace_collect(fs), 0);
 	cr_assert_eq(flexspace_stats(fs, &c), 0);
 	cr_assert_eq(c.gc_bytes_moved, b.gc_bytes_moved);
-	cr_assert_eq(flexspace_check(fs), 0);
-	cr_assert_eq(flexspace_read(fs, rb, 0, size), (ssize_t)size);
-	cr_assert(!memcmp(rb, model, size), "seed %" PRIu64 ": bytes after the collection", seed);
-	cr_assert_eq(flexspace_close(fs), 0);
-	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
-	cr_assert_eq(flexspace_read(fs, rb, 0, size), (ssize_t)size);
-	cr_assert(!memcmp(rb, model, size), "seed %" PRIu64 ": bytes after reopening", seed);
-	cr_assert_eq(flexspace_close(fs), 0);
-	free(rb);
+	gc_verify(fs, dir, &o, model, size, seed);
 	free(model);
 	tmp_remove(dir);
 }
