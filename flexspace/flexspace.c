@@ -422,7 +422,7 @@ int flexspace_collect(struct flexspace *fs)
 	int rc = fs->failed ? FLEX_EFAILED : 0;
 	if (!rc && fs_commit_due(fs))
 		rc = fs_commit(fs);
-	if (!rc && (rc = fs_gc_sparse(fs)) != 0 && rc != FLEX_EFAILED)
+	if (!rc && (rc = fs_gc_sparse(fs)) != 0)
 		rc = fs_fail(fs, rc);
 	pthread_mutex_unlock(&fs->change_mu);
 	pthread_mutex_unlock(&fs->sync_mu);

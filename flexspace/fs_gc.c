@@ -327,12 +327,14 @@ static int fs_gc_pick(struct flexspace *fs, int may_release, uint32_t max_valid,
 	if (rc)
 		goto out;
 	/* Batches of up to FS_GC_BATCH extents and FS_GC_READ_BYTES (or one
-	 * extent, up to max_extent), read packed into one buffer. */
-	size_t total = 0;
-	for (size_t i = 0; i < vs.n; i++)
+	 * extent, however long), read packed into one buffer. */
+	size_t total = 0, longest = 0;
+	for (size_t i = 0; i < vs.n; i++) {
 		total += vs.ext[i].len;
-	size_t room = FS_GC_READ_BYTES > fs->max_extent ? FS_GC_READ_BYTES : fs->max_extent;
-	room = total < room ? total : room;
+		longest = vs.ext[i].len > longest ? vs.ext[i].len : longest;
+	}
+	size_t room = total < FS_GC_READ_BYTES ? total : FS_GC_READ_BYTES;
+	room = longest > room ? longest : room;
 	data = malloc(room ? room : 1);
 	if (!data) {
 		rc = -ENOMEM;

@@ -409,10 +409,8 @@ int fs_log_sync(struct flexspace *fs, int may_release)
 	/* A change that failed while change_mu was let go may have left half
 	 * of itself in the tree: the batch above did not hold it, a commit
 	 * would. */
-	if (fs->failed)
-		return FLEX_EFAILED;
 	if (fs->log_size > fs->log_limit)
-		return fs_commit(fs);
+		return fs->failed ? FLEX_EFAILED : fs_commit(fs);
 	return 0;
 }
 

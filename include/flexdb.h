@@ -67,8 +67,8 @@ struct flexdb_options {
 	 * buffer (space.log_limit, 8 MiB, and the slack of its growth), a
 	 * garbage collection's list of the pieces it moves (24 bytes each,
 	 * for at most 16 segments of live bytes) and the buffer it reads
-	 * them into (1 MiB, or one extent of up to a 32nd of a segment), and the committer's tidying buffer (about 1 MiB:
-	 * flexdb_compact), plus
+	 * them into (1 MiB, or one extent: up to a 32nd of a segment), and
+	 * the committer's tidying buffer (about 1 MiB: flexdb_compact), plus
 	 * iterators: an open one holds its chunk of pairs and keeps up to
 	 * 512 KiB of buffers between chunks (a chunk of large pairs takes
 	 * what they need), and up to four closed ones of about 75 KiB each

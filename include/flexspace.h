@@ -432,10 +432,10 @@ FLEX_EXPORT int flexspace_maintain_slack(struct flexspace *fs, double slack);
  * them until the data file passed the ratio again.  Runs as many
  * collections as that takes (each ends with a sync; changes wait for
  * their copying, reads do not), committing the tree first if it is due.
- * It stops early, returning 0, where a collection cannot free room: in a
- * space with max_data_size when the copies do not fit, while a
- * checkpoint holds the segments, or after as many runs as there were
- * such segments when it began (changes made meanwhile may leave more).
+ * It stops early, returning 0, in a space with max_data_size when the
+ * copies do not fit, and after as many runs as there were such segments
+ * when it began (changes made meanwhile may leave more).  Segments a
+ * checkpoint holds are copied but freed only after it ends.
  * Returns 0, FLEX_EFAILED, FLEX_EREADONLY, -EINVAL for a NULL handle,
  * FLEX_ECORRUPT for a victim that cannot be read whole, -errno; an error
  * fails the handle as a failed sync does. */
