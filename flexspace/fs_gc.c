@@ -403,14 +403,13 @@ static uint32_t fs_sparse_segments(const struct flexspace *fs)
 	return n;
 }
 
-/* Runs until no used segment is at most half live, or a run frees
- * nothing (no room for the copies).  Each run empties one of those found
- * at the start at least; changes made while a run's sync let change_mu
- * go may add more, which wait for the next call past that many runs. */
+/* Runs until one finds no used segment at most half live, or no room for
+ * the copies.  Each run empties one of those found at the start at
+ * least; changes made while a run's sync let change_mu go may add more,
+ * which wait for the next call past that many runs. */
 int fs_gc_sparse(struct flexspace *fs)
 {
-	uint32_t left = fs_sparse_segments(fs);
-	for (; left && fs_sparse_segments(fs); left--) {
+	for (uint32_t left = fs_sparse_segments(fs); left; left--) {
 		/* A change that failed while a run's sync let change_mu go
 		 * may have left half of itself in the tree: no commit now. */
 		if (fs->failed)
