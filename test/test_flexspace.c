@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -984,7 +985,7 @@ static void *apply_reader_run(void *arg)
 			p = e + 1;
 		}
 		ar->bad += sum != 1000 || k != 8;
-		ar->reads++;
+		__atomic_fetch_add(&ar->reads, 1, __ATOMIC_RELAXED);
 	}
 	return NULL;
 }
@@ -1002,6 +1003,10 @@ Test(flexspace, readers_never_see_half_of_an_apply)
 	struct apply_reader ar = {.fs = fs};
 	pthread_t th;
 	cr_assert_eq(pthread_create(&th, NULL, apply_reader_run, &ar), 0);
+	/* The calls start once the reader reads: on a busy machine the
+	 * thread may not run before 20000 calls are done. */
+	while (!__atomic_load_n(&ar.reads, __ATOMIC_RELAXED))
+		sched_yield();
 	uint64_t r = test_seed("apply_readers");
 	for (int round = 0; round < 20000; round++) {
 		int from = (int)rnd_below(&r, 8), to = (int)rnd_below(&r, 8);
