@@ -80,7 +80,7 @@
 
 /* Peer node capacities: FlexTree's defaults (FT_LEAF_CAP, FT_INTERNAL_CAP
  * in flextree/flextree_int.h), so both trees have the same height. */
-#define BT_LEAF_CAP 200
+#define BT_LEAF_CAP 336
 #define BT_INNER_CAP 128 /* pivots; children = pivots + 1 */
 #define BT_MAX_HEIGHT 32
 

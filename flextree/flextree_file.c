@@ -38,23 +38,30 @@
 #include "flextree_int.h"
 
 #define FT_SLOT 4096u
-/* Format 2: leaves of up to 200 entries (format 1: 128).  Both are read;
- * commits write format 2, so that a build that knows only format 1
- * refuses the file with FLEX_EVERSION instead of calling its larger
- * leaves corrupt. */
-#define FT_FORMAT 2u
+/* Format 3: packed leaves ("FTL2") of up to 336 entries of 12 bytes, the
+ * partial offsets left out but the first (each is the one before plus its
+ * length).  Formats 1 and 2 wrote "FTL1" leaves of 20-byte entries (at
+ * most 128 and 200).  Every format is read, and a file's leaves may mix
+ * both kinds: a commit rewrites only the leaves that changed.  Commits
+ * write format 3, so that an older build refuses the file with
+ * FLEX_EVERSION instead of calling its packed leaves corrupt. */
+#define FT_FORMAT 3u
 #define FT_FORMAT_OLDEST 1u
 #define FT_MAGIC "FLEXTREE"
-#define FT_LEAF_MAGIC 0x314c5446u     /* "FTL1" */
+#define FT_LEAF_MAGIC 0x314c5446u     /* "FTL1": 20-byte entries */
+#define FT_PACKED_MAGIC 0x324c5446u   /* "FTL2": first offset, 12-byte entries */
 #define FT_INTERNAL_MAGIC 0x31495446u /* "FTI1" */
 #define FT_NODE_HDR 32u
 #define FT_LEAF_ENTRY 20u
+#define FT_PACKED_ENTRY 12u
+#define FT_PACKED_FIRST 8u /* the first partial offset, before the entries */
 #define FT_PIVOT 8u
 #define FT_CHILD_ENTRY 20u
 /* Nodes written per batched write during a commit (1 MiB). */
 #define FT_BATCH 256
 
-_Static_assert(FT_NODE_HDR + FT_LEAF_CAP * FT_LEAF_ENTRY <= FT_SLOT, "leaf fits a slot");
+_Static_assert(FT_NODE_HDR + FT_PACKED_FIRST + FT_LEAF_CAP * FT_PACKED_ENTRY <= FT_SLOT,
+	       "leaf fits a slot");
 _Static_assert(FT_NODE_HDR + FT_INTERNAL_CAP * FT_PIVOT +
 			       (FT_INTERNAL_CAP + 1) * FT_CHILD_ENTRY <= FT_SLOT,
 	       "internal node fits a slot");
@@ -161,7 +168,7 @@ static uint64_t ft_node_encode(const struct ft_node *n, unsigned level, uint32_t
 			       uint64_t version, uint8_t *buf)
 {
 	memset(buf, 0, FT_SLOT);
-	flex_put_le32(buf + N_MAGIC, n->leaf ? FT_LEAF_MAGIC : FT_INTERNAL_MAGIC);
+	flex_put_le32(buf + N_MAGIC, n->leaf ? FT_PACKED_MAGIC : FT_INTERNAL_MAGIC);
 	flex_put_le16(buf + N_COUNT, n->count);
 	buf[N_LEVEL] = (uint8_t)level;
 	flex_put_le32(buf + N_SLOT, slot);
@@ -169,10 +176,12 @@ static uint64_t ft_node_encode(const struct ft_node *n, unsigned level, uint32_t
 	uint8_t *p = buf + FT_NODE_HDR;
 	if (n->leaf) {
 		const struct ft_leaf *l = (const struct ft_leaf *)n;
-		for (int j = 0; j < l->h.count; j++, p += FT_LEAF_ENTRY) {
-			flex_put_le64(p, l->b->loff[j]);
-			flex_put_le64(p + 8, l->b->pt[j]);
-			flex_put_le32(p + 16, l->b->len[j]);
+		if (l->h.count)
+			flex_put_le64(p, l->b->loff[0]);
+		p += FT_PACKED_FIRST;
+		for (int j = 0; j < l->h.count; j++, p += FT_PACKED_ENTRY) {
+			flex_put_le64(p, l->b->pt[j]);
+			flex_put_le32(p + 8, l->b->len[j]);
 		}
 	} else {
 		const struct ft_internal *in = (const struct ft_internal *)n;
@@ -420,8 +429,10 @@ static int ft_node_verify(uint8_t *buf, uint32_t slot, uint64_t csum, unsigned l
 	if (buf[N_LEVEL] != level || flex_get_le32(buf + N_SLOT) != slot ||
 	    flex_get_le64(buf + N_VERSION) > version)
 		return FLEX_ECORRUPT;
-	if (level == 0 ? magic != FT_LEAF_MAGIC || count > FT_LEAF_CAP
-		       : magic != FT_INTERNAL_MAGIC || count > FT_INTERNAL_CAP)
+	if (level > 0 ? magic != FT_INTERNAL_MAGIC || count > FT_INTERNAL_CAP
+	    : magic == FT_PACKED_MAGIC ? count > FT_LEAF_CAP
+	    : magic != FT_LEAF_MAGIC || count > FT_LEAF_CAP ||
+		      FT_NODE_HDR + count * FT_LEAF_ENTRY > FT_SLOT)
 		return FLEX_ECORRUPT;
 	return (int)count;
 }
@@ -475,11 +486,26 @@ int ft_file_read_leaf(const struct flextree *t, const struct ft_leaf_src *src,
 	if (n == 0 && sp->lo != sp->hi)
 		return FLEX_ECORRUPT;
 	const uint8_t *p = buf + FT_NODE_HDR;
+	int packed = flex_get_le32(buf + N_MAGIC) == FT_PACKED_MAGIC;
+	uint64_t loff = 0;
+	if (packed) {
+		loff = flex_get_le64(p);
+		p += FT_PACKED_FIRST;
+	}
 	uint64_t pos = sp->lo;
-	for (int j = 0; j < n; j++, p += FT_LEAF_ENTRY) {
-		b->loff[j] = flex_get_le64(p);
-		b->pt[j] = flex_get_le64(p + 8);
-		b->len[j] = flex_get_le32(p + 16);
+	for (int j = 0; j < n; j++) {
+		if (packed) {
+			b->loff[j] = loff;
+			b->pt[j] = flex_get_le64(p);
+			b->len[j] = flex_get_le32(p + 8);
+			loff += b->len[j];
+			p += FT_PACKED_ENTRY;
+		} else {
+			b->loff[j] = flex_get_le64(p);
+			b->pt[j] = flex_get_le64(p + 8);
+			b->len[j] = flex_get_le32(p + 16);
+			p += FT_LEAF_ENTRY;
+		}
 		uint64_t poff = ft_pt_poff(b->pt[j]);
 		if (b->len[j] == 0 || b->loff[j] > FT_PARTIAL_MAX ||
 		    (uint64_t)sp->base + b->loff[j] != pos || pos >= sp->hi ||

@@ -50,17 +50,19 @@
 #include "flextree.h"
 
 /* Node capacities: each node fits one 4 KiB file slot (checked by static
- * asserts in flextree_file.c).  A leaf of 200 entries of 20 bytes fills
- * its slot: every tree commit writes whole slots, so fuller leaves mean
- * fewer bytes per commit (a third less than leaves of 128).  Internal
+ * asserts in flextree_file.c).  A leaf of 336 entries of 12 bytes (the
+ * partial offsets but the first are left out) fills its slot: every tree
+ * commit writes whole slots, and a random load dirties nearly every leaf
+ * between two commits, so fuller leaves mean fewer bytes per commit.  Internal
  * nodes keep 128 pivots, which make the O(fanout) shift updates on the
  * path cheaper than the cache misses of a taller tree.  The test suite
  * also builds the tree with tiny capacities so that every split/merge
  * path runs on a few hundred extents.  The on-disk format stores counts:
  * a build reads the nodes of any build with capacities no larger than
- * its own (format 1 in flextree_file.c: leaves of at most 128). */
+ * its own (flextree_file.c: formats 1 and 2 held leaves of at most 128
+ * and 200 entries). */
 #ifndef FT_LEAF_CAP
-#define FT_LEAF_CAP 200
+#define FT_LEAF_CAP 336
 #endif
 #ifndef FT_INTERNAL_CAP
 #define FT_INTERNAL_CAP 128 /* pivots; children = pivots + 1 */

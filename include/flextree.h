@@ -76,8 +76,8 @@ struct flextree_options {
 	 * exclusive lock).  Ignored for volatile trees. */
 	int read_only;
 	/* Persistent trees: bytes of leaves kept in memory once they are
-	 * clean (flextree_stats' leaf_bytes each: 4,000 bytes for a leaf of
-	 * up to 200 extents).  0 means FLEXTREE_DEFAULT_CACHE; any smaller
+	 * clean (flextree_stats' leaf_bytes each: 6,720 bytes for a leaf of
+	 * up to 336 extents).  0 means FLEXTREE_DEFAULT_CACHE; any smaller
 	 * value keeps at least one leaf.  Internal nodes (about 3 KiB per 128
 	 * leaves) and a 48-byte stub per leaf are not counted; nor are dirty
 	 * leaves and the leaves a reader is using at the moment, which stay

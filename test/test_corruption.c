@@ -463,7 +463,10 @@ static void tree_walk(const uint8_t *f, uint32_t slot, unsigned level, struct tr
 {
 	const uint8_t *n = f + (size_t)slot * SLOT;
 	unsigned count = (unsigned)le(n + 4, 2);
-	uint32_t used = level == 0 ? 32 + count * 20 : 32 + count * 8 + (count + 1) * 20;
+	/* Leaves: "FTL2" (12-byte entries after the first offset) or "FTL1". */
+	uint32_t used = level > 0			 ? 32 + count * 8 + (count + 1) * 20
+			: memcmp(n, "FTL2", 4) == 0 ? 40 + count * 12
+						 : 32 + count * 20;
 	cr_assert(ti->nlive < 512);
 	ti->live[ti->nlive++] = (struct tree_slot){slot, level, used};
 	if (level == 0)

@@ -1323,7 +1323,7 @@ Test(flextree, cached_leaves_stay_within_budget_while_tree_grows, .timeout = 300
 	struct flextree_options o = tiny_cache(budget, 1);
 	o.io = &fio;
 	struct flextree *t = open_ok(d.path, &o);
-	uint64_t n = TINY ? 3000 : 64000, commits = 0, peak = 0;
+	uint64_t n = TINY ? 3000 : 120000, commits = 0, peak = 0;
 	for (uint64_t i = 0; i < n; i++) {
 		/* Mostly appends (cheap commits), some inserts anywhere. */
 		uint64_t at = rng_pct(&r, 70) ? m.size : rng_below(&r, m.size + 1);

@@ -80,7 +80,7 @@ Test(format, flextree_header_and_leaf_bytes_match_the_doc)
 
 	const uint8_t *h = f; /* version 2 lives in slot 2 & 1 = 0 */
 	cr_assert_eq(memcmp(h, "FLEXTREE", 8), 0);
-	cr_assert_eq(le(h + 8, 4), 2, "format");
+	cr_assert_eq(le(h + 8, 4), 3, "format");
 	cr_assert_eq(le(h + 12, 4), 4096);
 	cr_assert_eq(le(h + 16, 8), 2, "version");
 	cr_assert_eq(le(h + 24, 4), 3, "root slot");
@@ -95,30 +95,143 @@ Test(format, flextree_header_and_leaf_bytes_match_the_doc)
 
 	const uint8_t *n = f + 3 * 4096;
 	cr_assert_eq(le(h + 32, 8), slot_csum(n, 24), "root_csum is the leaf's checksum");
-	cr_assert_eq(le(n, 4), 0x314c5446);
-	cr_assert_eq(memcmp(n, "FTL1", 4), 0);
+	cr_assert_eq(le(n, 4), 0x324c5446);
+	cr_assert_eq(memcmp(n, "FTL2", 4), 0);
 	cr_assert_eq(le(n + 4, 2), 1, "count");
 	cr_assert_eq(n[6], 0, "level");
 	cr_assert_eq(le(n + 8, 4), 3, "slot");
 	cr_assert_eq(le(n + 16, 8), 2, "version");
 	cr_assert_eq(le(n + 24, 8), slot_csum(n, 24));
-	cr_assert_eq(le(n + 32, 8), 0, "partial offset");
+	cr_assert_eq(le(n + 32, 8), 0, "first partial offset");
 	cr_assert_eq(le(n + 40, 8), 0x123456 | (uint64_t)0xBEEF << 48, "poff | tag << 48");
 	cr_assert_eq(le(n + 48, 4), 100, "length");
 	for (int i = 52; i < 4096; i++)
 		cr_assert_eq(n[i], 0, "rest of the leaf slot is zero");
 	free(f);
 
-	/* Format 1 (leaves of at most 128 entries) still opens; a later
-	 * format is refused as such, not as damage. */
+	/* Formats 1 and 2 (leaves of 20-byte entries, "FTL1") still open;
+	 * a later format is refused as such, not as damage. */
 	tree_set_format(path, 1);
 	cr_assert_eq(flextree_open(path, NULL, &t), 0, "a format-1 file opens");
 	struct flextree_mapping m;
 	cr_assert_eq(flextree_query(t, 0, 100, &m, 1), 1);
 	cr_assert_eq(m.poff, 0x123456);
 	cr_assert_eq(flextree_close(t), 0);
-	tree_set_format(path, 3);
+	tree_set_format(path, 4);
 	cr_assert_eq(flextree_open(path, NULL, &t), FLEX_EVERSION);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* A tree file of format 2, as the builds before packed leaves wrote it:
+ * "FTL1" leaves of 20-byte entries.  It opens, reads back, and its first
+ * commit leaves format 3 with the changed leaf packed and the other as it
+ * was. */
+Test(format, a_format_2_tree_with_unpacked_leaves_opens_and_mixes)
+{
+	char dir[] = "/tmp/flexfmt.XXXXXX";
+	cr_assert_not_null(mkdtemp(dir));
+	char path[64];
+	snprintf(path, sizeof(path), "%s/t.ft", dir);
+
+	/* Extents of 10 bytes at poff 1000 * i, enough for two leaves that
+	 * fit the old layout (at most 200 entries each). */
+	enum { N = 360 };
+	struct flextree *t;
+	cr_assert_eq(flextree_open(path, NULL, &t), 0);
+	for (uint64_t i = 0; i < N; i++)
+		cr_assert_eq(flextree_insert(t, i * 10, 1000 * i, 10), 0);
+	struct flextree_stats st;
+	flextree_stats(t, &st);
+	cr_assert_geq(st.leaves, 2);
+	cr_assert_eq(flextree_close(t), 0);
+
+	/* Rewrite every leaf as an "FTL1" image and fix the checksums that
+	 * point to it: the root's child entries and the header's. */
+	int fd = open(path, O_RDWR);
+	cr_assert_geq(fd, 0);
+	struct stat sb;
+	fstat(fd, &sb);
+	uint32_t nslots = (uint32_t)(sb.st_size / 4096);
+	uint8_t *f = calloc(nslots, 4096);
+	cr_assert_eq(pread(fd, f, sb.st_size, 0), sb.st_size);
+	uint8_t *h = le(f + 16, 8) > le(f + 4096 + 16, 8) ? f : f + 4096;
+	uint8_t *root = f + (size_t)le(h + 24, 4) * 4096;
+	cr_assert_eq(le(h + 28, 4), 2, "a root over leaves");
+	cr_assert_eq(memcmp(root, "FTI1", 4), 0);
+	unsigned pivots = (unsigned)le(root + 4, 2);
+	uint8_t *child = root + 32 + 8 * pivots;
+	for (unsigned c = 0; c <= pivots; c++, child += 20) {
+		uint8_t *leaf = f + (size_t)le(child + 8, 4) * 4096;
+		cr_assert_eq(memcmp(leaf, "FTL2", 4), 0);
+		unsigned count = (unsigned)le(leaf + 4, 2);
+		cr_assert_leq(count, 200);
+		uint64_t loff = le(leaf + 32, 8);
+		uint8_t img[4096];
+		memcpy(img, leaf, 32);
+		memset(img + 32, 0, sizeof(img) - 32);
+		memcpy(img, "FTL1", 4);
+		for (unsigned j = 0; j < count; j++) {
+			const uint8_t *e = leaf + 40 + 12 * j;
+			flex_put_le64(img + 32 + 20 * j, loff);
+			memcpy(img + 32 + 20 * j + 8, e, 12);
+			loff += le(e + 8, 4);
+		}
+		flex_put_le64(img + 24, slot_csum(img, 24));
+		memcpy(leaf, img, sizeof(img));
+		flex_put_le64(child + 12, le(leaf + 24, 8));
+	}
+	flex_put_le64(root + 24, slot_csum(root, 24));
+	flex_put_le64(h + 32, le(root + 24, 8));
+	flex_put_le32(h + 8, 2);
+	flex_put_le64(h + 4088, slot_csum(h, 4088));
+	cr_assert_eq(pwrite(fd, f, sb.st_size, 0), sb.st_size);
+	close(fd);
+
+	/* Opening verifies every leaf (the default), then reads them back. */
+	cr_assert_eq(flextree_open(path, NULL, &t), 0, "a format-2 file opens");
+	cr_assert_eq(flextree_check(t), 0);
+	for (uint64_t i = 0; i < N; i++) {
+		struct flextree_mapping m;
+		cr_assert_eq(flextree_query(t, i * 10, 10, &m, 1), 1);
+		cr_assert_eq(m.poff, 1000 * i, "extent %lu", (unsigned long)i);
+	}
+	/* One changed leaf: the commit packs it and keeps the other. */
+	cr_assert_eq(flextree_insert(t, 0, 77, 5), 0);
+	cr_assert_eq(flextree_close(t), 0);
+	fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	fstat(fd, &sb);
+	nslots = (uint32_t)(sb.st_size / 4096);
+	free(f);
+	f = calloc(nslots, 4096);
+	cr_assert_eq(pread(fd, f, sb.st_size, 0), sb.st_size);
+	close(fd);
+	h = le(f + 16, 8) > le(f + 4096 + 16, 8) ? f : f + 4096;
+	cr_assert_eq(le(h + 8, 4), 3, "a commit writes format 3");
+	root = f + (size_t)le(h + 24, 4) * 4096;
+	pivots = (unsigned)le(root + 4, 2);
+	child = root + 32 + 8 * pivots;
+	unsigned packed = 0, unpacked = 0;
+	for (unsigned c = 0; c <= pivots; c++, child += 20) {
+		const uint8_t *leaf = f + (size_t)le(child + 8, 4) * 4096;
+		packed += memcmp(leaf, "FTL2", 4) == 0;
+		unpacked += memcmp(leaf, "FTL1", 4) == 0;
+	}
+	cr_assert_eq(packed, 1, "the changed leaf is packed");
+	cr_assert_eq(unpacked, pivots, "the others are as they were");
+	free(f);
+
+	cr_assert_eq(flextree_open(path, NULL, &t), 0);
+	cr_assert_eq(flextree_check(t), 0);
+	struct flextree_mapping m;
+	cr_assert_eq(flextree_query(t, 0, 5, &m, 1), 1);
+	cr_assert_eq(m.poff, 77);
+	for (uint64_t i = 0; i < N; i++) {
+		cr_assert_eq(flextree_query(t, 5 + i * 10, 10, &m, 1), 1);
+		cr_assert_eq(m.poff, 1000 * i);
+	}
+	cr_assert_eq(flextree_close(t), 0);
 	unlink(path);
 	rmdir(dir);
 }

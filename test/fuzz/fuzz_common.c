@@ -205,6 +205,14 @@ static void fz_tree_count(const uint8_t *img, uint32_t nslots, uint32_t slot, un
 		c->extents += count;
 		for (unsigned j = 0; j < count; j++)
 			c->size += fz_get32(s + 32 + j * 20 + 16);
+	} else if (magic == FZ_PACKED_MAGIC) {
+		unsigned count = fz_get16(s + 4);
+		if (40u + count * 12u > FZ_SLOT)
+			return;
+		c->leaves++;
+		c->extents += count;
+		for (unsigned j = 0; j < count; j++)
+			c->size += fz_get32(s + 40 + j * 12 + 8);
 	} else if (magic == FZ_INTERNAL_MAGIC) {
 		unsigned nc = fz_internal_children(s);
 		c->internals++;
@@ -228,7 +236,9 @@ void fz_tree_fixup(uint8_t *img, uint32_t nslots, unsigned flags)
 		for (uint32_t s = 2; s < nslots; s++) {
 			uint8_t *n = img + (size_t)s * FZ_SLOT;
 			uint32_t magic = fz_get32(n);
-			if ((magic != FZ_LEAF_MAGIC && magic != FZ_INTERNAL_MAGIC) || n[6] != lvl)
+			if ((magic != FZ_LEAF_MAGIC && magic != FZ_PACKED_MAGIC &&
+			     magic != FZ_INTERNAL_MAGIC) ||
+			    n[6] != lvl)
 				continue;
 			any = 1;
 			if (magic == FZ_INTERNAL_MAGIC) {

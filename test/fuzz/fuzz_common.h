@@ -98,7 +98,8 @@ int fz_u8(struct fz_in *in, uint8_t *v);
 
 #define FZ_SLOT 4096u
 #define FZ_TREE_MAX_HEIGHT 40u
-#define FZ_LEAF_MAGIC 0x314c5446u
+#define FZ_LEAF_MAGIC 0x314c5446u   /* "FTL1": 20-byte entries */
+#define FZ_PACKED_MAGIC 0x324c5446u /* "FTL2": first offset, 12-byte entries */
 #define FZ_INTERNAL_MAGIC 0x31495446u
 
 struct fz_tree_counts {

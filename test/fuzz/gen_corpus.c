@@ -116,10 +116,10 @@ static void gen_tree(void)
 	tree_seed("small", p, 0);
 	tree_seed("small-fixup", p, 7);
 
-	/* Enough extents for a root over several leaves (128 per leaf). */
+	/* Enough extents for a root over several leaves (up to 336 each). */
 	fz_path(p, sizeof(p), tmp, "tree-multi");
 	CHECK(flextree_open(p, NULL, &t) == 0);
-	for (uint64_t i = 0; i < 400; i++)
+	for (uint64_t i = 0; i < 800; i++)
 		CHECK(flextree_insert(t, i * 10, i * 1000 + 7, 10) == 0);
 	CHECK(flextree_collapse(t, 100, 35) == 0);
 	CHECK(flextree_tag_set(t, 2000, 3) == 0);
