@@ -17,10 +17,11 @@
  *    offset is moved into the parent's shift for it.
  *  - All leaves are at the same depth.  Only the root may be an empty leaf;
  *    an internal node has count pivots and count + 1 children.
- *  - Leaves hold at most FT_LEAF_CAP entries and are split on the way down
- *    once they hold FT_LEAF_CAP - 1 (an insert can add two entries: the
- *    tail of a split extent and the new one); internal nodes are split
- *    when full, so a split below always finds room in its parent.
+ *  - Leaves hold at most FT_LEAF_CAP entries.  Once one holds
+ *    FT_LEAF_CAP - 1 (an insert can add two entries: the tail of a split
+ *    extent and the new one), the descent gives half the difference to a
+ *    sibling with room or else splits it (ft_node.c); internal nodes are
+ *    split when full, so a split below always finds room in its parent.
  *  - Persistent trees page their leaves: every leaf has a permanent stub
  *    (struct ft_leaf: header, slot and checksum) that its parent points
  *    to, and a body (the entries) that is resident or not.  A dirty leaf

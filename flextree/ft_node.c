@@ -1,8 +1,9 @@
 /*
  * ft_node.c - FlexTree's nodes and the operations that change the tree's
  * shape (paper section 3): descents, inserts that split full nodes on the
- * way down, collapses that merge underfull nodes on the way back up, and
- * the shift updates along the path.
+ * way down (a full leaf first shares entries with a sibling that has
+ * room), collapses that merge underfull nodes on the way back up, and the
+ * shift updates along the path.
  *
  * A modifying operation walks down once, splitting full nodes on the way
  * (so a split always finds room in its parent), remembers the path, and
@@ -310,6 +311,90 @@ static void ft_split_child(struct flextree *t, struct ft_internal *p, int i)
 	ft_touch(t, c);
 }
 
+/* A full leaf is split only when neither sibling under its parent can take
+ * entries: one with a quarter of the capacity free (at least three
+ * entries: a full leaf may hold FT_LEAF_CAP) gets enough of them that both
+ * hold about the same, and neither is full.  Splits alone leave random inserts about two
+ * thirds of each leaf and appends half; sharing first keeps leaves fuller,
+ * and a commit writes one whole slot per dirty leaf. */
+#define FT_LEAF_SHARE_ROOM (FT_LEAF_CAP / 4 > 3 ? FT_LEAF_CAP / 4 : 3)
+#define FT_LEAF_SHARE_MAX (FT_LEAF_CAP - 1 - FT_LEAF_SHARE_ROOM)
+
+/* Moves the extents [from, from + n) of leaf a to position at of leaf b
+ * (which has room), after moving b's extents at and after `at` up.  The
+ * caller sets the partial offsets of b. */
+static void ft_leaf_move(struct ft_leaf *a, int from, int n, struct ft_leaf *b, int at)
+{
+	struct ft_leaf_body *x = a->b, *y = b->b;
+	int tail = b->h.count - at;
+	memmove(y->pt + at + n, y->pt + at, tail * sizeof(y->pt[0]));
+	memmove(y->len + at + n, y->len + at, tail * sizeof(y->len[0]));
+	memcpy(y->pt + at, x->pt + from, n * sizeof(y->pt[0]));
+	memcpy(y->len + at, x->len + from, n * sizeof(y->len[0]));
+	b->h.count = (uint16_t)(b->h.count + n);
+}
+
+/* Partial offsets of leaf l from first on, each the one before plus its
+ * length. */
+static void ft_leaf_offsets(struct ft_leaf *l, int from, uint64_t first)
+{
+	for (int j = from; j < l->h.count; j++) {
+		l->b->loff[j] = first;
+		first += l->b->len[j];
+	}
+}
+
+/* Gives entries of the full leaf child i of path node d to a sibling.
+ * Returns the child that now holds y, or -1 when neither sibling has the
+ * room (or the one that might cannot be read): the leaf is split then. */
+static int ft_leaf_share(struct flextree *t, struct ft_path *p, int d, int i, int64_t y)
+{
+	struct ft_internal *in = p->node[d];
+	struct ft_leaf *l = (struct ft_leaf *)in->child[i];
+	int j = -1;
+	/* A leaf's count stays known when its body is evicted; a stub open
+	 * has not read yet shows 0 until it is. */
+	if (i > 0 && in->child[i - 1]->count <= FT_LEAF_SHARE_MAX)
+		j = i - 1;
+	if (i < in->h.count && in->child[i + 1]->count <= FT_LEAF_SHARE_MAX &&
+	    (j < 0 || in->child[i + 1]->count < in->child[j]->count))
+		j = i + 1;
+	if (j < 0 || ft_need(t, p, d, j) != 0 || in->child[j]->count > FT_LEAF_SHARE_MAX)
+		return -1;
+	struct ft_leaf *s = (struct ft_leaf *)in->child[j];
+	int n = l->h.count, move = (n - s->h.count) / 2;
+	if (j > i) {
+		/* l's tail goes to the front of s, whose offsets restart at 0
+		 * from the new pivot. */
+		int m = n - move;
+		int64_t pivot = in->shift[i] + (int64_t)l->b->loff[m];
+		ft_leaf_move(l, m, move, s, 0);
+		l->h.count = (uint16_t)m;
+		ft_leaf_offsets(s, 0, 0);
+		in->pivot[i] = pivot;
+		in->shift[i + 1] = pivot;
+	} else {
+		/* l's head goes to the end of s, and l's offsets restart at 0
+		 * from the new pivot. */
+		int sc = s->h.count;
+		int64_t pivot = in->shift[i] + (int64_t)l->b->loff[move];
+		ft_leaf_move(l, 0, move, s, sc);
+		ft_leaf_offsets(s, sc, s->b->loff[sc - 1] + s->b->len[sc - 1]);
+		if (s->b->loff[s->h.count - 1] > FT_PARTIAL_MAX)
+			ft_leaf_rebase(s, in, j);
+		struct ft_leaf_body *b = l->b;
+		memmove(b->pt, b->pt + move, (n - move) * sizeof(b->pt[0]));
+		memmove(b->len, b->len + move, (n - move) * sizeof(b->len[0]));
+		l->h.count = (uint16_t)(n - move);
+		ft_leaf_offsets(l, 0, 0);
+		in->pivot[i - 1] = pivot;
+		in->shift[i] = pivot;
+	}
+	ft_touch(t, &s->h);
+	ft_touch(t, &l->h);
+	return ft_route(in, y);
+}
+
 /* Puts a new internal root with the old root as its only child. */
 static void ft_grow(struct flextree *t)
 {
@@ -353,9 +438,14 @@ int ft_find_mut(struct flextree *t, uint64_t x, struct ft_path *p)
 		if (d + 2 == (int)t->height && i < in->h.count)
 			ft_prefetch_leaf(in->child[i]);
 		if (ft_full(in->child[i])) {
-			ft_split_child(t, in, i);
-			if (y >= in->pivot[i])
-				i++;
+			int k = in->child[i]->leaf ? ft_leaf_share(t, p, d, i, y) : -1;
+			if (k >= 0) {
+				i = k;
+			} else {
+				ft_split_child(t, in, i);
+				if (y >= in->pivot[i])
+					i++;
+			}
 			p->idx[d] = i;
 		}
 		p->depth++;

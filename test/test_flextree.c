@@ -746,6 +746,37 @@ Test(flextree, random_ops_with_small_max_extent_match_model, .timeout = 600)
 		       TINY ? 800 : 2000);
 }
 
+/* A full leaf gives entries to a sibling with room before it is split, so
+ * that leaves stay fuller than splits alone leave them (half full after
+ * appends, about two thirds after random inserts); a commit writes one
+ * whole slot per dirty leaf.  The tiny build's leaves of 6 have too little
+ * room to share for appends. */
+Test(flextree, full_leaves_share_with_siblings_before_splitting)
+{
+	uint64_t seed = test_seed("full_leaves_share_with_siblings_before_splitting");
+	struct rng r = {seed}, cr = {seed ^ 1};
+	for (int random = 0; random < 2; random++) {
+		struct flextree *t = open_vol();
+		struct model m = {0};
+		size_t n = TINY ? 2000 : 40000;
+		for (size_t i = 0; i < n; i++) {
+			uint64_t at = random ? rng_below(&r, m.size + 1) : m.size;
+			/* Even physical offsets, odd lengths: never contiguous. */
+			ins(t, &m, at, 2 * rng_below(&r, 1u << 30), 1 + 2 * (uint32_t)rng_below(&r, 50));
+		}
+		struct flextree_stats st = stats_of(t);
+		double cap = (double)st.leaf_bytes / 20, per = (double)st.extents / st.leaves;
+		fprintf(stderr, "%s: %llu extents in %llu leaves of %.0f: %.1f each\n",
+			random ? "random inserts" : "appends", U(st.extents), U(st.leaves), cap, per);
+		double want = TINY ? (random ? 0.6 : 0.5) : (random ? 0.75 : 0.8);
+		cr_assert_geq(per, want * cap, "%s fill leaves to %.2f (seed=%llu)",
+			      random ? "random inserts" : "appends", per / cap, U(seed));
+		assert_model(t, &m, &cr, random ? "random inserts" : "appends", seed);
+		model_free(&m);
+		flextree_close(t);
+	}
+}
+
 Test(flextree, large_tree_of_appends_reaches_height_three, .timeout = 600)
 {
 	uint64_t seed = test_seed("large_tree_of_appends_reaches_height_three");
