@@ -130,7 +130,8 @@ void kv_settle(struct store *s, double *settle_s, double *reopen_s)
 
 /* ---- FlexDB ------------------------------------------------------------------- */
 
-uint64_t kv_flex_tidy_bytes, kv_flex_gc_bytes;
+uint64_t kv_flex_tidy_bytes, kv_flex_gc_bytes, kv_flex_settle_data, kv_flex_settle_tree,
+    kv_flex_settle_log;
 
 static void fx_open(struct store *s)
 {
@@ -160,6 +161,9 @@ static void fx_quiesce(struct store *s)
 	flexdb_stats(s->h, &b);
 	kv_flex_tidy_bytes += b.tidy_bytes - a.tidy_bytes;
 	kv_flex_gc_bytes += b.space.gc_bytes_moved - a.space.gc_bytes_moved;
+	kv_flex_settle_data += b.space.data_bytes_written - a.space.data_bytes_written;
+	kv_flex_settle_tree += b.space.tree_bytes_written - a.space.tree_bytes_written;
+	kv_flex_settle_log += b.space.log_bytes_written - a.space.log_bytes_written;
 }
 
 static void fx_close(struct store *s)

@@ -75,8 +75,10 @@ extern struct engine_opts engine_opts;
 /* The defaults: 64 MiB of cache, two 32 MiB memtables, 10-bit blooms. */
 void engine_opts_default(void);
 /* What FlexDB's quiesce (flexdb_compact) rewrote tidying and its garbage
- * collection moved, summed over the calls. */
-extern uint64_t kv_flex_tidy_bytes, kv_flex_gc_bytes;
+ * collection moved, and what it wrote to DATA (those two included), TREE
+ * and LOG, summed over the calls. */
+extern uint64_t kv_flex_tidy_bytes, kv_flex_gc_bytes, kv_flex_settle_data, kv_flex_settle_tree,
+    kv_flex_settle_log;
 
 /* --cache-mb N, --memtable-mb N, --bloom-bits N, --rocksdb-compact,
  * --flexdb-no-mmap:

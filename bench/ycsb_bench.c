@@ -498,6 +498,13 @@ static void run_phase(struct store *s, int phase, int rep, int nt, int64_t *reco
 	struct pio io0 = proc_io();
 	uint64_t mf0 = major_faults();
 	double cpu0 = cpu_secs();
+	/* FlexDB's own count of what it wrote where, for the progress line. */
+	int is_flex = s->eng == &engines[E_FLEX];
+	struct flexdb_stats fs0, fs1;
+	if (is_flex)
+		flexdb_stats(s->h, &fs0);
+	uint64_t tidy0 = kv_flex_tidy_bytes, gc0 = kv_flex_gc_bytes, sd0 = kv_flex_settle_data,
+		 st0 = kv_flex_settle_tree, sl0 = kv_flex_settle_log;
 	for (int t = 0; t < nt; t++) {
 		struct job *j = &jobs[t];
 		j->pr = &pr;
@@ -534,9 +541,24 @@ static void run_phase(struct store *s, int phase, int rep, int nt, int64_t *reco
 		m->cg_rss = cs.rss / 1048576.0;
 	}
 	pthread_barrier_destroy(&pr.bar);
+	if (is_flex)
+		flexdb_stats(s->h, &fs1);
 	m->settle_s = NAN;
 	if (m->user_bytes > 0)
 		m->settle_s = settle(s);
+	if (is_flex && m->user_bytes > 0)
+		fprintf(stderr,
+			"    %-7s flexdb   in loop: data %.0f log %.0f tree %.0f gc %.0f MB; settle: data "
+			"%.0f (tidy %.0f gc %.0f) log %.0f tree %.0f MB; user %.0f MB\n",
+			ph_name[phase],
+			(double)(fs1.space.data_bytes_written - fs0.space.data_bytes_written) / 1e6,
+			(double)(fs1.space.log_bytes_written - fs0.space.log_bytes_written) / 1e6,
+			(double)(fs1.space.tree_bytes_written - fs0.space.tree_bytes_written) / 1e6,
+			(double)(fs1.space.gc_bytes_moved - fs0.space.gc_bytes_moved) / 1e6,
+			(double)(kv_flex_settle_data - sd0) / 1e6,
+			(double)(kv_flex_tidy_bytes - tidy0) / 1e6, (double)(kv_flex_gc_bytes - gc0) / 1e6,
+			(double)(kv_flex_settle_log - sl0) / 1e6, (double)(kv_flex_settle_tree - st0) / 1e6,
+			(double)m->user_bytes / 1e6);
 	struct pio io1 = proc_io();
 	uint64_t mf1 = major_faults();
 	m->peak = vm_mib("VmHWM");
