@@ -26,8 +26,8 @@
  * kept.  Readers build entries from the intervals they read under the
  * shared lock and offer them (fdb_cands); they are attached under the
  * exclusive lock if no change came in between.  Intervals scattered over
- * many extents are rewritten by their next change (fdb_store.c,
- * ival_scattered).  Reads do not ask for rewrites (the paper's access-driven defragmentation): with
+ * many extents are rewritten by their next change when the store is large
+ * against the memtable (fdb_store.c, ival_scattered).  Reads do not ask for rewrites (the paper's access-driven defragmentation): with
  * thin entries a lookup reads one pair whatever the layout, and rewriting
  * what reads touched made GC move five times the bytes rewritten and
  * stalled read-only workloads (docs/BENCHMARKS.md).

@@ -467,6 +467,7 @@ struct fdb_store {
 	uint64_t pol_tick;
 	uint64_t keys, bytes; /* keys: cache_mu or the exclusive lock */
 	uint64_t uncounted; /* intervals whose pair count is not known yet */
+	uint64_t memtable_size; /* flexdb_options' (ival_scattered weighs it) */
 	/* Status of a change that failed part-way: the FlexSpace may hold
 	 * some of it and the index and cache none, so nothing may be read
 	 * through them any more (FLEX_EFAILED); 0 while they agree. */

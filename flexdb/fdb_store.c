@@ -590,25 +590,41 @@ int fdb_count_piece(void *arg, const struct flextree_extent *e)
 	return 0;
 }
 
-/* Whether iv's bytes lie in more extents than half its pairs (the
- * paper's mark of a fragmented interval; random puts leave about one
- * extent per pair).  Every piece is a read of its own when the interval
- * is loaded, and an extent in the FlexTree, whose leaves take memory and
- * are rewritten by every tree commit: a store whose tree outgrows its
- * leaf cache commits its tree far more often.  Rewriting an interval
- * when it passes the mark costs about one more write of its bytes per
- * half its pairs changed.  Counted when the estimate says it may be
- * so. */
+/* Whether iv's bytes lie in so many extents that the run should rewrite it
+ * whole.  Each run leaves one to two more; each extent is a read of its
+ * own when the interval is loaded, and an entry in the FlexTree, whose
+ * leaves a random load dirties nearly all of between two tree commits
+ * (one per memtable commit): the tree writes about its size per
+ * memtable, about 15 bytes per extent.  A rewrite writes the interval's
+ * bytes again.  Per pair put, the two costs are
+ *   tree:    store / memtable x 15 bytes x extents per pair
+ *   rewrite: pairs rewritten per put x the pair's size
+ * and a model of random puts (an interval split at 32 pairs) gives, for
+ * a rewrite past half the pairs (the paper's mark of a fragmented
+ * interval), 0.36 extents per pair and 1.9 pairs rewritten per put; past
+ * three quarters, 0.56 and 0.9; never, 0.95 and none (tidying rewrites
+ * the interval whole later, once).  Which sum is least depends on the
+ * store's size against the memtable's in pair sizes: never below
+ * (store / memtable) x 8 < pair size, the paper's mark above
+ * (store / memtable) x 4 >= pair size, three quarters between.  Counted
+ * when the estimate says it may be due. */
 static int ival_scattered(struct fdb_store *s, struct fdb_ival *iv, uint64_t off)
 {
 	uint32_t n = iv->count == FDB_COUNT_UNKNOWN ? 0 : iv->count;
-	if (iv->pieces <= n / 2 + 2 || !iv->size)
+	if (!iv->size)
 		return 0;
-	uint32_t k = 0;
-	if (flexspace_scan(s->fs, off, iv->size, fdb_count_piece, &k) != 0)
+	uint64_t k = s->memtable_size ? s->bytes / s->memtable_size : 0;
+	uint64_t pair = n ? iv->size / n : iv->size;
+	if (k * 8 < pair)
 		return 0;
-	iv->pieces = (uint8_t)(k > FDB_PIECES_MAX ? FDB_PIECES_MAX : k);
-	return iv->pieces > n / 2 + 2;
+	uint32_t mark = (k * 4 < pair ? 3 * n / 4 : n / 2) + 2;
+	if (iv->pieces <= mark)
+		return 0;
+	uint32_t c = 0;
+	if (flexspace_scan(s->fs, off, iv->size, fdb_count_piece, &c) != 0)
+		return 0;
+	iv->pieces = (uint8_t)(c > FDB_PIECES_MAX ? FDB_PIECES_MAX : c);
+	return iv->pieces > mark;
 }
 
 /* After the pairs of a run: a scattered interval gets the run's ops

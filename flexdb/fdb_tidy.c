@@ -12,10 +12,11 @@
 #include "fdb_cache.h"
 
 /* Each run of a commit leaves its interval in one to three more extents
- * (fdb_store.c's ival_scattered rewrites it only past half its pairs), so after a
- * random load an interval lies in about nine: nine reads when it is
- * loaded from a cold page cache, nine extents in the FlexTree, and its
- * pairs spread over as many pages of the data file among other
+ * (fdb_store.c's ival_scattered rewrites it past half or three quarters of
+ * its pairs in a store large against the memtable, never in a small one),
+ * so after a random load an interval lies in about nine or more: as many
+ * reads when it is loaded from a cold page cache, as many extents in the
+ * FlexTree, and its pairs spread over as many pages of the data file among other
  * intervals' pairs and garbage.  Tidying rewrites such intervals whole,
  * in key order, each as one flexspace_apply: each then lies in one
  * extent, neighbours lie side by side (a scan reads them in one request)

@@ -396,6 +396,7 @@ static void *space_open_main(void *arg)
 	if (!sp->rc)
 		sp->rc = fdb_store_open(&db->store, db->fs, sp->cache - sp->so.tree_cache_size,
 					db->io, db->dir);
+	db->store.memtable_size = db->memtable_size;
 	return NULL;
 }
 

@@ -2954,6 +2954,45 @@ Test(flexdb, random_puts_keep_intervals_in_few_extents)
 	}
 }
 
+/* A store small against its memtable: a tree commit costs less than the
+ * rewrites, so runs leave scattered intervals as they are (fdb_store.c,
+ * ival_scattered) and DATA gets about the pairs' bytes; flexdb_compact
+ * then tidies each interval once. */
+Test(flexdb, a_store_small_against_its_memtable_leaves_rewrites_to_tidying)
+{
+	struct flexdb_options o = fdb_default_opts();
+	o.memtable_size = 512u << 10; /* about a tenth of the store: k = 7 */
+	struct tdb t;
+	tdb_open(&t, "small_store", &o);
+	uint64_t r = test_seed("small_store");
+	char k[32];
+	uint8_t v[100];
+	memset(v, 'v', sizeof(v));
+	for (int round = 0; round < 4; round++) {
+		for (int i = 0; i < 8000; i++) {
+			snprintf(k, sizeof(k), "p%08" PRIu64, rnd_below(&r, 1000000));
+			cr_assert_eq(flexdb_put(t.db, k, strlen(k), v, sizeof(v)), 0);
+		}
+		cr_assert_eq(flexdb_sync(t.db), 0);
+	}
+	struct flexdb_stats st;
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	double per = (double)st.space.extents / (double)st.intervals;
+	double data = (double)st.space.data_bytes_written / (double)st.bytes;
+	fprintf(stderr, "  %" PRIu64 " intervals, %.1f extents each, DATA written %.2f x the pairs\n",
+		st.intervals, per, data);
+	cr_assert_gt(per, 12.0, "scattered past half their pairs, and not rewritten");
+	cr_assert_lt(data, 1.5, "no rewrites: DATA holds about the pairs written");
+	cr_assert_eq(flexdb_compact(t.db, 1), 0);
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	per = (double)st.space.extents / (double)st.intervals;
+	cr_assert_leq(per, 1.5, "%.1f extents per interval after a full compaction", per);
+	cr_assert_eq(flexdb_check(t.db), 0);
+	tdb_reopen(&t, &o);
+	cr_assert_eq(flexdb_check(t.db), 0);
+	tdb_done(&t);
+}
+
 /* Open reads the first bytes of every interval's anchor pair in batches,
  * and alone the anchors whose key does not fit in what a batch reads.
  * Thousands of intervals (many batches), keys of 1 to 700 bytes: every
