@@ -108,7 +108,7 @@ struct flexspace_options {
 	 * tree's last commit cannot leave memory, so a change that leaves
 	 * more of them than this commits the tree early (as log_limit does),
 	 * which bounds the tree's memory by about this plus the internal
-	 * nodes and leaf stubs (about 75 bytes per leaf of up to 200
+	 * nodes and leaf stubs (about 75 bytes per leaf of up to 336
 	 * extents: under a byte per extent); a garbage collection commits
 	 * the tree the same way between its batches of up to 64 extents
 	 * moved, so it may pass the bound by one batch's leaves.
