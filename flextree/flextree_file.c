@@ -53,6 +53,7 @@
 #define FT_INTERNAL_MAGIC 0x31495446u /* "FTI1" */
 #define FT_NODE_HDR 32u
 #define FT_LEAF_ENTRY 20u
+#define FT_LEAF_MAX 200u /* "FTL1" leaves, format 2 (128 in format 1) */
 #define FT_PACKED_ENTRY 12u
 #define FT_PACKED_FIRST 8u /* the first partial offset, before the entries */
 #define FT_PIVOT 8u
@@ -80,6 +81,7 @@ static uint64_t ft_slot_csum(uint8_t *buf, unsigned csum_at)
 /* ---- header ------------------------------------------------------------- */
 
 struct ft_header {
+	uint32_t format; /* decoded only */
 	uint64_t version;
 	uint32_t root_slot;
 	uint32_t height;
@@ -136,6 +138,7 @@ static int ft_header_decode(uint8_t *buf, struct ft_header *h)
 	uint32_t format = flex_get_le32(buf + H_FORMAT);
 	if (format < FT_FORMAT_OLDEST || format > FT_FORMAT || flex_get_le32(buf + H_SLOT) != FT_SLOT)
 		return FLEX_EVERSION;
+	h->format = format;
 	h->version = flex_get_le64(buf + H_VERSION);
 	h->root_slot = flex_get_le32(buf + H_ROOT);
 	h->height = flex_get_le32(buf + H_HEIGHT);
@@ -312,7 +315,9 @@ static void ft_mark_clean(struct flextree *t, struct ft_node **v, uint32_t n)
 		pthread_mutex_unlock(&t->cache_lock);
 }
 
-static int ft_write_header(struct flextree *t, uint64_t version)
+/* Writes the header of `version` to its slot (version & 1), or with other
+ * to the other one. */
+static int ft_write_header(struct flextree *t, uint64_t version, int other)
 {
 	uint8_t *buf = malloc(FT_SLOT);
 	if (!buf)
@@ -329,7 +334,7 @@ static int ft_write_header(struct flextree *t, uint64_t version)
 		.internals = t->ninternals,
 	};
 	ft_header_encode(&h, buf);
-	int rc = flex_io_write_full(t->io, t->fd, buf, FT_SLOT, (version & 1) * FT_SLOT);
+	int rc = flex_io_write_full(t->io, t->fd, buf, FT_SLOT, ((version & 1) ^ !!other) * FT_SLOT);
 	free(buf);
 	if (!rc)
 		t->bytes_written += FT_SLOT;
@@ -379,14 +384,23 @@ int ft_file_commit(struct flextree *t)
 	if (!rc) {
 		/* Mid-commit: the new nodes are durable, no header names them. */
 		FLEX_KILLPOINT("ft.nodes.sync.after");
-		rc = ft_write_header(t, t->version + 1);
+		rc = ft_write_header(t, t->version + 1, 0);
 	}
 	if (!rc) {
 		FLEX_KILLPOINT("ft.header.sync.before");
 		rc = t->io->fdatasync(t->io, t->fd);
 	}
-	if (!rc)
+	if (!rc) {
 		FLEX_KILLPOINT("ft.header.sync.after");
+		/* The other slot still holds the version before, of an older
+		 * format, which a build that knows only that format would open:
+		 * one commit back, with slots that later commits reuse or cut
+		 * off.  It gets a copy of this header too.  The commit is durable
+		 * already; a failure here leaves that slot to the next one. */
+		if (t->old_header && ft_write_header(t, t->version + 1, 1) == 0 &&
+		    t->io->fdatasync(t->io, t->fd) == 0)
+			t->old_header = 0;
+	}
 	if (rc) {
 		/* Nodes may now claim slots whose images never reached the
 		 * disk: this handle can no longer commit correctly (and
@@ -431,8 +445,7 @@ static int ft_node_verify(uint8_t *buf, uint32_t slot, uint64_t csum, unsigned l
 		return FLEX_ECORRUPT;
 	if (level > 0 ? magic != FT_INTERNAL_MAGIC || count > FT_INTERNAL_CAP
 	    : magic == FT_PACKED_MAGIC ? count > FT_LEAF_CAP
-	    : magic != FT_LEAF_MAGIC || count > FT_LEAF_CAP ||
-		      FT_NODE_HDR + count * FT_LEAF_ENTRY > FT_SLOT)
+	    : magic != FT_LEAF_MAGIC || count > FT_LEAF_CAP || count > FT_LEAF_MAX)
 		return FLEX_ECORRUPT;
 	return (int)count;
 }
@@ -483,7 +496,8 @@ int ft_file_read_leaf(const struct flextree *t, const struct ft_leaf_src *src,
 	int n = ft_node_verify(buf, slot, src->csum, 0, src->version);
 	if (n < 0)
 		return n;
-	if (n == 0 && sp->lo != sp->hi)
+	/* Only the root may be empty (flextree_int.h). */
+	if (n == 0 && (sp->lo != sp->hi || t->height > 1))
 		return FLEX_ECORRUPT;
 	const uint8_t *p = buf + FT_NODE_HDR;
 	int packed = flex_get_le32(buf + N_MAGIC) == FT_PACKED_MAGIC;
@@ -678,6 +692,8 @@ int ft_file_open(struct flextree *t, const char *path, const struct flextree_opt
 	}
 	t->version = h[pick].version;
 	t->height = h[pick].height;
+	for (int i = 0; i < 2; i++)
+		t->old_header |= st[i] == 0 && h[i].format < FT_FORMAT;
 	rc = ft_load_node(&ld, h[pick].root_slot, h[pick].root_csum, h[pick].height - 1, &t->root);
 	if (!rc) {
 		t->size = h[pick].size;

@@ -159,6 +159,7 @@ struct flextree {
 	int volatile_changes;	/* read_only, but changeable in memory */
 	int failed;		/* status of the write or sync that failed */
 	uint64_t version;	/* last committed version */
+	int old_header;		/* a header slot holds an older format */
 	uint32_t nslots;	/* slots in the file, headers included */
 	uint32_t *free_slots;	/* reusable now */
 	uint32_t nfree;

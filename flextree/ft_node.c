@@ -353,13 +353,16 @@ static int ft_leaf_share(struct flextree *t, struct ft_path *p, int d, int i, in
 	struct ft_leaf *l = (struct ft_leaf *)in->child[i];
 	int j = -1;
 	/* A leaf's count stays known when its body is evicted; a stub open
-	 * has not read yet shows 0 until it is. */
-	if (i > 0 && in->child[i - 1]->count <= FT_LEAF_SHARE_MAX)
+	 * has not read yet shows 0 until it is, and is not asked (nor is an
+	 * empty leaf, which only a damaged file can hold below the root). */
+	if (i > 0 && in->child[i - 1]->count && in->child[i - 1]->count <= FT_LEAF_SHARE_MAX)
 		j = i - 1;
-	if (i < in->h.count && in->child[i + 1]->count <= FT_LEAF_SHARE_MAX &&
+	if (i < in->h.count && in->child[i + 1]->count &&
+	    in->child[i + 1]->count <= FT_LEAF_SHARE_MAX &&
 	    (j < 0 || in->child[i + 1]->count < in->child[j]->count))
 		j = i + 1;
-	if (j < 0 || ft_need(t, p, d, j) != 0 || in->child[j]->count > FT_LEAF_SHARE_MAX)
+	if (j < 0 || ft_need(t, p, d, j) != 0 || !in->child[j]->count ||
+	    in->child[j]->count > FT_LEAF_SHARE_MAX)
 		return -1;
 	struct ft_leaf *s = (struct ft_leaf *)in->child[j];
 	int n = l->h.count, move = (n - s->h.count) / 2;

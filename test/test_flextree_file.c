@@ -28,9 +28,12 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "flextree.h"
 #include "lib/flextree_model.h"
+/* After the model, which tells the tiny build by -DFT_LEAF_CAP. */
+#include "../flextree/flextree_int.h"
 
 static void model_copy(struct model *dst, const struct model *src)
 {
@@ -1571,5 +1574,81 @@ Test(flextree, concurrent_readers_with_a_tiny_cache_match_model, .timeout = 300)
 	cr_expect_gt(st.leaf_reads, 0);
 	flextree_close(t);
 	model_free(&m);
+	tmpd_remove(&d);
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t slot_sum(uint8_t *b, int at)
+{
+	uint8_t saved[8];
+	memcpy(saved, b + at, 8);
+	memset(b + at, 0, 8);
+	uint64_t h = XXH3_64bits(b, 4096);
+	memcpy(b + at, saved, 8);
+	return h;
+}
+
+/* A damaged file whose middle leaf is empty, its span too (two equal
+ * pivots), opened lazily: the append to the full last leaf next to it
+ * must not take the empty stub for a sibling with room, and reading that
+ * leaf reports the damage. */
+Test(flextree, an_empty_leaf_in_a_damaged_file_is_no_sibling_to_share_with)
+{
+	struct tmpd d;
+	tmpd_make(&d);
+	struct flextree *t = open_ok(d.path, NULL);
+	for (uint64_t i = 0;; i++) {
+		ins(t, NULL, i * 10, 2 * i * 1000 + 8, 10);
+		const struct ft_internal *r = (const struct ft_internal *)t->root;
+		if (!t->root->leaf && r->h.count >= 2 && r->child[r->h.count]->count == FT_LEAF_CAP - 1)
+			break;
+	}
+	cr_assert_eq(flextree_close(t), 0);
+	int fd = open(d.path, O_RDWR);
+	cr_assert_geq(fd, 0);
+	off_t size = lseek(fd, 0, SEEK_END);
+	uint8_t *f = malloc((size_t)size);
+	cr_assert_eq(pread(fd, f, (size_t)size, 0), size);
+	uint8_t *h = get_le(f + 16, 8) > get_le(f + 4096 + 16, 8) ? f : f + 4096;
+	uint8_t *root = f + get_le(h + 24, 4) * 4096;
+	unsigned pivots = (unsigned)get_le(root + 4, 2);
+	unsigned m = pivots - 1; /* the last leaf's left sibling */
+	uint8_t *child = root + 32 + 8 * pivots;
+	uint8_t *leaf = f + get_le(child + 20 * m + 8, 4) * 4096;
+	uint64_t lo = get_le(root + 32 + 8 * (m - 1), 8), hi = get_le(root + 32 + 8 * m, 8);
+	put_le(leaf + 4, 0, 2);
+	memset(leaf + 32, 0, 4096 - 32);
+	put_le(leaf + 24, slot_sum(leaf, 24), 8);
+	put_le(child + 20 * m + 12, get_le(leaf + 24, 8), 8);
+	put_le(root + 32 + 8 * m, lo, 8); /* its span is empty */
+	put_le(child + 20 * (m + 1), get_le(child + 20 * (m + 1), 8) - (hi - lo), 8);
+	put_le(root + 24, slot_sum(root, 24), 8);
+	put_le(h + 32, get_le(root + 24, 8), 8);
+	put_le(h + 40, get_le(h + 40, 8) - (hi - lo), 8);
+	put_le(h + 4088, slot_sum(h, 4088), 8);
+	cr_assert_eq(pwrite(fd, f, (size_t)size, 0), size);
+	close(fd);
+	free(f);
+
+	struct flextree_options o = {.lazy_open = 1};
+	cr_assert_eq(flextree_open(d.path, &o, &t), 0, "lazy: the leaves are read when needed");
+	uint64_t end = flextree_size(t);
+	int rc = flextree_insert(t, end, 123456000, 10);
+	cr_assert(rc == 0 || rc == FLEX_ECORRUPT, "append: %d", rc);
+	cr_assert_eq(flextree_check(t), FLEX_ECORRUPT, "the empty leaf is damage");
+	flextree_close(t);
 	tmpd_remove(&d);
 }

@@ -125,8 +125,8 @@ Test(format, flextree_header_and_leaf_bytes_match_the_doc)
 
 /* A tree file of format 2, as the builds before packed leaves wrote it:
  * "FTL1" leaves of 20-byte entries.  It opens, reads back, and its first
- * commit leaves format 3 with the changed leaf packed and the other as it
- * was. */
+ * commit leaves format 3 in both header slots, with the changed leaf
+ * packed and the other as it was. */
 Test(format, a_format_2_tree_with_unpacked_leaves_opens_and_mixes)
 {
 	char dir[] = "/tmp/flexfmt.XXXXXX";
@@ -183,10 +183,10 @@ Test(format, a_format_2_tree_with_unpacked_leaves_opens_and_mixes)
 	}
 	flex_put_le64(root + 24, slot_csum(root, 24));
 	flex_put_le64(h + 32, le(root + 24, 8));
-	flex_put_le32(h + 8, 2);
 	flex_put_le64(h + 4088, slot_csum(h, 4088));
 	cr_assert_eq(pwrite(fd, f, sb.st_size, 0), sb.st_size);
 	close(fd);
+	tree_set_format(path, 2); /* both header copies */
 
 	/* Opening verifies every leaf (the default), then reads them back. */
 	cr_assert_eq(flextree_open(path, NULL, &t), 0, "a format-2 file opens");
@@ -209,6 +209,11 @@ Test(format, a_format_2_tree_with_unpacked_leaves_opens_and_mixes)
 	close(fd);
 	h = le(f + 16, 8) > le(f + 4096 + 16, 8) ? f : f + 4096;
 	cr_assert_eq(le(h + 8, 4), 3, "a commit writes format 3");
+	/* No copy of format 2 is left for a build that knows only format 2
+	 * to open one commit back. */
+	cr_assert_eq(le(f + 8, 4), 3, "header slot 0");
+	cr_assert_eq(le(f + 4096 + 8, 4), 3, "header slot 1");
+	cr_assert_eq(le(f + 16, 8), le(f + 4096 + 16, 8), "both hold the new version");
 	root = f + (size_t)le(h + 24, 4) * 4096;
 	pivots = (unsigned)le(root + 4, 2);
 	child = root + 32 + 8 * pivots;
