@@ -613,8 +613,9 @@ static int ival_scattered(struct fdb_store *s, struct fdb_ival *iv, uint64_t off
 	uint32_t n = iv->count == FDB_COUNT_UNKNOWN ? 0 : iv->count;
 	if (!iv->size)
 		return 0;
+	/* A count not known yet (0) weighs nothing: the paper's mark. */
 	uint64_t k = s->memtable_size ? s->bytes / s->memtable_size : 0;
-	uint64_t pair = n ? iv->size / n : iv->size;
+	uint64_t pair = n ? iv->size / n : 0;
 	if (k * 8 < pair)
 		return 0;
 	uint32_t mark = (k * 4 < pair ? 3 * n / 4 : n / 2) + 2;

@@ -2916,6 +2916,22 @@ static int ra_walk(struct tdb *t, const struct flexdb_options *o, const char *lo
 	return n;
 }
 
+/* Four rounds of 8000 puts of random keys out of a million, 100-byte
+ * values, each round synced. */
+static void put_random_rounds(struct flexdb *db, uint64_t r)
+{
+	char k[32];
+	uint8_t v[100];
+	memset(v, 'v', sizeof(v));
+	for (int round = 0; round < 4; round++) {
+		for (int i = 0; i < 8000; i++) {
+			snprintf(k, sizeof(k), "p%08" PRIu64, rnd_below(&r, 1000000));
+			cr_assert_eq(flexdb_put(db, k, strlen(k), v, sizeof(v)), 0);
+		}
+		cr_assert_eq(flexdb_sync(db), 0);
+	}
+}
+
 /* Random puts split an interval's bytes into about one extent per pair;
  * the committer rewrites an interval whose extents pass half its pairs in
  * the run that next changes it, so intervals stay in few pieces, with a
@@ -2929,17 +2945,7 @@ Test(flexdb, random_puts_keep_intervals_in_few_extents)
 			o.cache_size = 1u << 20;
 		struct tdb t;
 		tdb_open(&t, "pieces", &o);
-		uint64_t r = test_seed("pieces");
-		char k[32];
-		uint8_t v[100];
-		memset(v, 'v', sizeof(v));
-		for (int round = 0; round < 4; round++) {
-			for (int i = 0; i < 8000; i++) {
-				snprintf(k, sizeof(k), "p%08" PRIu64, rnd_below(&r, 1000000));
-				cr_assert_eq(flexdb_put(t.db, k, strlen(k), v, sizeof(v)), 0);
-			}
-			cr_assert_eq(flexdb_sync(t.db), 0);
-		}
+		put_random_rounds(t.db, test_seed("pieces"));
 		tdb_reopen(&t, &o);
 		struct flexdb_stats st;
 		cr_assert_eq(flexdb_stats(t.db, &st), 0);
@@ -2961,20 +2967,10 @@ Test(flexdb, random_puts_keep_intervals_in_few_extents)
 Test(flexdb, a_store_small_against_its_memtable_leaves_rewrites_to_tidying)
 {
 	struct flexdb_options o = fdb_default_opts();
-	o.memtable_size = 512u << 10; /* about a tenth of the store: k = 7 */
+	o.memtable_size = 512u << 10; /* a seventh of the store at the end: k = 7 */
 	struct tdb t;
 	tdb_open(&t, "small_store", &o);
-	uint64_t r = test_seed("small_store");
-	char k[32];
-	uint8_t v[100];
-	memset(v, 'v', sizeof(v));
-	for (int round = 0; round < 4; round++) {
-		for (int i = 0; i < 8000; i++) {
-			snprintf(k, sizeof(k), "p%08" PRIu64, rnd_below(&r, 1000000));
-			cr_assert_eq(flexdb_put(t.db, k, strlen(k), v, sizeof(v)), 0);
-		}
-		cr_assert_eq(flexdb_sync(t.db), 0);
-	}
+	put_random_rounds(t.db, test_seed("small_store"));
 	struct flexdb_stats st;
 	cr_assert_eq(flexdb_stats(t.db, &st), 0);
 	double per = (double)st.space.extents / (double)st.intervals;

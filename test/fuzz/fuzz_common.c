@@ -197,22 +197,17 @@ static void fz_tree_count(const uint8_t *img, uint32_t nslots, uint32_t slot, un
 	seen[slot / 8] |= (uint8_t)(1u << (slot % 8));
 	const uint8_t *s = img + (size_t)slot * FZ_SLOT;
 	uint32_t magic = fz_get32(s);
-	if (magic == FZ_LEAF_MAGIC) {
-		unsigned count = fz_get16(s + 4);
-		if (32u + count * 20u > FZ_SLOT)
+	if (magic == FZ_LEAF_MAGIC || magic == FZ_PACKED_MAGIC) {
+		/* "FTL2": the first offset, then 12-byte entries, the length
+		 * at 8; "FTL1": 20-byte entries, the length at 16. */
+		int packed = magic == FZ_PACKED_MAGIC;
+		unsigned count = fz_get16(s + 4), at = packed ? 40u : 32u, esz = packed ? 12u : 20u;
+		if (at + count * esz > FZ_SLOT)
 			return;
 		c->leaves++;
 		c->extents += count;
 		for (unsigned j = 0; j < count; j++)
-			c->size += fz_get32(s + 32 + j * 20 + 16);
-	} else if (magic == FZ_PACKED_MAGIC) {
-		unsigned count = fz_get16(s + 4);
-		if (40u + count * 12u > FZ_SLOT)
-			return;
-		c->leaves++;
-		c->extents += count;
-		for (unsigned j = 0; j < count; j++)
-			c->size += fz_get32(s + 40 + j * 12 + 8);
+			c->size += fz_get32(s + at + j * esz + esz - 4);
 	} else if (magic == FZ_INTERNAL_MAGIC) {
 		unsigned nc = fz_internal_children(s);
 		c->internals++;
