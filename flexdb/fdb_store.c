@@ -591,37 +591,26 @@ int fdb_count_piece(void *arg, const struct flextree_extent *e)
 }
 
 /* Whether iv's bytes lie in so many extents that the run should rewrite it
- * whole.  Each run leaves one to two more; each extent is a read of its
- * own when the interval is loaded, and an entry in the FlexTree, whose
- * leaves a random load dirties nearly all of between two tree commits
- * (one per memtable commit): the tree writes about its size per
- * memtable, about 15 bytes per extent.  A rewrite writes the interval's
- * bytes again.  Per pair put, the two costs are
- *   tree:    store / memtable x 15 bytes x extents per pair
- *   rewrite: pairs rewritten per put x the pair's size
- * and a model of random puts (an interval split at 32 pairs) gives, for
- * a rewrite past half the pairs (the paper's mark of a fragmented
- * interval), 0.36 extents per pair and 1.9 pairs rewritten per put; past
- * three quarters, 0.56 and 0.9; never, 0.95 and none (tidying rewrites
- * the interval whole later, once).  Which sum is least depends on the
- * store's size against the memtable's in pair sizes: never below
- * (store / memtable) x 8 < pair size, the paper's mark above
- * (store / memtable) x 4 >= pair size, three quarters between.  Counted
- * when the estimate says it may be due. */
+ * whole.  A run leaves one or two more; each is a read when the interval
+ * is loaded and a FlexTree entry, and the tree writes about its size
+ * (about 15 bytes per extent) per memtable, since a random load dirties
+ * nearly every leaf between two commits.  Per pair put the tree costs
+ * store / memtable x 15 B x extents per pair, a rewrite pairs rewritten
+ * x pair size; a model of random puts gives 0.36 extents per pair and 1.9
+ * pairs rewritten for a rewrite past half the pairs (the paper's mark),
+ * 0.56 and 0.9 past three quarters, 0.95 and none for no rewrite (tidying
+ * rewrites once later).  So: never when (store / memtable) x 8 < pair
+ * size, three quarters when x 4 < pair size, else the paper's mark
+ * (docs/BENCHMARKS.md).  Counted when the estimate says it may be due. */
 static int ival_scattered(struct fdb_store *s, struct fdb_ival *iv, uint64_t off)
 {
-	uint32_t n = iv->count == FDB_COUNT_UNKNOWN ? 0 : iv->count;
-	if (!iv->size)
-		return 0;
 	/* A count not known yet (0) weighs nothing: the paper's mark. */
+	uint32_t n = iv->count == FDB_COUNT_UNKNOWN ? 0 : iv->count, c = 0;
 	uint64_t k = s->memtable_size ? s->bytes / s->memtable_size : 0;
 	uint64_t pair = n ? iv->size / n : 0;
-	if (k * 8 < pair)
-		return 0;
 	uint32_t mark = (k * 4 < pair ? 3 * n / 4 : n / 2) + 2;
-	if (iv->pieces <= mark)
+	if (!iv->size || k * 8 < pair || iv->pieces <= mark)
 		return 0;
-	uint32_t c = 0;
 	if (flexspace_scan(s->fs, off, iv->size, fdb_count_piece, &c) != 0)
 		return 0;
 	iv->pieces = (uint8_t)(c > FDB_PIECES_MAX ? FDB_PIECES_MAX : c);
