@@ -314,9 +314,9 @@ static void ft_split_child(struct flextree *t, struct ft_internal *p, int i)
 /* A full leaf is split only when neither sibling under its parent can take
  * entries: one with a quarter of the capacity free (at least three
  * entries: a full leaf may hold FT_LEAF_CAP) gets enough of them that both
- * hold about the same, and neither is full.  Splits alone leave random inserts about two
- * thirds of each leaf and appends half; sharing first keeps leaves fuller,
- * and a commit writes one whole slot per dirty leaf. */
+ * hold about the same, and neither is full.  Splits alone leave random
+ * inserts about two thirds of each leaf and appends half; sharing first
+ * keeps leaves fuller, and a commit writes one whole slot per dirty leaf. */
 #define FT_LEAF_SHARE_ROOM (FT_LEAF_CAP / 4 > 3 ? FT_LEAF_CAP / 4 : 3)
 #define FT_LEAF_SHARE_MAX (FT_LEAF_CAP - 1 - FT_LEAF_SHARE_ROOM)
 
