@@ -27,8 +27,9 @@
  * shared lock and offer them (fdb_cands); they are attached under the
  * exclusive lock if no change came in between.  Intervals scattered over
  * many extents are rewritten by their next change when the store is large
- * against the memtable (fdb_store.c, ival_scattered).  Reads do not ask for rewrites (the paper's access-driven defragmentation): with
- * thin entries a lookup reads one pair whatever the layout, and rewriting
+ * against the memtable (fdb_store.c, ival_scattered).  Reads do not ask
+ * for rewrites (the paper's access-driven defragmentation): with thin
+ * entries a lookup reads one pair whatever the layout, and rewriting
  * what reads touched made GC move five times the bytes rewritten and
  * stalled read-only workloads (docs/BENCHMARKS.md).
  */

@@ -16,8 +16,8 @@
  * its pairs in a store large against the memtable, never in a small one),
  * so after a random load an interval lies in about nine or more: as many
  * reads when it is loaded from a cold page cache, as many extents in the
- * FlexTree, and its pairs spread over as many pages of the data file among other
- * intervals' pairs and garbage.  Tidying rewrites such intervals whole,
+ * FlexTree, and its pairs spread over as many pages of the data file
+ * among other intervals' pairs and garbage.  Tidying rewrites such intervals whole,
  * in key order, each as one flexspace_apply: each then lies in one
  * extent, neighbours lie side by side (a scan reads them in one request)
  * and the data file's pages hold only live pairs.  The contents do not
