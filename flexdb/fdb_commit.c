@@ -595,20 +595,55 @@ static int write_group(struct flexdb *db, struct fdb_writer *const *grp, size_t 
 	return rc;
 }
 
+/* A writer queued behind a group being written first watches for the
+ * group's end with wmu released, for a little longer than a small group
+ * takes (a WAL write and a few memtable inserts: about a hundred pauses
+ * here), before it sleeps on its condition variable: with two writers,
+ * sleeping and being woken for every put made two threads slower than
+ * one.  What it watches is read again under wmu.  On one CPU
+ * (db->writer_spin 0: FDB_WRITER_SPIN otherwise) the group cannot end
+ * while its follower spins. */
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define cpu_relax() __asm__ __volatile__("" ::: "memory")
+#endif
+
+static void writer_spin(const struct flexdb *db, const struct fdb_writer *w)
+{
+	for (int i = 0; i < db->writer_spin; i++) {
+		if (__atomic_load_n(&w->done, __ATOMIC_RELAXED) ||
+		    __atomic_load_n(&db->wq_head, __ATOMIC_RELAXED) == w)
+			return;
+		cpu_relax();
+	}
+}
+
 int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges)
 {
 	if (db->read_only)
 		return FLEX_EREADONLY;
 	struct fdb_writer w = {.payload = payload, .len = len, .ranges = ranges};
+	FLEX_ATOMIC_OBJ(&w.done, sizeof(w.done));
 	pthread_cond_init(&w.cv, NULL);
 	pthread_mutex_lock(&db->wmu);
 	if (db->wq_tail)
 		db->wq_tail->next = &w;
 	else
-		db->wq_head = &w;
+		__atomic_store_n(&db->wq_head, &w, __ATOMIC_RELAXED);
 	db->wq_tail = &w;
-	while (!w.done && db->wq_head != &w)
+	int spun = 0;
+	while (!w.done && db->wq_head != &w) {
+		if (!spun++ && db->writer_spin) {
+			pthread_mutex_unlock(&db->wmu);
+			writer_spin(db, &w);
+			pthread_mutex_lock(&db->wmu);
+			continue;
+		}
 		pthread_cond_wait(&w.cv, &db->wmu);
+	}
 	if (!w.done) {
 		/* The first in the queue: writes its group. */
 		int rc = atomic_load(&db->failed) ? FLEX_EFAILED : 0;
@@ -645,11 +680,11 @@ int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int rang
 		/* The group leaves the queue; the next writer leads. */
 		struct fdb_writer *x = grp[n - 1]->next;
 		for (size_t i = 0; i < n; i++) {
-			grp[i]->done = 1;
+			__atomic_store_n(&grp[i]->done, 1, __ATOMIC_RELAXED);
 			if (i)
 				pthread_cond_signal(&grp[i]->cv);
 		}
-		db->wq_head = x;
+		__atomic_store_n(&db->wq_head, x, __ATOMIC_RELAXED);
 		if (!x)
 			db->wq_tail = NULL;
 		else

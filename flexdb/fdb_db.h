@@ -27,6 +27,10 @@ struct fdb_memref {
 /* Iterators a handle keeps parked: see fdb_iter.c. */
 #define FDB_ITER_PARKED 4
 
+/* Pauses a writer queued behind a group watches for its end before it
+ * sleeps (fdb_commit.c, writer_spin), on more than one CPU. */
+#define FDB_WRITER_SPIN 1024
+
 struct flexdb {
 	const struct flex_io *io;
 	char *dir;
@@ -44,6 +48,7 @@ struct flexdb {
 	 * its end to those that must not change the memtables during it). */
 	struct fdb_writer *wq_head, *wq_tail;
 	int w_busy;
+	int writer_spin; /* pauses a queued writer waits before it sleeps */
 	pthread_cond_t wcond;
 	uint64_t seq;		  /* last of the last group written; under wmu */
 	_Atomic uint64_t written; /* last sequence number in a WAL */

@@ -547,6 +547,12 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	}
 	pthread_mutex_init(&db->wmu, NULL);
 	pthread_cond_init(&db->wcond, NULL);
+	FLEX_ATOMIC_OBJ(&db->wq_head, sizeof(db->wq_head));
+#ifndef FLEX_HELGRIND
+	db->writer_spin = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? FDB_WRITER_SPIN : 0;
+#else
+	db->writer_spin = 0; /* Helgrind runs one thread at a time */
+#endif
 	pthread_mutex_init(&db->mtmu, NULL);
 	pthread_cond_init(&db->mtcond, NULL);
 	pthread_mutex_init(&db->syncmu, NULL);
