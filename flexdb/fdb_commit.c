@@ -595,30 +595,50 @@ static int write_group(struct flexdb *db, struct fdb_writer *const *grp, size_t 
 	return rc;
 }
 
-/* A writer queued behind a group being written first watches for the
- * group's end with wmu released, for a little longer than a small group
- * takes (a WAL write and a few memtable inserts: about a hundred pauses
- * here), before it sleeps on its condition variable: with two writers,
- * sleeping and being woken for every put made two threads slower than
- * one.  What it watches is read again under wmu.  On one CPU
- * (db->writer_spin 0: FDB_WRITER_SPIN otherwise) the group cannot end
- * while its follower spins. */
-#if defined(__x86_64__) || defined(__i386__)
-#define cpu_relax() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define cpu_relax() __asm__ __volatile__("yield" ::: "memory")
-#else
-#define cpu_relax() __asm__ __volatile__("" ::: "memory")
-#endif
-
-static void writer_spin(const struct flexdb *db, const struct fdb_writer *w)
+/* A writer queued behind a group being written first watches, with wmu
+ * released, for its batch to be written or its turn to lead, for up to
+ * FDB_WRITER_SPIN_NS (about ten groups of one put here), before it sleeps
+ * on its condition variable: with two writers, sleeping and being woken
+ * for every put made two threads slower than one.  What it watches is
+ * read again under wmu before it sleeps, so a signal sent meanwhile is
+ * not lost.  Only db->spin_max writers watch at once (one fewer than the
+ * CPUs the process may use: none on one), so that watching never takes
+ * the CPU the group's leader needs. */
+static inline void fdb_cpu_relax(void)
 {
-	for (int i = 0; i < db->writer_spin; i++) {
-		if (__atomic_load_n(&w->done, __ATOMIC_RELAXED) ||
-		    __atomic_load_n(&db->wq_head, __ATOMIC_RELAXED) == w)
-			return;
-		cpu_relax();
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#else
+	__asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+static uint64_t spin_now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* wmu held on entry and on return. */
+static void writer_spin(struct flexdb *db, const struct fdb_writer *w)
+{
+	if (atomic_fetch_add_explicit(&db->spinners, 1, memory_order_relaxed) < db->spin_max) {
+		pthread_mutex_unlock(&db->wmu);
+		uint64_t until = spin_now_ns() + FDB_WRITER_SPIN_NS;
+		for (unsigned i = 1;; i++) {
+			if (__atomic_load_n(&w->done, __ATOMIC_RELAXED) ||
+			    __atomic_load_n(&db->wq_head, __ATOMIC_RELAXED) == w)
+				break;
+			fdb_cpu_relax();
+			if (i % 32 == 0 && spin_now_ns() >= until)
+				break;
+		}
+		pthread_mutex_lock(&db->wmu);
 	}
+	atomic_fetch_sub_explicit(&db->spinners, 1, memory_order_relaxed);
 }
 
 int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges)
@@ -626,7 +646,6 @@ int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int rang
 	if (db->read_only)
 		return FLEX_EREADONLY;
 	struct fdb_writer w = {.payload = payload, .len = len, .ranges = ranges};
-	FLEX_ATOMIC_OBJ(&w.done, sizeof(w.done));
 	pthread_cond_init(&w.cv, NULL);
 	pthread_mutex_lock(&db->wmu);
 	if (db->wq_tail)
@@ -636,10 +655,9 @@ int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int rang
 	db->wq_tail = &w;
 	int spun = 0;
 	while (!w.done && db->wq_head != &w) {
-		if (!spun++ && db->writer_spin) {
-			pthread_mutex_unlock(&db->wmu);
+		if (!spun && db->spin_max) {
+			spun = 1;
 			writer_spin(db, &w);
-			pthread_mutex_lock(&db->wmu);
 			continue;
 		}
 		pthread_cond_wait(&w.cv, &db->wmu);
@@ -677,18 +695,19 @@ int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int rang
 		} else {
 			w.rc = rc;
 		}
-		/* The group leaves the queue; the next writer leads. */
+		/* The group leaves the queue; the next writer leads.  The
+		 * flags a watching writer reads go last, just before wmu is
+		 * let go, which it takes next. */
 		struct fdb_writer *x = grp[n - 1]->next;
-		for (size_t i = 0; i < n; i++) {
-			__atomic_store_n(&grp[i]->done, 1, __ATOMIC_RELAXED);
-			if (i)
-				pthread_cond_signal(&grp[i]->cv);
-		}
-		__atomic_store_n(&db->wq_head, x, __ATOMIC_RELAXED);
+		for (size_t i = 1; i < n; i++)
+			pthread_cond_signal(&grp[i]->cv);
 		if (!x)
 			db->wq_tail = NULL;
 		else
 			pthread_cond_signal(&x->cv);
+		for (size_t i = 0; i < n; i++)
+			__atomic_store_n(&grp[i]->done, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&db->wq_head, x, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&db->wmu);
 	pthread_cond_destroy(&w.cv);

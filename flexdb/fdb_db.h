@@ -27,9 +27,9 @@ struct fdb_memref {
 /* Iterators a handle keeps parked: see fdb_iter.c. */
 #define FDB_ITER_PARKED 4
 
-/* Pauses a writer queued behind a group watches for its end before it
- * sleeps (fdb_commit.c, writer_spin), on more than one CPU. */
-#define FDB_WRITER_SPIN 1024
+/* How long a writer queued behind a group watches for its batch to be
+ * written before it sleeps (fdb_commit.c, writer_spin). */
+#define FDB_WRITER_SPIN_NS 30000u
 
 struct flexdb {
 	const struct flex_io *io;
@@ -45,10 +45,15 @@ struct flexdb {
 	/* Writers in the order they came (under wmu): the first leads a
 	 * group, writing its own batch and those queued behind it, and
 	 * writes them with wmu released (w_busy set meanwhile; wcond tells
-	 * its end to those that must not change the memtables during it). */
+	 * its end to those that must not change the memtables during it).
+	 * wq_head and each writer's `done` are also read without wmu, by
+	 * writers watching for their turn (writer_spin): they are stored
+	 * atomically.  spinners: writers watching now, at most spin_max (one
+	 * fewer than the CPUs the process may use). */
 	struct fdb_writer *wq_head, *wq_tail;
 	int w_busy;
-	int writer_spin; /* pauses a queued writer waits before it sleeps */
+	int spin_max;
+	atomic_int spinners;
 	pthread_cond_t wcond;
 	uint64_t seq;		  /* last of the last group written; under wmu */
 	_Atomic uint64_t written; /* last sequence number in a WAL */

@@ -376,6 +376,9 @@ static int db_start_committer(struct flexdb *db)
 	long n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
 							     : sysconf(_SC_NPROCESSORS_ONLN);
 	db->ncpu = n > 0 ? (int)n : 1;
+#ifndef FLEX_HELGRIND
+	db->spin_max = db->ncpu - 1;
+#endif /* (Helgrind runs one thread at a time: a writer sleeps at once) */
 	return db_thread_start(&db->committer, fdb_committer_main, db);
 }
 
@@ -547,12 +550,6 @@ int flexdb_open(const char *dir, const struct flexdb_options *opt, struct flexdb
 	}
 	pthread_mutex_init(&db->wmu, NULL);
 	pthread_cond_init(&db->wcond, NULL);
-	FLEX_ATOMIC_OBJ(&db->wq_head, sizeof(db->wq_head));
-#ifndef FLEX_HELGRIND
-	db->writer_spin = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? FDB_WRITER_SPIN : 0;
-#else
-	db->writer_spin = 0; /* Helgrind runs one thread at a time */
-#endif
 	pthread_mutex_init(&db->mtmu, NULL);
 	pthread_cond_init(&db->mtcond, NULL);
 	pthread_mutex_init(&db->syncmu, NULL);
