@@ -625,7 +625,8 @@ static uint64_t spin_now_ns(void)
 /* wmu held on entry and on return. */
 static void writer_spin(struct flexdb *db, const struct fdb_writer *w)
 {
-	if (atomic_fetch_add_explicit(&db->spinners, 1, memory_order_relaxed) < db->spin_max) {
+	if (db->spinners < db->spin_max) {
+		db->spinners++;
 		pthread_mutex_unlock(&db->wmu);
 		uint64_t until = spin_now_ns() + FDB_WRITER_SPIN_NS;
 		for (unsigned i = 1;; i++) {
@@ -637,8 +638,8 @@ static void writer_spin(struct flexdb *db, const struct fdb_writer *w)
 				break;
 		}
 		pthread_mutex_lock(&db->wmu);
+		db->spinners--;
 	}
-	atomic_fetch_sub_explicit(&db->spinners, 1, memory_order_relaxed);
 }
 
 int fdb_db_write(struct flexdb *db, const uint8_t *payload, size_t len, int ranges)

@@ -48,12 +48,11 @@ struct flexdb {
 	 * its end to those that must not change the memtables during it).
 	 * wq_head and each writer's `done` are also read without wmu, by
 	 * writers watching for their turn (writer_spin): they are stored
-	 * atomically.  spinners: writers watching now, at most spin_max (one
-	 * fewer than the CPUs the process may use). */
+	 * atomically.  spinners: writers watching now (under wmu), at most
+	 * spin_max (one fewer than the CPUs the process may use). */
 	struct fdb_writer *wq_head, *wq_tail;
 	int w_busy;
-	int spin_max;
-	atomic_int spinners;
+	int spin_max, spinners;
 	pthread_cond_t wcond;
 	uint64_t seq;		  /* last of the last group written; under wmu */
 	_Atomic uint64_t written; /* last sequence number in a WAL */

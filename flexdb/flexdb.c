@@ -376,9 +376,10 @@ static int db_start_committer(struct flexdb *db)
 	long n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
 							     : sysconf(_SC_NPROCESSORS_ONLN);
 	db->ncpu = n > 0 ? (int)n : 1;
+	/* Under Helgrind, which runs one thread at a time, none watches. */
 #ifndef FLEX_HELGRIND
 	db->spin_max = db->ncpu - 1;
-#endif /* (Helgrind runs one thread at a time: a writer sleeps at once) */
+#endif
 	return db_thread_start(&db->committer, fdb_committer_main, db);
 }
 
