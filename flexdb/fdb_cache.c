@@ -380,13 +380,47 @@ static struct fdb_pmap *cent_locate(struct fdb_store *s, const struct fdb_cent *
 	return fdb_pmap_locate(s, fdb_index_offset(&p), c->size);
 }
 
+/* Makes `need` bytes fit in the thin share by taking thin entries' maps
+ * away (a copy without its map takes an entry's place), in ring order
+ * from the hand, at most once round the ring: the maps of a load's
+ * scattered intervals (about one piece, 16 bytes, per pair) would
+ * otherwise keep a third as many intervals in thin entries as fit
+ * without them, and a get of any other reads its interval whole.
+ * Exclusive lock only (the entries it replaces are freed at once); never
+ * touches `pin`.  0 when the bytes fit. */
+static int thin_strip(struct fdb_store *s, size_t need, const struct fdb_cent *pin)
+{
+	size_t cap = thin_share(s);
+	struct fdb_ring *r = &s->ring[1];
+	for (uint32_t steps = r->n; s->thin_bytes + need > cap && steps && r->n; steps--) {
+		if (r->hand >= r->n)
+			r->hand = 0;
+		struct fdb_cent *c = r->v[r->hand];
+		if (c == pin || !c->pieces) {
+			r->hand++;
+			continue;
+		}
+		struct fdb_cent *t = fdb_thin_copy(c, NULL);
+		if (!t)
+			break;
+		/* The slot c leaves makes room for t: ring_add cannot fail. */
+		ring_remove(s, c);
+		(void)ring_add(s, t);
+		ival_set_cent(t->iv, t);
+		fdb_cent_free(c);
+	}
+	return s->thin_bytes + need <= cap ? 0 : -ENOSPC;
+}
+
 /* Makes `need` more bytes fit in the cache; never touches `pin`.  CLOCK,
  * in each ring: an entry whose bit is set gets its bit cleared and is
  * passed.  Thin entries beyond their share of the cache go first; then
  * an unreferenced whole entry is made thin while thin entries stay
  * within their share (they are a tenth of the size or less and still
- * spare a lookup most of its reading), and goes otherwise; thin entries
- * within their share go only when no whole entry is left.  Each entry of
+ * spare a lookup most of its reading), without its map when only that
+ * fits, and goes otherwise; thin entries within their share go only
+ * when no whole entry is left.  A thin entry with a map loses the map
+ * before it goes (a copy without it takes its place).  Each entry of
  * a ring is passed at most three times, so this ends; a last pass
  * ignores the bits, so the bound holds even when every entry was just
  * used.  Under the shared lock (`shared`) it stops when the graveyard is
@@ -418,24 +452,34 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 		if (shared && grave_reserve(s, c->bytes))
 			return -ENOSPC;
 		ring_remove(s, c);
+		struct fdb_cent *t = NULL;
 		if (k == 0 && !force) {
 			int maps = !s->in_run && __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
 			struct fdb_pmap *pm = c->map || !maps ? NULL : cent_locate(s, c);
 			const struct fdb_pmap *use = c->map && maps ? c->map : pm;
+			/* Without its map when that does not fit, and (under
+			 * the exclusive lock) other thin entries' maps go
+			 * before it does: a thin entry spares a read of the
+			 * whole interval, a map only a FlexTree lookup. */
+			if (use && s->thin_bytes + fdb_cent_thin_bytes(c, use->n) > thin_cap)
+				use = NULL;
 			size_t thin = fdb_cent_thin_bytes(c, use ? use->n : 0);
-			struct fdb_cent *t =
-			    s->thin_bytes + thin <= thin_cap ? fdb_thin_copy(c, use) : NULL;
+			if (s->thin_bytes + thin <= thin_cap ||
+			    (!shared && thin_strip(s, thin, pin) == 0))
+				t = fdb_thin_copy(c, use);
 			free(pm);
-			if (t && ring_add(s, t) != 0) {
-				fdb_cent_free(t);
-				t = NULL;
-			}
-			if (t) {
-				/* A thin copy takes the whole entry's place. */
-				ival_set_cent(t->iv, t);
-				cent_retire(s, c, shared);
-				continue;
-			}
+		} else if (k == 1 && !force && c->pieces) {
+			t = fdb_thin_copy(c, NULL); /* its map goes first */
+		}
+		if (t && ring_add(s, t) != 0) {
+			fdb_cent_free(t);
+			t = NULL;
+		}
+		if (t) {
+			/* The thin copy takes the entry's place. */
+			ival_set_cent(t->iv, t);
+			cent_retire(s, c, shared);
+			continue;
 		}
 		ival_set_cent(c->iv, NULL);
 		cent_retire(s, c, shared);

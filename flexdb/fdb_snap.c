@@ -116,6 +116,7 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 	 * what they leave. */
 	/* Thin entries keep where their pairs lie while maps pay
 	 * (fdb_maps_policy). */
+	fdb_maps_policy(s); /* for the store as it is now */
 	int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
 	size_t budget = fdb_cache_thin_share(s), whole = 0;
 	struct fdb_ipath p;
@@ -154,6 +155,12 @@ int fdb_snap_save(struct fdb_store *s, const struct flex_io *io, const char *dir
 					  ? snap_locate(s, fdb_index_offset(&p), c->size)
 					  : NULL;
 		int thin = snap_take(c, pm ? pm->n : 0, &left_whole, &left_thin);
+		if (!thin && pm) {
+			/* Without its map if only that fits. */
+			free(pm);
+			pm = NULL;
+			thin = snap_take(c, 0, &left_whole, &left_thin);
+		}
 		uint32_t pieces = thin && pm ? pm->n : 0;
 		size_t need = 5 * 3 + 2 + iv->klen +
 			      (thin ? 10 + (size_t)pieces * 11 + (size_t)c->n * 7 : 0);

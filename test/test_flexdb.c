@@ -3352,7 +3352,7 @@ Test(flexdb, thin_entries_of_every_shape_find_every_pair)
 {
 	static const struct {
 		uint32_t vmin, vmax, pairs, cache_mb, maps;
-	} shape[] = {{0, 100, 40000, 1, 1},
+	} shape[] = {{0, 100, 40000, 2, 1},
 		     {300, 1500, 6000, 1, 1},
 		     {70000, 90000, 160, 8, 1},
 		     {0, 100, 120000, 1, 0}};
@@ -3406,6 +3406,52 @@ Test(flexdb, thin_entries_of_every_shape_find_every_pair)
 		fm_free(&m);
 	}
 	free(vbuf);
+}
+
+/* A random load into a store much larger than its cache scatters its
+ * intervals over many extents each, and the maps of their thin entries
+ * (16 bytes a piece) outweigh the rest.  When the thin share is full,
+ * maps give way before entries do, so a thin entry for every interval
+ * fits, the clean close puts them all into INDEX, and after a reopen no
+ * get reads an interval whole (with the maps kept, the share held about
+ * half the intervals, and a get of any other read its interval whole). */
+Test(flexdb, scattered_load_keeps_a_thin_entry_for_every_interval)
+{
+	uint64_t seed = test_seed("thinload"), r = seed;
+	struct flexdb_options o = fdb_default_opts();
+	o.memtable_size = 256u << 10;
+	o.cache_size = 1u << 20;
+	struct tdb t;
+	tdb_open(&t, "thinload", &o);
+	struct fmodel m = {0};
+	uint8_t vbuf[100];
+	for (uint32_t i = 0; i < 60000; i++) {
+		char key[24];
+		int kn = snprintf(key, sizeof(key), "%016" PRIx64,
+				  (uint64_t)((i + seed) * UINT64_C(0x9e3779b97f4a7c15)));
+		val_fill(rnd(&r), vbuf, sizeof(vbuf));
+		cr_assert_eq(flexdb_put(t.db, key, (uint32_t)kn, vbuf, sizeof(vbuf)), 0);
+		fm_put(&m, key, (uint32_t)kn, vbuf, sizeof(vbuf));
+	}
+	cr_assert_eq(flexdb_sync(t.db), 0);
+	struct flexdb_stats a, b;
+	cr_assert_eq(flexdb_stats(t.db, &a), 0);
+	double ext = (double)a.space.extents / (double)a.intervals;
+	cr_assert_gt(ext, 8, "the load left %.1f extents per interval", ext);
+	tdb_reopen(&t, &o);
+	cr_assert_eq(index_from_file(t.db), 1);
+	cr_assert_eq(flexdb_stats(t.db, &a), 0);
+	gets_verify(t.db, &m, "after a reopen");
+	cr_assert_eq(flexdb_stats(t.db, &b), 0);
+	fprintf(stderr,
+		"  scattered load: %" PRIu64 " intervals in %.1f extents each, %.0f KB of thin "
+		"entries from INDEX; gets: %" PRIu64 " thin hits, %" PRIu64 " misses\n",
+		b.intervals, ext, (double)a.cache_bytes / 1024,
+		b.cache_thin_hits - a.cache_thin_hits, b.cache_misses - a.cache_misses);
+	cr_assert_eq(b.cache_misses - a.cache_misses, 0, "gets read intervals whole");
+	cr_assert_eq(flexdb_check(t.db), 0);
+	tdb_done(&t);
+	fm_free(&m);
 }
 
 /* A scan of 10 keys between bounds, from a cold cache, reads about the
