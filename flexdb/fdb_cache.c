@@ -287,6 +287,12 @@ static struct fdb_ring *cent_ring(struct fdb_store *s, const struct fdb_cent *c)
 	return &s->ring[c->raw ? 0 : 1];
 }
 
+size_t fdb_cent_map_bytes(const struct fdb_cent *c)
+{
+	return c->raw || !c->pieces ? 0
+				    : fdb_cent_thin_bytes(c, c->pieces) - fdb_cent_thin_bytes(c, 0);
+}
+
 static void ring_remove(struct fdb_store *s, struct fdb_cent *c)
 {
 	if (c->slot == UINT32_MAX)
@@ -297,8 +303,10 @@ static void ring_remove(struct fdb_store *s, struct fdb_cent *c)
 	r->v[i]->slot = i;
 	c->slot = UINT32_MAX;
 	set_bytes(&s->cache_bytes, s->cache_bytes - c->bytes);
-	if (!c->raw)
+	if (!c->raw) {
 		s->thin_bytes -= c->bytes;
+		s->thin_map_bytes -= fdb_cent_map_bytes(c);
+	}
 	if (r->hand >= r->n)
 		r->hand = 0;
 }
@@ -327,9 +335,27 @@ static int ring_add(struct fdb_store *s, struct fdb_cent *c)
 	c->slot = r->n;
 	r->v[r->n++] = c;
 	set_bytes(&s->cache_bytes, s->cache_bytes + c->bytes);
-	if (!c->raw)
+	if (!c->raw) {
 		s->thin_bytes += c->bytes;
+		s->thin_map_bytes += fdb_cent_map_bytes(c);
+	}
 	return 0;
+}
+
+/* Exclusive lock: thin entry t takes thin entry c's place in the ring,
+ * with its CLOCK bit, and as its interval's entry; c is out of use. */
+static void ring_replace(struct fdb_store *s, struct fdb_cent *c, struct fdb_cent *t)
+{
+	struct fdb_ring *r = cent_ring(s, c);
+	t->slot = c->slot;
+	r->v[t->slot] = t;
+	c->slot = UINT32_MAX;
+	atomic_store_explicit(&t->ref, atomic_load_explicit(&c->ref, memory_order_relaxed),
+			      memory_order_relaxed);
+	set_bytes(&s->cache_bytes, s->cache_bytes - c->bytes + t->bytes);
+	s->thin_bytes = s->thin_bytes - c->bytes + t->bytes;
+	s->thin_map_bytes = s->thin_map_bytes - fdb_cent_map_bytes(c) + fdb_cent_map_bytes(t);
+	ival_set_cent(t->iv, t);
 }
 
 /* Under the shared lock: whether an entry of `bytes` fits in the
@@ -381,9 +407,10 @@ static struct fdb_pmap *cent_locate(struct fdb_store *s, const struct fdb_cent *
 }
 
 /* Makes `need` bytes fit in the thin share by taking thin entries' maps
- * away (a copy without its map takes an entry's place), in ring order
- * from the hand, at most once round the ring: the maps of a load's
- * scattered intervals (about one piece, 16 bytes, per pair) would
+ * away (a copy without its map takes an entry's place), from the thin
+ * ring's hand on, at most once round the ring; at once -ENOSPC when all
+ * the maps together would not make the room.  The maps of a load's
+ * scattered intervals (about one piece, 12 bytes, per pair) would
  * otherwise keep a third as many intervals in thin entries as fit
  * without them, and a get of any other reads its interval whole.
  * Exclusive lock only (the entries it replaces are freed at once); never
@@ -392,21 +419,18 @@ static int thin_strip(struct fdb_store *s, size_t need, const struct fdb_cent *p
 {
 	size_t cap = thin_share(s);
 	struct fdb_ring *r = &s->ring[1];
-	for (uint32_t steps = r->n; s->thin_bytes + need > cap && steps && r->n; steps--) {
+	if (s->thin_bytes - s->thin_map_bytes + need > cap)
+		return -ENOSPC;
+	for (uint32_t steps = r->n; s->thin_bytes + need > cap && steps; steps--) {
 		if (r->hand >= r->n)
 			r->hand = 0;
-		struct fdb_cent *c = r->v[r->hand];
-		if (c == pin || !c->pieces) {
-			r->hand++;
+		struct fdb_cent *c = r->v[r->hand++];
+		if (c == pin || !c->pieces)
 			continue;
-		}
 		struct fdb_cent *t = fdb_thin_copy(c, NULL);
 		if (!t)
 			break;
-		/* The slot c leaves makes room for t: ring_add cannot fail. */
-		ring_remove(s, c);
-		(void)ring_add(s, t);
-		ival_set_cent(t->iv, t);
+		ring_replace(s, c, t);
 		fdb_cent_free(c);
 	}
 	return s->thin_bytes + need <= cap ? 0 : -ENOSPC;
@@ -419,12 +443,15 @@ static int thin_strip(struct fdb_store *s, size_t need, const struct fdb_cent *p
  * within their share (they are a tenth of the size or less and still
  * spare a lookup most of its reading), without its map when only that
  * fits, and goes otherwise; thin entries within their share go only
- * when no whole entry is left.  A thin entry with a map loses the map
- * before it goes (a copy without it takes its place).  Each entry of
- * a ring is passed at most three times, so this ends; a last pass
- * ignores the bits, so the bound holds even when every entry was just
- * used.  Under the shared lock (`shared`) it stops when the graveyard is
- * full: returns nonzero if the bytes do not fit then. */
+ * when no whole entry is left.  Under the exclusive lock maps go before
+ * entries: other thin entries' maps make room for a whole entry's thin
+ * copy (thin_strip), and a thin entry with a map loses the map (a copy
+ * without it takes its place) before it goes.  Each hand takes at most
+ * three times its ring's length in steps, so this ends; a last pass
+ * ignores the bits and drops entries, so the bound holds even when
+ * every entry was just used.  Under the shared lock (`shared`) it stops
+ * when the graveyard is full: returns nonzero if the bytes do not fit
+ * then. */
 int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin, int shared)
 {
 	size_t thin_cap = thin_share(s), limit = fdb_ring_limit(s);
@@ -449,6 +476,15 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 			r->hand++;
 			continue;
 		}
+		if (k == 1 && !force && !shared && c->pieces) {
+			struct fdb_cent *t = fdb_thin_copy(c, NULL);
+			if (t) {
+				ring_replace(s, c, t);
+				fdb_cent_free(c);
+				r->hand++;
+				continue;
+			}
+		}
 		if (shared && grave_reserve(s, c->bytes))
 			return -ENOSPC;
 		ring_remove(s, c);
@@ -468,15 +504,13 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 			    (!shared && thin_strip(s, thin, pin) == 0))
 				t = fdb_thin_copy(c, use);
 			free(pm);
-		} else if (k == 1 && !force && c->pieces) {
-			t = fdb_thin_copy(c, NULL); /* its map goes first */
 		}
 		if (t && ring_add(s, t) != 0) {
 			fdb_cent_free(t);
 			t = NULL;
 		}
 		if (t) {
-			/* The thin copy takes the entry's place. */
+			/* A thin copy takes the whole entry's place. */
 			ival_set_cent(t->iv, t);
 			cent_retire(s, c, shared);
 			continue;

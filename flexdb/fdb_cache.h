@@ -56,6 +56,9 @@ void fdb_cand_push(struct fdb_cands *cands, struct fdb_ival *iv, struct fdb_cent
 void fdb_cand_renew(struct fdb_store *s, struct fdb_cands *cands, struct fdb_ival *iv,
 		    const struct fdb_cent *old, const struct fdb_pmap *m);
 size_t fdb_cent_bytes(const struct fdb_cent *c);
+/* What a thin entry's map adds to its charge (0 for a whole entry or
+ * none).  A thin entry does not change once made. */
+size_t fdb_cent_map_bytes(const struct fdb_cent *c);
 void fdb_cent_free(struct fdb_cent *c);
 int fdb_cent_from_raw(const struct fdb_ival *iv, uint8_t *raw, uint32_t size, struct fdb_pmap *map,
 		      struct fdb_cent **out);

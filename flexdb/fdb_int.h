@@ -456,7 +456,8 @@ struct fdb_store {
 	pthread_mutex_t cache_mu;
 	struct fdb_ring ring[2]; /* whole entries, thin ones (fdb_cache.c) */
 	size_t cache_bytes, cache_limit;
-	size_t thin_bytes; /* of thin entries, at most 3/4 of the cache */
+	size_t thin_bytes;     /* of thin entries, at most 3/4 of the cache */
+	size_t thin_map_bytes; /* of those, their maps' (fdb_cent_map_bytes) */
 	struct fdb_cent **grave;
 	uint32_t ngrave, grave_cap;
 	size_t grave_bytes;

@@ -14,8 +14,7 @@
  * index by reading one key per interval instead of the whole store.
  *
  * The interval cache (fdb_cache.c) holds the intervals read and written
- * most; gets and scans are in fdb_read.c, and fdb_cache.h is what the
- * three share.
+ * most; gets and scans are in fdb_read.c; fdb_cache.h is what they share.
  *
  * Locking, for the three files: the caller holds db->lock, shared for
  * fdb_store_get and fdb_store_scan, exclusive for everything else
@@ -975,9 +974,9 @@ int fdb_store_check(struct fdb_store *s)
 	free(last);
 	if (!rc && pos != flexspace_size(s->fs))
 		rc = FLEX_ECORRUPT;
-	/* The cache's accounts: every ring entry is its interval's, and the
-	 * charges add up within the bound (one entry may pass it alone). */
-	size_t bytes = 0, thin = 0, grave = 0;
+	/* Every ring entry is its interval's; the charges add up within the
+	 * bound (one entry may pass it alone). */
+	size_t bytes = 0, thin = 0, maps = 0, grave = 0;
 	for (int k = 0; k < 2; k++)
 		for (uint32_t i = 0; i < s->ring[k].n && !rc; i++) {
 			const struct fdb_cent *c = s->ring[k].v[i];
@@ -986,10 +985,12 @@ int fdb_store_check(struct fdb_store *s)
 				rc = FLEX_ECORRUPT;
 			bytes += c->bytes;
 			thin += c->raw ? 0 : c->bytes;
+			maps += fdb_cent_map_bytes(c);
 		}
 	for (uint32_t i = 0; i < s->ngrave; i++)
 		grave += s->grave[i]->bytes;
-	if (!rc && (bytes != s->cache_bytes || thin != s->thin_bytes || grave != s->grave_bytes ||
+	if (!rc && (bytes != s->cache_bytes || thin != s->thin_bytes ||
+		    maps != s->thin_map_bytes || grave != s->grave_bytes ||
 		    (s->ring[0].n + s->ring[1].n > 1 && bytes + grave > s->cache_limit)))
 		rc = FLEX_ECORRUPT;
 	if (!rc && known && keys != s->keys)
