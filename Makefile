@@ -198,8 +198,9 @@ tsan:
 # The same program under Helgrind, valgrind's happens-before race and
 # lock-order checker.  The libraries are built with -DFLEX_HELGRIND, which
 # turns on the annotations of the C11 atomics Helgrind cannot see (the
-# lock-free memtable, the CLOCK bits, reference counts: fdb_int.h); no
-# suppressions beyond valgrind's own for glibc are needed.  No jemalloc:
+# lock-free memtable, the CLOCK bits, reference counts: fdb_int.h).  One
+# suppression beyond valgrind's own for glibc (test/helgrind.supp): a
+# timed condvar wait handing a signal on from inside glibc.  No jemalloc:
 # valgrind replaces malloc and must see every block.  FLEX_NO_IO_URING=1:
 # valgrind does not see the kernel fill buffers through io_uring's rings.
 # Helgrind runs one thread at a time (--fair-sched=yes: in turn, or a
@@ -216,7 +217,8 @@ helgrind:
 		$(HG_BUILD)/lib/libflexdb.a $(HG_BUILD)/lib/libflexspace.a \
 		$(HG_BUILD)/lib/libflextree.a -luring -lxxhash -pthread -lm
 	FLEX_NO_IO_URING=1 FLEX_TEST_SCALE=$${FLEX_TEST_SCALE:-8} \
-		valgrind --tool=helgrind --fair-sched=yes --error-exitcode=1 $(HG_BUILD)/flexdb_helgrind
+		valgrind --tool=helgrind --fair-sched=yes --error-exitcode=1 \
+		--suppressions=test/helgrind.supp $(HG_BUILD)/flexdb_helgrind
 
 # ---- fuzzing (test/fuzz/README.md) ----------------------------------------
 # clang + libFuzzer: test/fuzz/run.sh builds its own clang ASan/UBSan copy
