@@ -497,9 +497,11 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 			 * the exclusive lock) other thin entries' maps go
 			 * before it does: a thin entry spares a read of the
 			 * whole interval, a map only a FlexTree lookup. */
-			if (use && s->thin_bytes + fdb_cent_thin_bytes(c, use->n) > thin_cap)
-				use = NULL;
 			size_t thin = fdb_cent_thin_bytes(c, use ? use->n : 0);
+			if (use && s->thin_bytes + thin > thin_cap) {
+				use = NULL;
+				thin = fdb_cent_thin_bytes(c, 0);
+			}
 			if (s->thin_bytes + thin <= thin_cap ||
 			    (!shared && thin_strip(s, thin, pin) == 0))
 				t = fdb_thin_copy(c, use);
