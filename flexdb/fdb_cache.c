@@ -342,10 +342,14 @@ static int ring_add(struct fdb_store *s, struct fdb_cent *c)
 	return 0;
 }
 
-/* Exclusive lock: thin entry t takes thin entry c's place in the ring,
- * with its CLOCK bit, and as its interval's entry; c is out of use. */
-static void ring_replace(struct fdb_store *s, struct fdb_cent *c, struct fdb_cent *t)
+/* Exclusive lock: a copy of thin entry c without its map takes c's place
+ * in the ring, with its CLOCK bit, and as its interval's entry; c is
+ * freed.  -ENOMEM leaves c as it was. */
+static int thin_unmap(struct fdb_store *s, struct fdb_cent *c)
 {
+	struct fdb_cent *t = fdb_thin_copy(c, NULL);
+	if (!t)
+		return -ENOMEM;
 	struct fdb_ring *r = cent_ring(s, c);
 	t->slot = c->slot;
 	r->v[t->slot] = t;
@@ -356,6 +360,8 @@ static void ring_replace(struct fdb_store *s, struct fdb_cent *c, struct fdb_cen
 	s->thin_bytes = s->thin_bytes - c->bytes + t->bytes;
 	s->thin_map_bytes = s->thin_map_bytes - fdb_cent_map_bytes(c) + fdb_cent_map_bytes(t);
 	ival_set_cent(t->iv, t);
+	fdb_cent_free(c);
+	return 0;
 }
 
 /* Under the shared lock: whether an entry of `bytes` fits in the
@@ -425,13 +431,8 @@ static int thin_strip(struct fdb_store *s, size_t need, const struct fdb_cent *p
 		if (r->hand >= r->n)
 			r->hand = 0;
 		struct fdb_cent *c = r->v[r->hand++];
-		if (c == pin || !c->pieces)
-			continue;
-		struct fdb_cent *t = fdb_thin_copy(c, NULL);
-		if (!t)
+		if (c != pin && c->pieces && thin_unmap(s, c))
 			break;
-		ring_replace(s, c, t);
-		fdb_cent_free(c);
 	}
 	return s->thin_bytes + need <= cap ? 0 : -ENOSPC;
 }
@@ -476,14 +477,9 @@ int fdb_cache_evict(struct fdb_store *s, size_t need, const struct fdb_cent *pin
 			r->hand++;
 			continue;
 		}
-		if (k == 1 && !force && !shared && c->pieces) {
-			struct fdb_cent *t = fdb_thin_copy(c, NULL);
-			if (t) {
-				ring_replace(s, c, t);
-				fdb_cent_free(c);
-				r->hand++;
-				continue;
-			}
+		if (k == 1 && !force && !shared && c->pieces && thin_unmap(s, c) == 0) {
+			r->hand++;
+			continue;
 		}
 		if (shared && grave_reserve(s, c->bytes))
 			return -ENOSPC;
