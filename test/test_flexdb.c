@@ -1928,10 +1928,10 @@ Test(flexdb, warming_caches_every_interval_it_can_and_keeps_the_bound)
 	struct tdb t;
 	tdb_open(&t, "warm", &o);
 	struct keypool pool;
-	pool_make(&pool, 60000, seed ^ 0x7761726du);
+	pool_make(&pool, 90000, seed ^ 0x7761726du);
 	uint8_t *vbuf = malloc(FLEXDB_MAX_VALUE);
 	struct fmodel m = {0};
-	tidy_puts(t.db, &m, &pool, 80000, &r, vbuf);
+	tidy_puts(t.db, &m, &pool, 120000, &r, vbuf);
 
 	/* A cache with room for every interval: after warming, no lookup
 	 * reads an interval. */
@@ -1960,9 +1960,10 @@ Test(flexdb, warming_caches_every_interval_it_can_and_keeps_the_bound)
 	cr_assert_eq(warm_gets(t.db, &m, "warm, no_mmap"), 0,
 		     "lookups missed after warming without the mapping");
 
-	/* A cache too small for thin entries of every interval (1 MiB, half
-	 * of it the tree's): warming stops at the thin entries' share, the
-	 * bound holds, and lookups still find every pair. */
+	/* A cache too small for thin entries of every interval, even
+	 * without maps (1 MiB, half of it the tree's): warming stops at the
+	 * thin entries' share, the bound holds, and lookups still find every
+	 * pair. */
 	struct flexdb_options small = o;
 	small.cache_size = 1u << 20;
 	small.space.tree_cache_size = small.cache_size / 2;
