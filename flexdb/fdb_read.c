@@ -513,21 +513,27 @@ struct pair_ref {
 	uint32_t klen, vlen;
 };
 
-/* Room for an interval's pair refs, reused from interval to interval. */
+/* Room for an interval's pair refs, reused from interval to interval: on
+ * the stack for an interval of up to FDB_REFS_STACK pairs (heap: v is an
+ * allocation of its own). */
+#define FDB_REFS_STACK 64
 struct ref_vec {
 	struct pair_ref *v;
 	uint32_t n, cap;
+	int heap;
 };
 
-/* Parses an interval's raw bytes into refs, checking that keys increase
- * from the interval's key on and stay below the next interval's key
- * (next; NULL for the last interval), and, when known, the pair count.
- * With `verify` every checksum is checked too; without, only the framing
- * and the order are known, and fdb_store_scan checks the pairs it uses.
- * A damaged key then still lies between its neighbours, inside the
- * interval. */
+/* Parses an interval's raw bytes into refs, checking the pair count when
+ * known, and with `order` that keys increase from the interval's key on
+ * and stay below the next interval's key (next; NULL for the last
+ * interval).  With `verify` every checksum is checked too; without, only
+ * the framing (and the order) are known, and fdb_store_scan checks the
+ * pairs it uses.  A search among the pairs needs the order: a damaged key
+ * then still lies between its neighbours, inside the interval.  Pairs
+ * taken one after the other from the first need only the framing: each
+ * is verified before it is used. */
 static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival *iv,
-		     const struct fdb_ival *next, int verify, struct ref_vec *r)
+		     const struct fdb_ival *next, int verify, int order, struct ref_vec *r)
 {
 	r->n = 0;
 	while (p < end) {
@@ -535,7 +541,7 @@ static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival
 		struct pair_ref x;
 		x.rec = p;
 		int bad = fdb_rec_parse(p, end, &size, &x.key, &x.klen, &x.val, &x.vlen);
-		if (!bad) {
+		if (!bad && order) {
 			int c = r->n ? fdb_keycmp(r->v[r->n - 1].key, r->v[r->n - 1].klen, x.key,
 						  x.klen)
 				     : fdb_keycmp(iv->key, iv->klen, x.key, x.klen);
@@ -547,11 +553,15 @@ static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival
 			return FLEX_ECORRUPT;
 		if (r->n == r->cap) {
 			uint32_t cap = r->cap ? 2 * r->cap : 64;
-			struct pair_ref *nv = realloc(r->v, cap * sizeof(*nv));
+			struct pair_ref *nv = r->heap ? realloc(r->v, cap * sizeof(*nv))
+						      : malloc(cap * sizeof(*nv));
 			if (!nv)
 				return -ENOMEM;
+			if (!r->heap && r->n)
+				memcpy(nv, r->v, r->n * sizeof(*nv));
 			r->v = nv;
 			r->cap = cap;
+			r->heap = 1;
 		}
 		r->v[r->n++] = x;
 		p += size;
@@ -559,7 +569,7 @@ static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival
 	uint32_t count = __atomic_load_n(&iv->count, __ATOMIC_RELAXED);
 	if (count != FDB_COUNT_UNKNOWN && count != r->n)
 		return FLEX_ECORRUPT;
-	if (next && r->n &&
+	if (order && next && r->n &&
 	    fdb_keycmp(r->v[r->n - 1].key, r->v[r->n - 1].klen, next->key, next->klen) >= 0)
 		return FLEX_ECORRUPT;
 	return 0;
@@ -821,7 +831,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 	else
 		iv = reverse ? fdb_index_last(s->index, &p) : fdb_index_first(s->index, &p);
 	struct scan_run run = {0};
-	struct ref_vec refs = {0};
+	struct pair_ref refbuf[FDB_REFS_STACK];
+	struct ref_vec refs = {.v = refbuf, .cap = FDB_REFS_STACK};
 	int first = 1, rc = 0, past = 0;
 	while (iv && *n < max && !rc && !past) {
 		/* An interval's keys are at or above its key. */
@@ -882,9 +893,16 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		 * and on YCSB E's zipfian ones alike (docs/BENCHMARKS.md). */
 		int admit = cands->n < cands->cap &&
 			    fdb_load_bytes(&s->cache_bytes) + 2 * (size_t)iv->size <= fdb_ring_limit(s);
-		struct fdb_ipath q = p;
+		/* The order is checked where the pairs are searched, and
+		 * where an entry is built of them. */
+		int order = admit || (first && flen);
+		const struct fdb_ival *nx = NULL;
+		if (order) {
+			struct fdb_ipath q = p;
+			nx = fdb_index_next(&q);
+		}
 		if (!rc)
-			rc = raw_pairs(raw, raw + iv->size, iv, fdb_index_next(&q), admit, &refs);
+			rc = raw_pairs(raw, raw + iv->size, iv, nx, admit, order, &refs);
 		if (rc)
 			break;
 		if (admit) {
@@ -937,7 +955,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			break;
 		iv = reverse ? fdb_index_prev(&p) : fdb_index_next(&p);
 	}
-	free(refs.v);
+	if (refs.heap)
+		free(refs.v);
 	/* A full chunk ends at its last pair's key (the iterator's bound). */
 	if (!rc && *n == max)
 		rc = fdb_pair_check(&out[max - 1]);
