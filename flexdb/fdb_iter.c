@@ -606,14 +606,21 @@ int flexdb_iter_seek_for_prev(struct flexdb_iter *it, const void *key, size_t kl
 	return iter_fill(it, key, (uint32_t)klen, 1, 1);
 }
 
-int flexdb_iter_valid(const struct flexdb_iter *it)
+/* Inside the library, where a call to the exported function would go
+ * through the PLT for every pair. */
+static inline int iter_valid(const struct flexdb_iter *it)
 {
 	return it && it->pos < it->n;
 }
 
+int flexdb_iter_valid(const struct flexdb_iter *it)
+{
+	return iter_valid(it);
+}
+
 static int iter_step(struct flexdb_iter *it, int reverse)
 {
-	if (!flexdb_iter_valid(it))
+	if (!iter_valid(it))
 		return -EINVAL;
 	if (it->reverse == reverse) {
 		if (++it->pos < it->n) {
@@ -649,7 +656,7 @@ int flexdb_iter_prev(struct flexdb_iter *it)
 
 const void *flexdb_iter_key(const struct flexdb_iter *it, size_t *klen)
 {
-	if (!flexdb_iter_valid(it))
+	if (!iter_valid(it))
 		return NULL;
 	if (klen)
 		*klen = it->pairs[it->pos].klen;
@@ -658,7 +665,7 @@ const void *flexdb_iter_key(const struct flexdb_iter *it, size_t *klen)
 
 const void *flexdb_iter_value(const struct flexdb_iter *it, size_t *vlen)
 {
-	if (!flexdb_iter_valid(it))
+	if (!iter_valid(it))
 		return NULL;
 	const struct fdb_pair *p = &it->pairs[it->pos];
 	if (vlen)
