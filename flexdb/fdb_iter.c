@@ -356,6 +356,12 @@ static int iter_merge(struct flexdb_iter *it, const struct iter_pass *p, int rev
 			nonempty++;
 		}
 	if (nonempty == 1 && !p->ranges) {
+		if (only == 2) {
+			/* The store has no tombstones. */
+			memcpy(it->pairs + it->n, src[2], (size_t)p->cnt[2] * sizeof(*src[2]));
+			it->n += p->cnt[2];
+			return 0;
+		}
 		for (int i = 0; i < p->cnt[only]; i++)
 			if (!src[only][i].tomb)
 				it->pairs[it->n++] = src[only][i];
