@@ -766,6 +766,18 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 	return 0;
 }
 
+/* The interval after p's, or NULL. */
+static const struct fdb_ival *ival_after(const struct fdb_ipath *p)
+{
+	const struct fdb_ival *nx = fdb_index_peek(p, 1);
+	if (!nx) {
+		/* p's is the last of its leaf. */
+		struct fdb_ipath q = *p;
+		nx = fdb_index_next(&q);
+	}
+	return nx;
+}
+
 /* Whether key lies past a scan's limit: at or above it forwards, below it
  * in reverse. */
 static int scan_beyond(const void *key, uint32_t klen, const void *lim, uint32_t limlen,
@@ -893,14 +905,11 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		 * and on YCSB E's zipfian ones alike (docs/BENCHMARKS.md). */
 		int admit = cands->n < cands->cap &&
 			    fdb_load_bytes(&s->cache_bytes) + 2 * (size_t)iv->size <= fdb_ring_limit(s);
-		/* The order is checked where the pairs are searched, and
-		 * where an entry is built of them. */
+		/* The order of all the pairs is checked where they are
+		 * searched, and where an entry is built of them; elsewhere,
+		 * that of those the scan takes (below). */
 		int order = admit || (first && flen);
-		const struct fdb_ival *nx = NULL;
-		if (order) {
-			struct fdb_ipath q = p;
-			nx = fdb_index_next(&q);
-		}
+		const struct fdb_ival *nx = ival_after(&p);
 		if (!rc)
 			rc = raw_pairs(raw, raw + iv->size, iv, nx, admit, order, &refs);
 		if (rc)
@@ -918,7 +927,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		 * source's (unchecked).  A damaged pair elsewhere cannot move
 		 * them: a damaged length misframes what follows it up to a
 		 * verified pair, and a damaged key stays between its
-		 * neighbours (raw_pairs). */
+		 * neighbours where the order was checked (raw_pairs). */
 		int64_t i = reverse ? (int64_t)refs.n - 1 : 0, vlo = 1, vhi = 0;
 		if (first && flen) {
 			int found;
@@ -932,12 +941,25 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 				break;
 		}
 		first = 0;
-		for (; i >= 0 && i < refs.n && *n < max; i += reverse ? -1 : 1) {
+		/* Where the order of all was not checked, the pairs taken
+		 * (the one that stops the scan too) must still be in order,
+		 * within the interval's keys: intact records read from the
+		 * wrong place fail here, damaged ones their checksums. */
+		int64_t i0 = i, step = reverse ? -1 : 1;
+		for (; i >= 0 && i < refs.n && *n < max; i += step) {
 			int unchecked = !admit && (i < vlo || i > vhi);
+			if (!order && i != i0 &&
+			    fdb_keycmp(refs.v[reverse ? i : i - 1].key, refs.v[reverse ? i : i - 1].klen,
+				       refs.v[reverse ? i + 1 : i].key,
+				       refs.v[reverse ? i + 1 : i].klen) >= 0) {
+				rc = FLEX_ECORRUPT;
+				break;
+			}
 			if ((past = scan_beyond(refs.v[i].key, refs.v[i].klen, lim, limlen,
 						reverse)) != 0) {
 				if (unchecked)
 					rc = ref_check(&refs.v[i]);
+				i += step; /* taken, for the bounds below */
 				break;
 			}
 			/* Key then value, as pair_set would copy them. */
@@ -948,6 +970,13 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			o->tomb = 0;
 			o->unchecked = (uint8_t)unchecked;
 			o->hdr = (uint8_t)(refs.v[i].key - refs.v[i].rec);
+		}
+		if (!rc && !order && i != i0) {
+			/* Pairs [a, b] were taken. */
+			int64_t a = reverse ? i + 1 : i0, b = reverse ? i0 : i - 1;
+			if (fdb_keycmp(iv->key, iv->klen, refs.v[a].key, refs.v[a].klen) > 0 ||
+			    (nx && fdb_keycmp(refs.v[b].key, refs.v[b].klen, nx->key, nx->klen) >= 0))
+				rc = FLEX_ECORRUPT;
 		}
 		if (rc)
 			break;
