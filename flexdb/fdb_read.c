@@ -523,7 +523,8 @@ struct ref_vec {
 	int heap;
 };
 
-/* Parses an interval's raw bytes into refs, checking the pair count when
+/* Parses an interval's raw bytes into refs (all of them with `whole`, else
+ * the records from one on), checking the pair count of a whole one when
  * known, and with `order` that keys increase from the interval's key on
  * and stay below the next interval's key (next; NULL for the last
  * interval).  With `verify` every checksum is checked too; without, only
@@ -533,7 +534,8 @@ struct ref_vec {
  * taken one after the other from the first need only the framing: each
  * is verified before it is used. */
 static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival *iv,
-		     const struct fdb_ival *next, int verify, int order, struct ref_vec *r)
+		     const struct fdb_ival *next, int verify, int order, int whole,
+		     struct ref_vec *r)
 {
 	r->n = 0;
 	while (p < end) {
@@ -567,7 +569,7 @@ static int raw_pairs(const uint8_t *p, const uint8_t *end, const struct fdb_ival
 		p += size;
 	}
 	uint32_t count = __atomic_load_n(&iv->count, __ATOMIC_RELAXED);
-	if (count != FDB_COUNT_UNKNOWN && count != r->n)
+	if (whole && count != FDB_COUNT_UNKNOWN && count != r->n)
 		return FLEX_ECORRUPT;
 	if (order && next && r->n &&
 	    fdb_keycmp(r->v[r->n - 1].key, r->v[r->n - 1].klen, next->key, next->klen) >= 0)
@@ -650,7 +652,7 @@ struct scan_run {
  * since, or an error.  On anything but 0 the caller reads through the
  * FlexTree (which reports an error that persists). */
 static int scan_read_mapped(struct fdb_store *s, const struct fdb_ival *const *ivs, int k,
-			    int reverse, uint8_t *buf)
+			    int reverse, uint32_t skip, uint8_t *buf)
 {
 	struct flextree_mapping v[FLEXSPACE_LOCATE_MAX];
 	size_t nv = 0;
@@ -662,7 +664,17 @@ static int scan_read_mapped(struct fdb_store *s, const struct fdb_ival *const *i
 				fdb_thin_pieces(c, v, FLEXSPACE_LOCATE_MAX, &nv, &stamp)))
 			return 1;
 	}
-	return flexspace_read_located(s->fs, buf, v, nv, stamp);
+	/* Not the first `skip` bytes (forwards only). */
+	size_t a = 0;
+	while (skip && a < nv && v[a].len <= skip)
+		skip -= (uint32_t)v[a++].len;
+	if (skip && a < nv) {
+		if (v[a].poff != FLEXTREE_HOLE)
+			v[a].poff += skip;
+		v[a].loff += skip;
+		v[a].len -= skip;
+	}
+	return flexspace_read_located(s->fs, buf, v + a, nv - a, stamp);
 }
 
 /* After scan_read_mapped was refused and the run was read through the
@@ -700,13 +712,16 @@ static void scan_renew(struct fdb_store *s, const struct fdb_ival *const *ivs, i
  * in the middle of its first interval (`mid`): half of its pairs count,
  * so that the read holds what the chunk needs, instead of falling a few
  * pairs short and costing another read (and its faults, one after the
- * other) for one more interval. */
+ * other) for one more interval.  Forwards, a seek that knows where its
+ * first pair lies reads the first interval from there (`skip` bytes in,
+ * `left` pairs on; -1: not known). */
 static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const struct fdb_ival *iv,
-			 int reverse, int want, int mid, const void *lim, uint32_t limlen,
-			 struct scan_run *r, struct fdb_ar *ar, struct fdb_cands *cands)
+			 int reverse, int want, int mid, uint32_t skip, int64_t left,
+			 const void *lim, uint32_t limlen, struct scan_run *r, struct fdb_ar *ar,
+			 struct fdb_cands *cands)
 {
 	struct fdb_ipath q = *p;
-	uint64_t lo = fdb_index_offset(p), hi = lo + iv->size;
+	uint64_t lo = fdb_index_offset(p) + skip, hi = lo - skip + iv->size;
 	uint64_t pairs = 0;
 	const struct fdb_ival *x = iv, *ivs[FDB_SCAN_READ_IVALS] = {iv};
 	int k = 1;
@@ -714,7 +729,7 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 		/* After recovery the pair count is unknown: guess from the size. */
 		uint32_t count = __atomic_load_n(&x->count, __ATOMIC_RELAXED);
 		count = count != FDB_COUNT_UNKNOWN ? count : x->size / 128 + 1;
-		pairs += x == iv && mid ? count / 2 : count;
+		pairs += x != iv ? count : left >= 0 ? (uint64_t)left : mid ? count / 2 : count;
 		if (pairs > (uint64_t)want)
 			break;
 		/* Nor past the limit: the keys before an interval are below
@@ -740,7 +755,7 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 	r->len = 0;
 	if (!r->buf)
 		return -ENOMEM;
-	int mapped = hi > lo ? scan_read_mapped(s, ivs, k, reverse, r->buf) : 1;
+	int mapped = hi > lo ? scan_read_mapped(s, ivs, k, reverse, skip, r->buf) : 1;
 	if (!mapped) {
 		fdb_stat_add(s, FDB_ST_SCAN_LOCATED);
 		r->len = hi - lo;
@@ -761,7 +776,7 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 	if ((uint64_t)n != hi - lo)
 		return FLEX_ECORRUPT;
 	if (mapped == -ESTALE)
-		scan_renew(s, ivs, k, reverse, lo, loc, nloc, stamp, cands);
+		scan_renew(s, ivs, k, reverse, lo - skip, loc, nloc, stamp, cands);
 	r->len = hi - lo;
 	return 0;
 }
@@ -845,7 +860,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 	struct scan_run run = {0};
 	struct pair_ref refbuf[FDB_REFS_STACK];
 	struct ref_vec refs = {.v = refbuf, .cap = FDB_REFS_STACK};
-	int first = 1, rc = 0, past = 0;
+	int first = 1, rc = 0, past = 0, nojump = 0;
 	while (iv && *n < max && !rc && !past) {
 		/* An interval's keys are at or above its key. */
 		if (lim && !reverse && fdb_keycmp(iv->key, iv->klen, lim, limlen) >= 0)
@@ -894,26 +909,41 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		 * unless the cache has room. */
 		uint64_t off = fdb_index_offset(&p);
 		const uint8_t *raw = (const uint8_t *)""; /* an empty interval */
-		if (iv->size && (off < run.off || off + iv->size > run.off + run.len))
-			rc = scan_read_run(s, &p, iv, reverse, max - *n, first && flen, lim, limlen,
-					   &run, ar, cands);
-		if (iv->size && !rc)
-			raw = run.buf + (off - run.off);
 		/* Offered to the cache while it has room (then every pair is
 		 * verified): once it is full, copying intervals a scan passes
 		 * costs more than the few later hits repay, on uniform seeks
 		 * and on YCSB E's zipfian ones alike (docs/BENCHMARKS.md). */
 		int admit = cands->n < cands->cap &&
 			    fdb_load_bytes(&s->cache_bytes) + 2 * (size_t)iv->size <= fdb_ring_limit(s);
+		/* A forward seek that offers nothing to the cache jumps to the
+		 * pair of its key's fingerprint in the thin entry (the ci-th,
+		 * at byte `at`): only it and the pairs after it are read. */
+		uint32_t ci = 0, at = 0, sz;
+		int jump = first && flen && !reverse && !admit && !nojump && c && c->thin &&
+			   c->size == iv->size &&
+			   fdb_thin_next(c, fdb_fingerprint(from, flen), &ci, &at, &sz);
+		if (iv->size && (off < run.off || off + iv->size > run.off + run.len))
+			rc = scan_read_run(s, &p, iv, reverse, max - *n, first && flen,
+					   jump ? at : 0, jump ? (int64_t)(c->n - ci) : -1, lim,
+					   limlen, &run, ar, cands);
+		uint32_t skip = jump ? at : 0;
+		if (iv->size && !rc)
+			raw = run.buf + (off + skip - run.off);
 		/* The order of all the pairs is checked where they are
 		 * searched, and where an entry is built of them; elsewhere,
 		 * that of those the scan takes (below). */
-		int order = admit || (first && flen);
+		int order = admit || (first && flen && !jump);
 		const struct fdb_ival *nx = ival_after(&p);
 		if (!rc)
-			rc = raw_pairs(raw, raw + iv->size, iv, nx, admit, order, &refs);
+			rc = raw_pairs(raw, raw + iv->size - skip, iv, nx, admit, order, !jump, &refs);
 		if (rc)
 			break;
+		if (jump && (!refs.n || fdb_keycmp(refs.v[0].key, refs.v[0].klen, from, flen))) {
+			/* Another key of the same fingerprint: searched whole. */
+			nojump = 1;
+			run.len = 0;
+			continue;
+		}
 		if (admit) {
 			struct fdb_cent *nc;
 			if ((rc = cent_from_refs(raw, iv->size, &refs, &nc)) != 0)
@@ -929,7 +959,13 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		 * verified pair, and a damaged key stays between its
 		 * neighbours where the order was checked (raw_pairs). */
 		int64_t i = reverse ? (int64_t)refs.n - 1 : 0, vlo = 1, vhi = 0;
-		if (first && flen) {
+		if (jump) {
+			/* The pair of the key itself decides the start. */
+			if ((rc = ref_check(&refs.v[0])) != 0)
+				break;
+			i = inclusive ? 0 : 1;
+			vlo = vhi = 0;
+		} else if (first && flen) {
 			int found;
 			uint32_t lo = refs_lower(refs.v, refs.n, from, flen, &found);
 			i = scan_start(lo, found, inclusive, reverse);

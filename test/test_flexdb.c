@@ -3458,6 +3458,80 @@ Test(flexdb, scattered_load_keeps_a_thin_entry_for_every_interval)
 	fm_free(&m);
 }
 
+static void jump_key(struct keypool *p, const char *k, size_t n)
+{
+	if (p->n == p->cap) {
+		p->cap = p->cap ? 2 * p->cap : 256;
+		p->keys = realloc(p->keys, p->cap * sizeof(*p->keys));
+		cr_assert(p->keys);
+	}
+	p->keys[p->n].k = malloc(n);
+	cr_assert(p->keys[p->n].k);
+	memcpy(p->keys[p->n].k, k, n);
+	p->keys[p->n++].n = (uint32_t)n;
+}
+
+/* A forward seek into an interval the cache holds thin starts at the pair
+ * of its key's fingerprint and reads only from there; a key absent from
+ * the store whose fingerprint is that of a present one (found by trying
+ * suffixes) falls back to searching the interval.  Seeks of present,
+ * absent and such keys, and the iterator's refills past 64 pairs (which
+ * seek past the last key of a chunk), return exactly the model once the
+ * cache is full of thin entries. */
+Test(flexdb, seeks_jump_to_their_pair_and_fall_back_on_a_fingerprint_match)
+{
+	uint64_t seed = test_seed("seekjump"), r = seed;
+	struct flexdb_options o = fdb_default_opts();
+	o.memtable_size = 256u << 10;
+	o.cache_size = 1u << 20;
+	struct tdb t;
+	tdb_open(&t, "seekjump", &o);
+	struct fmodel m = {0};
+	uint8_t vbuf[100];
+	char key[40];
+	for (uint32_t i = 0; i < 40000; i += 2) {
+		int kn = snprintf(key, sizeof(key), "s%07u", i);
+		val_fill(rnd(&r), vbuf, sizeof(vbuf));
+		cr_assert_eq(flexdb_put(t.db, key, (uint32_t)kn, vbuf, sizeof(vbuf)), 0);
+		fm_put(&m, key, (uint32_t)kn, vbuf, sizeof(vbuf));
+	}
+	cr_assert_eq(flexdb_sync(t.db), 0);
+	tdb_reopen(&t, &o);
+	struct keypool pool = {0};
+	int collide = 0;
+	for (int i = 0; i < 400; i++) {
+		uint32_t x = (uint32_t)rnd_below(&r, 40002);
+		jump_key(&pool, key, (size_t)snprintf(key, sizeof(key), "s%07u", x));
+		if (i % 10)
+			continue;
+		/* Just after a present key, with its fingerprint. */
+		x &= ~1u;
+		char base[16];
+		snprintf(base, sizeof(base), "s%07u", x);
+		uint16_t want = fdb_fingerprint(base, (uint32_t)strlen(base));
+		for (uint32_t sfx = 0; sfx < (1u << 22); sfx++) {
+			int kn = snprintf(key, sizeof(key), "%s#%u", base, sfx);
+			if (fdb_fingerprint(key, (uint32_t)kn) == want) {
+				jump_key(&pool, key, (size_t)kn);
+				collide++;
+				break;
+			}
+		}
+	}
+	cr_assert_gt(collide, 30);
+	/* The first pass fills the cache with whole entries; the later ones
+	 * find it full, and jump. */
+	for (int pass = 0; pass < 4; pass++)
+		seeks_verify(t.db, &m, &pool, &r, 1000, "seeks that jump");
+	struct flexdb_stats st;
+	cr_assert_eq(flexdb_stats(t.db, &st), 0);
+	cr_assert_gt(st.scan_located, 0, "no scan read through a thin entry");
+	cr_assert_eq(flexdb_check(t.db), 0);
+	tdb_done(&t);
+	pool_free(&pool);
+	fm_free(&m);
+}
+
 /* A scan of 10 keys between bounds, from a cold cache, reads about the
  * intervals that hold them: not a chunk of 64 pairs beyond the bound (nor
  * before it, backwards). */
