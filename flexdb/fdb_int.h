@@ -419,7 +419,10 @@ _Static_assert(FDB_CENT_HEAD % 8 == 0, "a thin entry's 64-bit arrays follow its 
  * of the threads reading); FDB_ST_SCAN_LOCATED and FDB_ST_SCAN_STALE: those
  * of their reads that went through thin entries' maps, and those the maps
  * could not serve (the bytes moved); FDB_ST_RENEWED: thin entries given
- * a fresh map in place of one a get or a scan found stale. */
+ * a fresh map in place of one a get or a scan found stale;
+ * FDB_ST_SEEK_JUMPS and FDB_ST_SEEK_JUMP_MISSES: forward seeks that
+ * started at their key's pair through a thin entry, and those whose
+ * fingerprint's pair held another key (fdb_store_scan). */
 enum {
 	FDB_ST_HITS,
 	FDB_ST_THIN_HITS,
@@ -429,6 +432,8 @@ enum {
 	FDB_ST_SCAN_LOCATED,
 	FDB_ST_SCAN_STALE,
 	FDB_ST_RENEWED,
+	FDB_ST_SEEK_JUMPS,
+	FDB_ST_SEEK_JUMP_MISSES,
 	FDB_ST_N
 };
 #define FDB_STAT_STRIPES 8

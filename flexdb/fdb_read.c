@@ -688,7 +688,7 @@ static int scan_read_mapped(struct fdb_store *s, const struct fdb_ival *const *i
  * with an old stamp makes pieces written since into a reused segment
  * look moved. */
 static void scan_renew(struct fdb_store *s, const struct fdb_ival *const *ivs, int k, int reverse,
-		       uint64_t lo, const struct flextree_mapping *loc, size_t nloc,
+		       uint64_t lo, uint32_t skip, const struct flextree_mapping *loc, size_t nloc,
 		       uint64_t stamp, struct fdb_cands *cands)
 {
 	int maps = __atomic_load_n(&s->use_maps, __ATOMIC_RELAXED);
@@ -696,9 +696,12 @@ static void scan_renew(struct fdb_store *s, const struct fdb_ival *const *ivs, i
 		const struct fdb_ival *x = ivs[reverse ? k - 1 - j : j];
 		const struct fdb_cent *c = x->size ? fdb_ival_cent(x) : NULL;
 		if (c && c->size == x->size && c->pieces) {
-			struct fdb_pmap *m = !maps ? NULL
-					     : nloc ? fdb_pmap_new(loc, nloc, stamp, lo, x->size)
-						    : fdb_pmap_locate(s, lo, x->size);
+			/* The report leaves out the first `skip` bytes of the
+			 * first: located alone. */
+			int cut = nloc && !(j == 0 && skip);
+			struct fdb_pmap *m = !maps  ? NULL
+					     : cut ? fdb_pmap_new(loc, nloc, stamp, lo, x->size)
+						   : fdb_pmap_locate(s, lo, x->size);
 			if (m || !maps)
 				fdb_cand_renew(s, cands, (struct fdb_ival *)(uintptr_t)x, c, m);
 			free(m);
@@ -776,7 +779,7 @@ static int scan_read_run(struct fdb_store *s, const struct fdb_ipath *p, const s
 	if ((uint64_t)n != hi - lo)
 		return FLEX_ECORRUPT;
 	if (mapped == -ESTALE)
-		scan_renew(s, ivs, k, reverse, lo - skip, loc, nloc, stamp, cands);
+		scan_renew(s, ivs, k, reverse, lo - skip, skip, loc, nloc, stamp, cands);
 	r->len = hi - lo;
 	return 0;
 }
@@ -940,6 +943,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			break;
 		if (jump && (!refs.n || fdb_keycmp(refs.v[0].key, refs.v[0].klen, from, flen))) {
 			/* Another key of the same fingerprint: searched whole. */
+			fdb_stat_add(s, FDB_ST_SEEK_JUMP_MISSES);
 			nojump = 1;
 			run.len = 0;
 			continue;
@@ -963,6 +967,7 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			/* The pair of the key itself decides the start. */
 			if ((rc = ref_check(&refs.v[0])) != 0)
 				break;
+			fdb_stat_add(s, FDB_ST_SEEK_JUMPS);
 			i = inclusive ? 0 : 1;
 			vlo = vhi = 0;
 		} else if (first && flen) {
@@ -984,7 +989,9 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		int64_t i0 = i, step = reverse ? -1 : 1;
 		for (; i >= 0 && i < refs.n && *n < max; i += step) {
 			int unchecked = !admit && (i < vlo || i > vhi);
-			if (!order && i != i0 &&
+			/* (After a jump past the key, the first is after the
+			 * key's pair too.) */
+			if (!order && (i != i0 || (jump && i > 0)) &&
 			    fdb_keycmp(refs.v[reverse ? i : i - 1].key, refs.v[reverse ? i : i - 1].klen,
 				       refs.v[reverse ? i + 1 : i].key,
 				       refs.v[reverse ? i + 1 : i].klen) >= 0) {
