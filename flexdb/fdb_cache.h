@@ -4,7 +4,7 @@
  * thin entries' layout and maps), the
  * store (fdb_store.c: open, changes and their runs, range deletes,
  * check), tidying (fdb_tidy.c) and the reads (fdb_read.c: gets,
- * prefetch, scans).  Private to libflexdb; the locking rules are those
+ * prefetch, warming; fdb_scan.c: scans).  Private to libflexdb; the locking rules are those
  * of fdb_store.c.
  */
 #ifndef FDB_CACHE_H
@@ -103,6 +103,14 @@ size_t fdb_ring_limit(const struct fdb_store *s);
  * take before they reach it (takes cache_mu). */
 size_t fdb_cache_thin_share(const struct fdb_store *s);
 size_t fdb_cache_thin_room(struct fdb_store *s);
+
+/* Sets an entry's CLOCK bit, which a get or a scan of it earns (written
+ * only when clear: readers on two CPUs do not trade the line). */
+static inline void fdb_cent_touch(struct fdb_cent *c)
+{
+	if (!atomic_load_explicit(&c->ref, memory_order_relaxed))
+		atomic_store_explicit(&c->ref, 1, memory_order_relaxed);
+}
 
 /* fdb_thin.c */
 /* What a thin entry of c (whole or thin) with a map of `pieces` (0: none)

@@ -15,8 +15,8 @@
  *                  order, by the committer (flexdb_compact)
  *   fdb_cache.c    the interval cache: entries (whole or thin, with maps),
  *                  the CLOCK ring, loading an interval, admission
- *   fdb_read.c     gets, the committer's prefetch, scans (fdb_cache.h is
- *                  what these three share)
+ *   fdb_read.c     gets, the committer's prefetch, warming
+ *   fdb_scan.c     scans (fdb_cache.h is what these four share)
  *   flexdb.c       the API, batches, recovery, checkpoints
  *   fdb_commit.c   the write path, the committer thread, group commit
  *   fdb_iter.c     iterators

@@ -14,7 +14,7 @@
  * index by reading one key per interval instead of the whole store.
  *
  * The interval cache (fdb_cache.c) holds the intervals read and written
- * most; gets and scans are in fdb_read.c; fdb_cache.h is what they share.
+ * most; gets are in fdb_read.c, scans in fdb_scan.c, sharing fdb_cache.h.
  *
  * Locking, for the three files: the caller holds db->lock, shared for
  * fdb_store_get and fdb_store_scan, exclusive for everything else
