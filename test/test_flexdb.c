@@ -3419,23 +3419,37 @@ Test(flexdb, thin_entries_of_every_shape_find_every_pair)
  * fits, the clean close puts them all into INDEX, and after a reopen no
  * get reads an interval whole (with the maps kept, the share held about
  * half the intervals, and a get of any other read its interval whole). */
-Test(flexdb, scattered_load_keeps_a_thin_entry_for_every_interval)
+/* A store with a 256 KiB memtable and a 1 MiB cache: small against the
+ * loads of the tests below. */
+static struct flexdb_options small_cache_opts(void)
 {
-	uint64_t seed = test_seed("thinload"), r = seed;
 	struct flexdb_options o = fdb_default_opts();
 	o.memtable_size = 256u << 10;
 	o.cache_size = 1u << 20;
+	return o;
+}
+
+/* Puts key with a random 100-byte value, in the store and the model. */
+static void put_both(struct flexdb *db, struct fmodel *m, const char *key, int kn, uint64_t *r)
+{
+	uint8_t v[100];
+	val_fill(rnd(r), v, sizeof(v));
+	cr_assert_eq(flexdb_put(db, key, (uint32_t)kn, v, sizeof(v)), 0);
+	fm_put(m, key, (uint32_t)kn, v, sizeof(v));
+}
+
+Test(flexdb, scattered_load_keeps_a_thin_entry_for_every_interval)
+{
+	uint64_t seed = test_seed("thinload"), r = seed;
+	struct flexdb_options o = small_cache_opts();
 	struct tdb t;
 	tdb_open(&t, "thinload", &o);
 	struct fmodel m = {0};
-	uint8_t vbuf[100];
 	for (uint32_t i = 0; i < 60000; i++) {
 		char key[24];
 		int kn = snprintf(key, sizeof(key), "%016" PRIx64,
 				  (uint64_t)((i + seed) * UINT64_C(0x9e3779b97f4a7c15)));
-		val_fill(rnd(&r), vbuf, sizeof(vbuf));
-		cr_assert_eq(flexdb_put(t.db, key, (uint32_t)kn, vbuf, sizeof(vbuf)), 0);
-		fm_put(&m, key, (uint32_t)kn, vbuf, sizeof(vbuf));
+		put_both(t.db, &m, key, kn, &r);
 	}
 	/* Before tidying may start (writes paused for 100 ms). */
 	struct flexdb_stats a, b;
@@ -3482,20 +3496,13 @@ static void jump_key(struct keypool *p, const char *k, size_t n)
 Test(flexdb, seeks_jump_to_their_pair_and_fall_back_on_a_fingerprint_match)
 {
 	uint64_t seed = test_seed("seekjump"), r = seed;
-	struct flexdb_options o = fdb_default_opts();
-	o.memtable_size = 256u << 10;
-	o.cache_size = 1u << 20;
+	struct flexdb_options o = small_cache_opts();
 	struct tdb t;
 	tdb_open(&t, "seekjump", &o);
 	struct fmodel m = {0};
-	uint8_t vbuf[100];
 	char key[40];
-	for (uint32_t i = 0; i < 40000; i += 2) {
-		int kn = snprintf(key, sizeof(key), "s%07u", i);
-		val_fill(rnd(&r), vbuf, sizeof(vbuf));
-		cr_assert_eq(flexdb_put(t.db, key, (uint32_t)kn, vbuf, sizeof(vbuf)), 0);
-		fm_put(&m, key, (uint32_t)kn, vbuf, sizeof(vbuf));
-	}
+	for (uint32_t i = 0; i < 40000; i += 2)
+		put_both(t.db, &m, key, snprintf(key, sizeof(key), "s%07u", i), &r);
 	cr_assert_eq(flexdb_sync(t.db), 0);
 	tdb_reopen(&t, &o);
 	cr_assert_eq(index_from_file(t.db), 1);
