@@ -4,8 +4,8 @@
  * thin entries' layout and maps), the
  * store (fdb_store.c: open, changes and their runs, range deletes,
  * check), tidying (fdb_tidy.c) and the reads (fdb_read.c: gets,
- * prefetch, warming; fdb_scan.c: scans).  Private to libflexdb; the locking rules are those
- * of fdb_store.c.
+ * prefetch, warming; fdb_scan.c: scans).  Private to libflexdb; the
+ * locking rules are those of fdb_store.c.
  */
 #ifndef FDB_CACHE_H
 #define FDB_CACHE_H

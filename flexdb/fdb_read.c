@@ -158,7 +158,6 @@ static int thin_get(struct fdb_store *s, struct fdb_ival *iv, const struct fdb_c
 	return FLEXDB_NOTFOUND;
 }
 
-
 static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb_ival *iv,
 		     const void *key, uint32_t klen, void *buf, size_t cap, size_t *vlen,
 		     struct fdb_cands *cands);

@@ -442,7 +442,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 		int order = admit || (first && flen && !jump);
 		const struct fdb_ival *nx = ival_after(&p);
 		if (!rc)
-			rc = raw_pairs(raw, raw + iv->size - skip, iv, nx, admit, order, !jump, &refs);
+			rc = raw_pairs(raw, raw + iv->size - skip, iv, nx, admit, order, !jump,
+				       &refs);
 		if (rc)
 			break;
 		if (jump && (!refs.n || fdb_keycmp(refs.v[0].key, refs.v[0].klen, from, flen))) {
@@ -496,7 +497,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			/* (After a jump past the key, the first is after the
 			 * key's pair too.) */
 			if (!order && (i != i0 || (jump && i > 0)) &&
-			    fdb_keycmp(refs.v[reverse ? i : i - 1].key, refs.v[reverse ? i : i - 1].klen,
+			    fdb_keycmp(refs.v[reverse ? i : i - 1].key,
+				       refs.v[reverse ? i : i - 1].klen,
 				       refs.v[reverse ? i + 1 : i].key,
 				       refs.v[reverse ? i + 1 : i].klen) >= 0) {
 				rc = FLEX_ECORRUPT;
@@ -522,7 +524,8 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			/* Pairs [a, b] were taken. */
 			int64_t a = reverse ? i + 1 : i0, b = reverse ? i0 : i - 1;
 			if (fdb_keycmp(iv->key, iv->klen, refs.v[a].key, refs.v[a].klen) > 0 ||
-			    (nx && fdb_keycmp(refs.v[b].key, refs.v[b].klen, nx->key, nx->klen) >= 0))
+			    (nx &&
+			     fdb_keycmp(refs.v[b].key, refs.v[b].klen, nx->key, nx->klen) >= 0))
 				rc = FLEX_ECORRUPT;
 		}
 		if (rc)

@@ -16,7 +16,7 @@
  * The interval cache (fdb_cache.c) holds the intervals read and written
  * most; gets are in fdb_read.c, scans in fdb_scan.c, sharing fdb_cache.h.
  *
- * Locking, for the three files: the caller holds db->lock, shared for
+ * Locking, for these files: the caller holds db->lock, shared for
  * fdb_store_get and fdb_store_scan, exclusive for everything else
  * (the committer, fdb_commit.c).
  */

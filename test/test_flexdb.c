@@ -3412,13 +3412,6 @@ Test(flexdb, thin_entries_of_every_shape_find_every_pair)
 	free(vbuf);
 }
 
-/* A random load into a store much larger than its cache scatters its
- * intervals over many extents each, and the maps of their thin entries
- * (12 bytes a piece) outweigh the rest.  When the thin share is full,
- * maps give way before entries do, so a thin entry for every interval
- * fits, the clean close puts them all into INDEX, and after a reopen no
- * get reads an interval whole (with the maps kept, the share held about
- * half the intervals, and a get of any other read its interval whole). */
 /* A store with a 256 KiB memtable and a 1 MiB cache: small against the
  * loads of the tests below. */
 static struct flexdb_options small_cache_opts(void)
@@ -3438,6 +3431,13 @@ static void put_both(struct flexdb *db, struct fmodel *m, const char *key, int k
 	fm_put(m, key, (uint32_t)kn, v, sizeof(v));
 }
 
+/* A random load into a store much larger than its cache scatters its
+ * intervals over many extents each, and the maps of their thin entries
+ * (12 bytes a piece) outweigh the rest.  When the thin share is full,
+ * maps give way before entries do, so a thin entry for every interval
+ * fits, the clean close puts them all into INDEX, and after a reopen no
+ * get reads an interval whole (with the maps kept, the share held about
+ * half the intervals, and a get of any other read its interval whole). */
 Test(flexdb, scattered_load_keeps_a_thin_entry_for_every_interval)
 {
 	uint64_t seed = test_seed("thinload"), r = seed;
