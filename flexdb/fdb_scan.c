@@ -460,8 +460,9 @@ int fdb_store_scan(struct fdb_store *s, const void *from, uint32_t flen, int inc
 			fdb_cand_push(cands, iv, nc, ADMIT_WHOLE);
 		}
 		/* Otherwise only the pairs used are verified: the two around
-		 * the start, on whose keys the binary search decided, and the
-		 * one whose key stops the scan, here; those returned when the
+		 * the start, on whose keys the binary search decided (or the
+		 * key's own pair, after a jump), and the one whose key stops
+		 * the scan, here; those returned when the
 		 * iterator comes to them or compares their keys with another
 		 * source's (unchecked).  A damaged pair elsewhere cannot move
 		 * them: a damaged length misframes what follows it up to a
