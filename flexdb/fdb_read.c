@@ -225,11 +225,13 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
 	return rc;
 }
 
-/* Finds the uncached intervals ops[0..n) change, reads them in spans of
- * neighbours and offers each as a whole entry, with room for the records
- * its ops bring (up to FDB_PREFETCH_ROOM): the run then grows it in
- * place instead of copying it to a larger buffer. */
-#define FDB_PREFETCH_GAP 4096
+/* Finds the uncached intervals ops[0..n) change, reads them in one
+ * flexspace_read_many (in the data file's order, and past the page cache
+ * where it does not hold them: a store larger than memory is read through
+ * about whole by each commit, and filling the page cache with it cost more
+ * than the reads) and offers each as a whole entry, with room for the
+ * records its ops bring (up to FDB_PREFETCH_ROOM): the run then grows it
+ * in place instead of copying it to a larger buffer. */
 #define FDB_PREFETCH_ROOM FDB_SPLIT_BYTES
 int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
 		       struct fdb_cands *cands)
@@ -281,32 +283,28 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		room[k] = room[k] < left ? room[k] : (uint32_t)left;
 		left -= room[k];
 	}
-	for (int a = 0; a < nl && !rc;) {
-		int b = a + 1;
-		uint64_t lo = offs[a], hi = offs[a] + list[a]->size;
-		while (b < nl && offs[b] >= hi && offs[b] - hi <= FDB_PREFETCH_GAP &&
-		       offs[b] + list[b]->size - lo <= FDB_SCAN_READ_BYTES) {
-			hi = offs[b] + list[b]->size;
-			b++;
-		}
-		uint8_t *buf = malloc(hi - lo);
-		ssize_t got = buf ? flexspace_read(s->fs, buf, lo, hi - lo) : -ENOMEM;
-		rc = got < 0 ? (int)got : (uint64_t)got != hi - lo ? FLEX_ECORRUPT : 0;
-		for (int k = a; k < b && !rc; k++) {
-			uint32_t size = list[k]->size;
-			uint8_t *raw = malloc((size_t)size + room[k]);
-			struct fdb_cent *c;
-			if (!raw) {
-				rc = -ENOMEM;
-				break;
-			}
-			memcpy(raw, buf + (offs[k] - lo), size);
-			if ((rc = fdb_cent_for_change(list[k], raw, size, size + room[k], &c)) == 0)
-				fdb_cand_push(cands, list[k], c, ADMIT_WHOLE);
-		}
-		free(buf);
-		a = b;
+	uint8_t **raws = nl ? calloc((size_t)nl, sizeof(*raws)) : NULL;
+	struct flex_iovec *v = nl ? malloc((size_t)nl * sizeof(*v)) : NULL;
+	if (nl && (!raws || !v))
+		rc = -ENOMEM;
+	for (int k = 0; k < nl && !rc; k++) {
+		if (!(raws[k] = malloc((size_t)list[k]->size + room[k])))
+			rc = -ENOMEM;
+		v[k] = (struct flex_iovec){.buf = raws[k], .len = list[k]->size, .off = offs[k]};
 	}
+	if (!rc && nl)
+		rc = flexspace_read_many(s->fs, v, nl);
+	for (int k = 0; k < nl && !rc; k++) {
+		struct fdb_cent *c;
+		uint32_t size = list[k]->size;
+		if ((rc = fdb_cent_for_change(list[k], raws[k], size, size + room[k], &c)) == 0)
+			fdb_cand_push(cands, list[k], c, ADMIT_WHOLE);
+		raws[k] = NULL;
+	}
+	for (int k = 0; raws && k < nl; k++)
+		free(raws[k]);
+	free(raws);
+	free(v);
 	free(list);
 	free(offs);
 	free(room);

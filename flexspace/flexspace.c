@@ -207,6 +207,10 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 		return rc;
 	if ((rc = fs_seg_init(fs, data_bytes)) != 0)
 		return rc;
+	/* DATA once more, past the page cache, for flexspace_read_many (-1
+	 * where the file system refuses O_DIRECT). */
+	if (fs->resident)
+		fs->direct_fd = fs->io->open(fs->io, path, O_RDONLY | O_DIRECT | O_CLOEXEC, 0);
 	if (fresh) {
 		FLEX_KILLPOINT("fs.dir.sync.before");
 		if ((rc = fs->io->fsync(fs->io, fs->dir_fd)) != 0)
@@ -247,7 +251,7 @@ static void fs_free(struct flexspace *fs)
 {
 	flextree_discard(fs->tree);
 	fs_seg_free(fs);
-	const int fds[] = {fs->data_fd, fs->log_fd, fs->lock_fd, fs->dir_fd};
+	const int fds[] = {fs->data_fd, fs->direct_fd, fs->log_fd, fs->lock_fd, fs->dir_fd};
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
 			fs->io->close(fs->io, fds[i]);
@@ -271,7 +275,7 @@ int flexspace_open(const char *dir, const struct flexspace_options *opt, struct 
 	struct flexspace *fs = calloc(1, sizeof(*fs));
 	if (!fs)
 		return -ENOMEM;
-	fs->dir_fd = fs->lock_fd = fs->data_fd = fs->log_fd = -1;
+	fs->dir_fd = fs->lock_fd = fs->data_fd = fs->direct_fd = fs->log_fd = -1;
 	if (flex_brlock_init(&fs->lock) != 0) {
 		free(fs);
 		return -ENOMEM;

@@ -109,6 +109,12 @@ struct flexspace {
 	int dir_fd;
 	int lock_fd;
 	int data_fd;
+	/* DATA opened O_DIRECT (fs_read.c, flexspace_read_many), or -1
+	 * where the file system refuses it or the table is not the POSIX
+	 * one; direct_refused (a relaxed atomic) is set once a read through
+	 * it was refused, and the reads go through data_fd from then on. */
+	int direct_fd;
+	int direct_refused;
 	int log_fd;
 	struct flextree *tree;
 	int failed; /* status of the failed write or sync; 0 if none */

@@ -273,3 +273,247 @@ int fs_read_located(struct flexspace *fs, uint8_t *buf, const struct flextree_ma
 	}
 	return fs_read_mappings(fs, buf, m, n);
 }
+
+/* ---- reads of many ranges -------------------------------------------------- */
+
+/* flexspace_read_many: the pieces of DATA the ranges lie in, sorted by
+ * place; pieces at most FS_MANY_GAP apart are read as one span of at most
+ * FS_MANY_SPAN, through a staging buffer of FS_MANY_STAGE at a time.  A
+ * span the page cache holds is copied from the mapping; the others are
+ * read with O_DIRECT, aligned to FS_DIRECT_ALIGN. */
+#define FS_MANY_GAP (16u << 10)
+#define FS_MANY_SPAN (512u << 10)
+#define FS_MANY_STAGE (2u << 20)
+#define FS_DIRECT_ALIGN 4096u
+
+struct fs_piece {
+	uint64_t poff;
+	uint64_t len;
+	uint8_t *dst;
+};
+
+struct fs_pieces {
+	struct fs_piece *p;
+	size_t n, cap;
+};
+
+static int pieces_push(struct fs_pieces *ps, uint64_t poff, uint64_t len, uint8_t *dst)
+{
+	if (ps->n == ps->cap) {
+		size_t cap = ps->cap ? ps->cap * 2 : 256;
+		struct fs_piece *p = realloc(ps->p, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		ps->p = p;
+		ps->cap = cap;
+	}
+	ps->p[ps->n++] = (struct fs_piece){.poff = poff, .len = len, .dst = dst};
+	return 0;
+}
+
+/* Sorts p[0..n) by place, with tmp for n pieces: a bottom-up merge sort
+ * (the pieces of one range come in runs that a commit wrote in order). */
+static void pieces_sort(struct fs_piece *p, struct fs_piece *tmp, size_t n)
+{
+	struct fs_piece *a = p, *b = tmp;
+	for (size_t w = 1; w < n; w *= 2) {
+		for (size_t lo = 0; lo < n; lo += 2 * w) {
+			size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+			size_t i = lo, j = mid, k = lo;
+			while (i < mid && j < hi)
+				b[k++] = a[j].poff < a[i].poff ? a[j++] : a[i++];
+			while (i < mid)
+				b[k++] = a[i++];
+			while (j < hi)
+				b[k++] = a[j++];
+		}
+		struct fs_piece *t = a;
+		a = b;
+		b = t;
+	}
+	if (a != p)
+		memcpy(p, a, n * sizeof(*p));
+}
+
+/* The pieces of DATA range [off, off + len) lies in, into ps; holes and
+ * the open segment's unflushed bytes are filled at once. */
+static int many_collect(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t len,
+			struct fs_pieces *ps)
+{
+	struct flextree_mapping m[FS_READ_BATCH];
+	uint64_t open_base = (uint64_t)fs->open_seg * fs->seg_size;
+	while (len) {
+		ssize_t n = flextree_query(fs->tree, off, len, m, FS_READ_BATCH);
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			return FLEX_ECORRUPT;
+		if (n > FS_READ_BATCH)
+			n = FS_READ_BATCH;
+		for (ssize_t i = 0; i < n; i++) {
+			int rc = 0;
+			if (m[i].poff == FLEXTREE_HOLE) {
+				memset(buf, 0, m[i].len);
+			} else if (fs->open_seg != UINT32_MAX && m[i].poff >= open_base &&
+				   m[i].poff < open_base + fs->seg_size &&
+				   m[i].poff + m[i].len > open_base + fs->flushed) {
+				/* As fs_read_mappings. */
+				uint64_t at = m[i].poff - open_base;
+				if (at + m[i].len > fs->fill)
+					return FLEX_ECORRUPT;
+				uint64_t head = at < fs->flushed ? fs->flushed - at : 0;
+				if (head)
+					rc = pieces_push(ps, m[i].poff, head, buf);
+				memcpy(buf + head, fs->buf + at + head, m[i].len - head);
+			} else {
+				rc = pieces_push(ps, m[i].poff, m[i].len, buf);
+			}
+			if (rc)
+				return rc;
+			buf += m[i].len;
+			off += m[i].len;
+			len -= m[i].len;
+		}
+	}
+	return 0;
+}
+
+/* Reads spans sp[0..ns) (their pieces p[first[k]..last[k])) into
+ * the stage, then copies each piece to its place.  A file system that
+ * takes O_DIRECT at open and refuses the read gets it through the page
+ * cache, then and from then on. */
+static int many_batch(struct flexspace *fs, int direct, struct flex_iovec *sp, int ns,
+		      const struct fs_piece *p, const size_t *first, const size_t *last)
+{
+	int rc = fs->io->read_batch(fs->io, direct ? fs->direct_fd : fs->data_fd, sp, ns);
+	if (direct && rc == -EINVAL) {
+		__atomic_store_n(&fs->direct_refused, 1, __ATOMIC_RELAXED);
+		rc = fs->io->read_batch(fs->io, fs->data_fd, sp, ns);
+	}
+	for (int k = 0; !rc && k < ns; k++)
+		for (size_t i = first[k]; i < last[k]; i++)
+			memcpy(p[i].dst, (const uint8_t *)sp[k].buf + (p[i].poff - sp[k].off),
+			       p[i].len);
+	return rc;
+}
+
+/* Reads [a, b) of DATA, which ends before b, into buf with O_DIRECT (a
+ * read there stops at the end of the file), and copies pieces p[0..n)
+ * to their places. */
+static int many_tail(struct flexspace *fs, uint8_t *buf, uint64_t a, uint64_t b,
+		     const struct fs_piece *p, size_t n)
+{
+	uint64_t need = p[n - 1].poff + p[n - 1].len - a, done = 0;
+	for (size_t k = 0; k < n; k++)
+		if (p[k].poff + p[k].len - a > need)
+			need = p[k].poff + p[k].len - a;
+	while (done < need) {
+		ssize_t r = fs->io->pread(fs->io, fs->direct_fd, buf + done, b - a - done, a + done);
+		if (r == -EINVAL && !done) {
+			/* As many_batch: through the page cache from now on. */
+			__atomic_store_n(&fs->direct_refused, 1, __ATOMIC_RELAXED);
+			int rc = 0;
+			for (size_t k = 0; k < n && !rc; k++)
+				rc = flex_io_read_full(fs->io, fs->data_fd, p[k].dst, p[k].len,
+						       p[k].poff);
+			return rc;
+		}
+		if (r < 0 && r != -EINTR)
+			return (int)r;
+		if (r == 0 || (r > 0 && done + (uint64_t)r < need && r % FS_DIRECT_ALIGN))
+			return FLEX_ECORRUPT; /* the file ends before the pieces */
+		done += r > 0 ? (uint64_t)r : 0;
+	}
+	for (size_t k = 0; k < n; k++)
+		memcpy(p[k].dst, buf + (p[k].poff - a), p[k].len);
+	return 0;
+}
+
+static int many_read(struct flexspace *fs, struct fs_piece *p, size_t np)
+{
+	struct fs_piece *tmp = malloc(np * sizeof(*tmp));
+	if (!tmp)
+		return -ENOMEM;
+	pieces_sort(p, tmp, np);
+	free(tmp);
+	int direct = fs->direct_fd >= 0 && !__atomic_load_n(&fs->direct_refused, __ATOMIC_RELAXED);
+	uint8_t *stage = NULL;
+	if (posix_memalign((void **)&stage, FS_DIRECT_ALIGN, FS_MANY_STAGE) != 0)
+		return -ENOMEM;
+	struct flex_iovec sp[FS_READ_BATCH];
+	size_t first[FS_READ_BATCH], last[FS_READ_BATCH];
+	int ns = 0, rc = 0;
+	size_t used = 0;
+	for (size_t i = 0; i < np && !rc;) {
+		uint64_t lo = p[i].poff, hi = lo + p[i].len;
+		size_t j = i + 1;
+		for (; j < np && p[j].poff <= hi + FS_MANY_GAP; j++) {
+			uint64_t e = p[j].poff + p[j].len > hi ? p[j].poff + p[j].len : hi;
+			if (e - lo > FS_MANY_SPAN)
+				break;
+			hi = e;
+		}
+		if (fs->map && hi <= fs->map_end && fs_data_resident(fs, lo, hi - lo)) {
+			for (size_t k = i; k < j; k++)
+				memcpy(p[k].dst, fs->map + p[k].poff, p[k].len);
+			i = j;
+			continue;
+		}
+		uint64_t a = lo, b = hi;
+		if (direct) {
+			a &= ~(uint64_t)(FS_DIRECT_ALIGN - 1);
+			b = (b + FS_DIRECT_ALIGN - 1) & ~(uint64_t)(FS_DIRECT_ALIGN - 1);
+		}
+		if (b - a > FS_MANY_STAGE) {
+			/* A piece longer than the stage: straight to its place. */
+			for (size_t k = i; k < j && !rc; k++)
+				rc = flex_io_read_full(fs->io, fs->data_fd, p[k].dst, p[k].len,
+						       p[k].poff);
+			i = j;
+			continue;
+		}
+		if (ns == FS_READ_BATCH || used + (b - a) > FS_MANY_STAGE) {
+			rc = many_batch(fs, direct, sp, ns, p, first, last);
+			ns = 0;
+			used = 0;
+			continue;
+		}
+		if (direct && b > fs->map_end) {
+			/* The file's last page, read up to the end of the file. */
+			rc = many_tail(fs, stage + used, a, b, p + i, j - i);
+			i = j;
+			continue;
+		}
+		sp[ns] = (struct flex_iovec){.buf = stage + used, .len = b - a, .off = a};
+		first[ns] = i;
+		last[ns++] = j;
+		used += b - a;
+		i = j;
+	}
+	if (!rc && ns)
+		rc = many_batch(fs, direct, sp, ns, p, first, last);
+	free(stage);
+	return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+}
+
+int flexspace_read_many(const struct flexspace *cfs, const struct flex_iovec *v, int n)
+{
+	struct flexspace *fs = (struct flexspace *)cfs;
+	if (!fs || n < 0 || (n && !v))
+		return -EINVAL;
+	struct fs_pieces ps = {0};
+	int rc = 0;
+	flex_brlock_rdlock(&fs->lock);
+	uint64_t size = flextree_size(fs->tree);
+	for (int i = 0; i < n && !rc; i++) {
+		if ((!v[i].buf && v[i].len) || v[i].off > size || v[i].len > size - v[i].off)
+			rc = -EINVAL;
+		else
+			rc = many_collect(fs, v[i].buf, v[i].off, v[i].len, &ps);
+	}
+	if (!rc && ps.n)
+		rc = many_read(fs, ps.p, ps.n);
+	flex_brlock_rdunlock(&fs->lock);
+	free(ps.p);
+	return rc;
+}

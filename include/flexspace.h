@@ -243,6 +243,19 @@ FLEX_EXPORT int flexspace_read_located(const struct flexspace *fs, void *buf,
  * cannot be told: 0. */
 FLEX_EXPORT int flexspace_resident(const struct flexspace *fs, uint64_t off, uint64_t len);
 
+/* Reads the ranges v[0..n) of the space at once: v[i].len bytes at
+ * logical offset v[i].off into v[i].buf (destinations disjoint; each
+ * range inside the space).  For a caller that reads much of a space
+ * that may not fit in memory: the pieces of the data file the ranges lie
+ * in are read in the file's order, neighbours as one request; what the
+ * page cache holds is copied from it, and the rest is read past it
+ * (O_DIRECT, where the file system allows it), so the read neither pays
+ * for filling the page cache nor evicts what others keep there.  Uses a
+ * transient buffer of 2 MiB.  Returns 0, -EINVAL (a range past the end,
+ * a NULL buf, n < 0), FLEX_ECORRUPT or -errno. */
+FLEX_EXPORT int flexspace_read_many(const struct flexspace *fs, const struct flex_iovec *v,
+				    int n);
+
 /* Overwrites and/or extends: bytes [off, off+len) get buf.  Past the end,
  * [size, off) becomes a hole (reads as zeros).  Returns len, or -EINVAL,
  * FLEX_ETOOBIG (off+len beyond FLEXSPACE_MAX_SIZE), -ENOSPC, FLEX_EFAILED,

@@ -1627,6 +1627,123 @@ Test(flexspace, cold_reads_of_many_pieces_are_batched)
 	cr_assert_lt(faults, 10, "%ld page faults: cold pieces read through the mapping", faults);
 }
 
+/* Whether files in dir can be opened O_DIRECT (tmpfs refuses). */
+static int direct_ok(const char *dir)
+{
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof(path), "%s/probe", dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_DIRECT, 0644);
+	if (fd >= 0)
+		close(fd);
+	unlink(path);
+	return fd >= 0;
+}
+
+/* flexspace_read_many against the model: random sets of ranges over a
+ * space built by random inserts and writes (pieces all over DATA, a hole,
+ * bytes still in the open segment's buffer), with the page cache dropped
+ * before half of the reads; on a file system that takes O_DIRECT the cold
+ * ones must leave the page cache as it was. */
+Test(flexspace, read_many_matches_the_model_cold_and_warm)
+{
+	uint64_t seed = test_seed("read_many_matches_the_model_cold_and_warm");
+	uint64_t r = seed;
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "/var/tmp/flexspace_many_XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	int direct = direct_ok(dir);
+	struct flexspace_options o = {.segment_size = 256u << 10};
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	struct model m = {0};
+	uint8_t piece[4096];
+	for (uint64_t i = 0; i < 3000; i++) {
+		r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+		uint64_t len = 1 + (r >> 40) % 700;
+		op_data(seed + i, piece, len);
+		uint64_t at = m.size ? (r >> 20) % m.size : 0;
+		if (i % 5 == 4 && at + len <= m.size) {
+			cr_assert_eq(flexspace_write(fs, piece, at, len), (ssize_t)len);
+			model_write(&m, piece, at, len);
+		} else {
+			cr_assert_eq(flexspace_insert(fs, piece, at, len), (ssize_t)len);
+			model_insert(&m, piece, at, len);
+		}
+	}
+	/* A hole: a write past the end. */
+	op_data(seed, piece, 100);
+	cr_assert_eq(flexspace_write(fs, piece, m.size + 5000, 100), 100);
+	model_write(&m, piece, m.size + 5000, 100);
+	cr_assert_eq(flexspace_sync(fs), 0);
+	char path[PATH_MAX + 8];
+	snprintf(path, sizeof(path), "%s/DATA", dir);
+	int fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	fdatasync(fd);
+	enum { SETS = 60, MAXN = 200 };
+	struct flex_iovec v[MAXN];
+	uint8_t *buf = malloc((size_t)MAXN * 2048);
+	cr_assert_not_null(buf);
+	long cold = 0, cached_after = 0;
+	for (int k = 0; k < SETS; k++) {
+		if (k == SETS / 2) {
+			/* Unsynced bytes, part of them still in the segment buffer. */
+			for (int i = 0; i < 50; i++) {
+				r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+				uint64_t at = (r >> 20) % m.size;
+				op_data(r, piece, 300);
+				cr_assert_eq(flexspace_insert(fs, piece, at, 300), 300);
+				model_insert(&m, piece, at, 300);
+			}
+		}
+		int n = 1 + (int)((r >> 30) % MAXN);
+		for (int i = 0; i < n; i++) {
+			r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+			uint64_t len = (r >> 45) % 2049;
+			uint64_t off = (r >> 10) % (m.size - len + 1);
+			v[i] = (struct flex_iovec){.buf = buf + (size_t)i * 2048, .len = len, .off = off};
+		}
+		/* Cold: nothing of DATA in the page cache (pages the space's
+		 * mapping holds stay). */
+		int was_cold = 0;
+		if (k % 2 == 0) {
+			posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+			was_cold = k < SETS / 2 && resident_pages(fd, (size_t)m.size) == 0;
+		}
+		cr_assert_eq(flexspace_read_many(fs, v, n), 0, "seed %" PRIu64 " set %d", seed, k);
+		if (was_cold) {
+			cold++;
+			cached_after += resident_pages(fd, (size_t)m.size);
+		}
+		for (int i = 0; i < n; i++)
+			cr_assert_eq(memcmp(v[i].buf, m.b + v[i].off, v[i].len), 0,
+				     "seed %" PRIu64 " set %d range %d (%" PRIu64 " at %" PRIu64 ")",
+				     seed, k, i, (uint64_t)v[i].len, v[i].off);
+	}
+	/* The edges. */
+	v[0] = (struct flex_iovec){.buf = buf, .len = 10, .off = m.size - 5};
+	cr_assert_eq(flexspace_read_many(fs, v, 1), -EINVAL);
+	v[0] = (struct flex_iovec){.buf = NULL, .len = 10, .off = 0};
+	cr_assert_eq(flexspace_read_many(fs, v, 1), -EINVAL);
+	cr_assert_eq(flexspace_read_many(fs, v, -1), -EINVAL);
+	cr_assert_eq(flexspace_read_many(NULL, v, 1), -EINVAL);
+	cr_assert_eq(flexspace_read_many(fs, NULL, 0), 0);
+	v[0] = (struct flex_iovec){.buf = NULL, .len = 0, .off = m.size};
+	cr_assert_eq(flexspace_read_many(fs, v, 1), 0);
+	cr_assert_eq(flexspace_check(fs), 0);
+	close(fd);
+	free(buf);
+	model_free(&m);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+	fprintf(stderr, "  read_many: %ld cold sets, %ld pages cached after them, O_DIRECT %s\n",
+		cold, cached_after, direct ? "taken" : "refused");
+	/* Read past the page cache: nothing of DATA comes into it. */
+	if (direct && cold)
+		cr_assert_leq(cached_after, cold, "%ld pages cached by %ld cold reads",
+			     cached_after, cold);
+}
+
 /* ---- faults --------------------------------------------------------------- */
 
 #define FAULT_OPS 400
