@@ -250,6 +250,8 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 static void fs_free(struct flexspace *fs)
 {
 	flextree_discard(fs->tree);
+	fs_aring_exit(fs);
+	fs_stage_exit(fs);
 	fs_seg_free(fs);
 	const int fds[] = {fs->data_fd, fs->direct_fd, fs->log_fd, fs->lock_fd, fs->dir_fd};
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)

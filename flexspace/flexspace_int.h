@@ -115,6 +115,17 @@ struct flexspace {
 	 * it was refused, and the reads go through data_fd from then on. */
 	int direct_fd;
 	int direct_refused;
+	/* flexspace_read_many_begin's ring (fs_read.c): a struct io_uring
+	 * set up by process aring_pid, or NULL; aring_state 0 before the
+	 * first use, 1 in use, -1 not to be used (refused or failed); taken
+	 * by one job at a time (aring_busy, an atomic). */
+	void *aring;
+	int aring_state;
+	pid_t aring_pid;
+	int aring_busy;
+	/* The staging buffer the last flexspace_read_many left (fs_read.c;
+	 * an atomic pointer). */
+	struct fs_stage *stage_keep;
 	int log_fd;
 	struct flextree *tree;
 	int failed; /* status of the failed write or sync; 0 if none */
@@ -240,6 +251,10 @@ int fs_read_located(struct flexspace *fs, uint8_t *buf, const struct flextree_ma
  * memory, in the page cache or the open segment's buffer (0 when the
  * space cannot tell: no residency mapping, `resident`). */
 int fs_data_resident(const struct flexspace *fs, uint64_t poff, uint64_t len);
+/* Frees flexspace_read_many_begin's ring (fs_free). */
+void fs_aring_exit(struct flexspace *fs);
+/* Frees the staging buffer flexspace_read_many keeps (fs_free). */
+void fs_stage_exit(struct flexspace *fs);
 
 /* fs_gc.c */
 int fs_rebuild_valid(struct flexspace *fs);

@@ -6,6 +6,7 @@
  * coalesced into spans.
  */
 #include <errno.h>
+#include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -278,13 +279,14 @@ int fs_read_located(struct flexspace *fs, uint8_t *buf, const struct flextree_ma
 
 /* flexspace_read_many: the pieces of DATA the ranges lie in, sorted by
  * place; pieces at most FS_MANY_GAP apart are read as one span of at most
- * FS_MANY_SPAN, through a staging buffer of FS_MANY_STAGE at a time.  A
+ * FS_MANY_SPAN into a staging buffer, then copied to their places.  A
  * span the page cache holds is copied from the mapping; the others are
  * read with O_DIRECT, aligned to FS_DIRECT_ALIGN. */
 #define FS_MANY_GAP (16u << 10)
 #define FS_MANY_SPAN (512u << 10)
-#define FS_MANY_STAGE (2u << 20)
 #define FS_DIRECT_ALIGN 4096u
+/* A span's bytes, aligned. */
+#define FS_MANY_ROOM (FS_MANY_SPAN + 2 * FS_DIRECT_ALIGN)
 
 struct fs_piece {
 	uint64_t poff;
@@ -378,23 +380,114 @@ static int many_collect(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64
 	return 0;
 }
 
-/* Reads spans sp[0..ns) (their pieces p[first[k]..last[k])) into
- * the stage, then copies each piece to its place.  A file system that
- * takes O_DIRECT at open and refuses the read gets it through the page
- * cache, then and from then on. */
-static int many_batch(struct flexspace *fs, int direct, struct flex_iovec *sp, int ns,
-		      const struct fs_piece *p, const size_t *first, const size_t *last)
+/* The reads a flexspace_read_many still owes once what the page cache
+ * holds is copied: spans sp[0..ns) of DATA, span k into stage at
+ * sp[k].buf and owed to pieces p[first[k]..last[k]). */
+struct flexspace_reads {
+	struct flexspace *fs;
+	struct fs_stage *st; /* holds stage */
+	struct fs_piece *p;
+	struct flex_iovec *sp;
+	size_t *first, *last;
+	int ns;
+	int nsub;   /* spans [0, nsub) went to the ring (flexspace_read_many_begin) */
+	int direct; /* spans aligned, read through direct_fd */
+	uint8_t *stage;
+	uint64_t stamp; /* fs->free_seq when the places were taken */
+	int rc;		/* an error met while planning */
+};
+
+/* A stage: page-aligned for O_DIRECT, and mapped, not allocated, so that
+ * megabytes each commit do not leave the allocator's heaps fragmented.
+ * The space keeps the last one dropped (stage_keep), its pages given to
+ * the kernel to take back when memory runs short (MADV_FREE): the next
+ * read of about the same size reuses them without faulting them in. */
+struct fs_stage {
+	uint8_t *buf;
+	size_t len;
+};
+
+#define FS_STAGE_UNIT (1u << 20)
+
+static void stage_unmap(struct fs_stage *st)
 {
-	int rc = fs->io->read_batch(fs->io, direct ? fs->direct_fd : fs->data_fd, sp, ns);
-	if (direct && rc == -EINVAL) {
-		__atomic_store_n(&fs->direct_refused, 1, __ATOMIC_RELAXED);
-		rc = fs->io->read_batch(fs->io, fs->data_fd, sp, ns);
+	if (st) {
+		munmap(st->buf, st->len);
+		free(st);
 	}
-	for (int k = 0; !rc && k < ns; k++)
-		for (size_t i = first[k]; i < last[k]; i++)
-			memcpy(p[i].dst, (const uint8_t *)sp[k].buf + (p[i].poff - sp[k].off),
-			       p[i].len);
-	return rc;
+}
+
+static struct fs_stage *stage_get(struct flexspace *fs, size_t len)
+{
+	struct fs_stage *st = __atomic_exchange_n(&fs->stage_keep, NULL, __ATOMIC_ACQUIRE);
+	if (st && st->len >= len)
+		return st;
+	stage_unmap(st);
+	if (!(st = malloc(sizeof(*st))))
+		return NULL;
+	st->len = (len + FS_STAGE_UNIT - 1) / FS_STAGE_UNIT * FS_STAGE_UNIT;
+	void *m = mmap(NULL, st->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED) {
+		free(st);
+		return NULL;
+	}
+	st->buf = m;
+	return st;
+}
+
+static void stage_put(struct flexspace *fs, struct fs_stage *st)
+{
+	if (!st)
+		return;
+	(void)madvise(st->buf, st->len, MADV_FREE);
+	stage_unmap(__atomic_exchange_n(&fs->stage_keep, st, __ATOMIC_RELEASE));
+}
+
+void fs_stage_exit(struct flexspace *fs)
+{
+	stage_unmap(fs->stage_keep);
+	fs->stage_keep = NULL;
+}
+
+static void reads_free(struct flexspace_reads *r)
+{
+	if (!r)
+		return;
+	free(r->p);
+	free(r->sp);
+	free(r->first);
+	free(r->last);
+	stage_put(r->fs, r->st);
+	free(r);
+}
+
+/* Reads spans sp[0..ns) of r (with O_DIRECT if r->direct) into the stage.
+ * A file system that takes O_DIRECT at open and refuses the read gets it
+ * through the page cache, then and from then on. */
+static int reads_sync(struct flexspace_reads *r, int from, int to)
+{
+	struct flexspace *fs = r->fs;
+	int rc = 0;
+	for (int a = from; a < to && !rc; a += FS_READ_BATCH) {
+		int n = to - a < FS_READ_BATCH ? to - a : FS_READ_BATCH;
+		rc = fs->io->read_batch(fs->io, r->direct ? fs->direct_fd : fs->data_fd, r->sp + a,
+					n);
+		if (r->direct && rc == -EINVAL) {
+			__atomic_store_n(&fs->direct_refused, 1, __ATOMIC_RELAXED);
+			rc = fs->io->read_batch(fs->io, fs->data_fd, r->sp + a, n);
+		}
+	}
+	return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+}
+
+/* Copies every piece from the stage to its place. */
+static void reads_scatter(const struct flexspace_reads *r)
+{
+	for (int k = 0; k < r->ns; k++)
+		for (size_t i = r->first[k]; i < r->last[k]; i++)
+			memcpy(r->p[i].dst,
+			       (const uint8_t *)r->sp[k].buf + (r->p[i].poff - r->sp[k].off),
+			       r->p[i].len);
 }
 
 /* Reads [a, b) of DATA, which ends before b, into buf with O_DIRECT (a
@@ -403,14 +496,14 @@ static int many_batch(struct flexspace *fs, int direct, struct flex_iovec *sp, i
 static int many_tail(struct flexspace *fs, uint8_t *buf, uint64_t a, uint64_t b,
 		     const struct fs_piece *p, size_t n)
 {
-	uint64_t need = p[n - 1].poff + p[n - 1].len - a, done = 0;
+	uint64_t need = 0, done = 0;
 	for (size_t k = 0; k < n; k++)
 		if (p[k].poff + p[k].len - a > need)
 			need = p[k].poff + p[k].len - a;
 	while (done < need) {
 		ssize_t r = fs->io->pread(fs->io, fs->direct_fd, buf + done, b - a - done, a + done);
 		if (r == -EINVAL && !done) {
-			/* As many_batch: through the page cache from now on. */
+			/* As reads_sync: through the page cache from now on. */
 			__atomic_store_n(&fs->direct_refused, 1, __ATOMIC_RELAXED);
 			int rc = 0;
 			for (size_t k = 0; k < n && !rc; k++)
@@ -429,20 +522,45 @@ static int many_tail(struct flexspace *fs, uint8_t *buf, uint64_t a, uint64_t b,
 	return 0;
 }
 
-static int many_read(struct flexspace *fs, struct fs_piece *p, size_t np)
+/* Lock held: maps the ranges v[0..n) to pieces of DATA, copies at once
+ * what needs no read (holes, the open segment's buffer, spans the page
+ * cache holds, and reads the rare spans that do not fit a batch), and
+ * leaves the other spans in *out, with a stage for them. */
+static int many_plan(struct flexspace *fs, const struct flex_iovec *v, int n,
+		     struct flexspace_reads **out)
 {
-	struct fs_piece *tmp = malloc(np * sizeof(*tmp));
-	if (!tmp)
+	struct flexspace_reads *r = calloc(1, sizeof(*r));
+	if (!r)
 		return -ENOMEM;
+	*out = r;
+	r->fs = fs;
+	r->stamp = fs->free_seq;
+	r->direct = fs->direct_fd >= 0 && !__atomic_load_n(&fs->direct_refused, __ATOMIC_RELAXED);
+	struct fs_pieces ps = {0};
+	uint64_t size = flextree_size(fs->tree);
+	int rc = 0;
+	for (int i = 0; i < n && !rc; i++) {
+		if ((!v[i].buf && v[i].len) || v[i].off > size || v[i].len > size - v[i].off)
+			rc = -EINVAL;
+		else
+			rc = many_collect(fs, v[i].buf, v[i].off, v[i].len, &ps);
+	}
+	r->p = ps.p;
+	if (rc || !ps.n)
+		return rc;
+	struct fs_piece *p = ps.p;
+	size_t np = ps.n;
+	struct fs_piece *tmp = malloc(np * sizeof(*tmp));
+	r->sp = malloc(np * sizeof(*r->sp));
+	r->first = malloc(np * sizeof(*r->first));
+	r->last = malloc(np * sizeof(*r->last));
+	if (!tmp || !r->sp || !r->first || !r->last) {
+		free(tmp);
+		return -ENOMEM;
+	}
 	pieces_sort(p, tmp, np);
 	free(tmp);
-	int direct = fs->direct_fd >= 0 && !__atomic_load_n(&fs->direct_refused, __ATOMIC_RELAXED);
-	uint8_t *stage = NULL;
-	if (posix_memalign((void **)&stage, FS_DIRECT_ALIGN, FS_MANY_STAGE) != 0)
-		return -ENOMEM;
-	struct flex_iovec sp[FS_READ_BATCH];
-	size_t first[FS_READ_BATCH], last[FS_READ_BATCH];
-	int ns = 0, rc = 0;
+	struct fs_stage *one = NULL; /* for a tail: one span's room */
 	size_t used = 0;
 	for (size_t i = 0; i < np && !rc;) {
 		uint64_t lo = p[i].poff, hi = lo + p[i].len;
@@ -453,47 +571,42 @@ static int many_read(struct flexspace *fs, struct fs_piece *p, size_t np)
 				break;
 			hi = e;
 		}
-		if (fs->map && hi <= fs->map_end && fs_data_resident(fs, lo, hi - lo)) {
-			for (size_t k = i; k < j; k++)
-				memcpy(p[k].dst, fs->map + p[k].poff, p[k].len);
-			i = j;
-			continue;
-		}
 		uint64_t a = lo, b = hi;
-		if (direct) {
+		if (r->direct) {
 			a &= ~(uint64_t)(FS_DIRECT_ALIGN - 1);
 			b = (b + FS_DIRECT_ALIGN - 1) & ~(uint64_t)(FS_DIRECT_ALIGN - 1);
 		}
-		if (b - a > FS_MANY_STAGE) {
-			/* A piece longer than the stage: straight to its place. */
+		if (fs->map && hi <= fs->map_end && fs_data_resident(fs, lo, hi - lo)) {
+			for (size_t k = i; k < j; k++)
+				memcpy(p[k].dst, fs->map + p[k].poff, p[k].len);
+		} else if (b - a > FS_MANY_ROOM) {
+			/* A piece longer than a span: straight to its place. */
 			for (size_t k = i; k < j && !rc; k++)
 				rc = flex_io_read_full(fs->io, fs->data_fd, p[k].dst, p[k].len,
 						       p[k].poff);
-			i = j;
-			continue;
-		}
-		if (ns == FS_READ_BATCH || used + (b - a) > FS_MANY_STAGE) {
-			rc = many_batch(fs, direct, sp, ns, p, first, last);
-			ns = 0;
-			used = 0;
-			continue;
-		}
-		if (direct && b > fs->map_end) {
+		} else if (r->direct && b > fs->map_end) {
 			/* The file's last page, read up to the end of the file. */
-			rc = many_tail(fs, stage + used, a, b, p + i, j - i);
-			i = j;
-			continue;
+			if (!one)
+				one = stage_get(fs, FS_MANY_ROOM);
+			rc = one ? many_tail(fs, one->buf, a, b, p + i, j - i) : -ENOMEM;
+		} else {
+			r->sp[r->ns] = (struct flex_iovec){.buf = (void *)(uintptr_t)used,
+							   .len = b - a, .off = a};
+			r->first[r->ns] = i;
+			r->last[r->ns++] = j;
+			used += b - a;
 		}
-		sp[ns] = (struct flex_iovec){.buf = stage + used, .len = b - a, .off = a};
-		first[ns] = i;
-		last[ns++] = j;
-		used += b - a;
 		i = j;
 	}
-	if (!rc && ns)
-		rc = many_batch(fs, direct, sp, ns, p, first, last);
-	free(stage);
-	return rc == -ENODATA ? FLEX_ECORRUPT : rc;
+	stage_put(fs, one);
+	if (!rc && used) {
+		if (!(r->st = stage_get(fs, used)))
+			return -ENOMEM;
+		r->stage = r->st->buf;
+		for (int k = 0; k < r->ns; k++)
+			r->sp[k].buf = r->stage + (uintptr_t)r->sp[k].buf;
+	}
+	return rc;
 }
 
 int flexspace_read_many(const struct flexspace *cfs, const struct flex_iovec *v, int n)
@@ -501,19 +614,156 @@ int flexspace_read_many(const struct flexspace *cfs, const struct flex_iovec *v,
 	struct flexspace *fs = (struct flexspace *)cfs;
 	if (!fs || n < 0 || (n && !v))
 		return -EINVAL;
-	struct fs_pieces ps = {0};
-	int rc = 0;
+	struct flexspace_reads *r = NULL;
 	flex_brlock_rdlock(&fs->lock);
-	uint64_t size = flextree_size(fs->tree);
-	for (int i = 0; i < n && !rc; i++) {
-		if ((!v[i].buf && v[i].len) || v[i].off > size || v[i].len > size - v[i].off)
-			rc = -EINVAL;
-		else
-			rc = many_collect(fs, v[i].buf, v[i].off, v[i].len, &ps);
-	}
-	if (!rc && ps.n)
-		rc = many_read(fs, ps.p, ps.n);
+	int rc = many_plan(fs, v, n, &r);
+	if (!rc && (rc = reads_sync(r, 0, r->ns)) == 0)
+		reads_scatter(r);
 	flex_brlock_rdunlock(&fs->lock);
-	free(ps.p);
+	reads_free(r);
+	return rc;
+}
+
+/* ---- reads begun now and ended later ---------------------------------------- */
+
+/* flexspace_read_many_begin's spans go to a ring of the space's own (set
+ * up on first use, by one job at a time: aring_busy), so that the caller
+ * does other work while the disk reads them.  Only with the POSIX table
+ * (a test's table must see every read) and where io_uring is allowed. */
+#define FS_ARING_DEPTH 128
+
+static int aring_take(struct flexspace *fs)
+{
+	if (fs->io != flex_io_posix() || fs->aring_state < 0)
+		return 0;
+	int idle = 0;
+	if (!__atomic_compare_exchange_n(&fs->aring_busy, &idle, 1, 0, __ATOMIC_ACQUIRE,
+					 __ATOMIC_RELAXED))
+		return 0;
+	if (fs->aring_state == 0) {
+		struct io_uring *ring = malloc(sizeof(*ring));
+		if (ring && flex_io_uring_active() &&
+		    io_uring_queue_init(FS_ARING_DEPTH, ring, 0) == 0) {
+			fs->aring = ring;
+			fs->aring_pid = getpid();
+			fs->aring_state = 1;
+		} else {
+			free(ring);
+			fs->aring_state = -1;
+		}
+	}
+	if (fs->aring_state < 0 || fs->aring_pid != getpid()) {
+		__atomic_store_n(&fs->aring_busy, 0, __ATOMIC_RELEASE);
+		return 0;
+	}
+	return 1;
+}
+
+void fs_aring_exit(struct flexspace *fs)
+{
+	if (fs->aring && fs->aring_pid == getpid())
+		io_uring_queue_exit(fs->aring);
+	free(fs->aring);
+	fs->aring = NULL;
+	fs->aring_state = 0;
+}
+
+int flexspace_read_many_begin(const struct flexspace *cfs, const struct flex_iovec *v, int n,
+			      struct flexspace_reads **out)
+{
+	struct flexspace *fs = (struct flexspace *)cfs;
+	if (out)
+		*out = NULL;
+	if (!fs || !out || n < 0 || (n && !v))
+		return -EINVAL;
+	struct flexspace_reads *r = NULL;
+	flex_brlock_rdlock(&fs->lock);
+	int rc = many_plan(fs, v, n, &r);
+	if (!rc && r->ns && aring_take(fs)) {
+		struct io_uring *ring = fs->aring;
+		int fd = r->direct ? fs->direct_fd : fs->data_fd;
+		for (; r->nsub < r->ns && r->nsub < FS_ARING_DEPTH; r->nsub++) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+			if (!sqe)
+				break;
+			const struct flex_iovec *e = &r->sp[r->nsub];
+			io_uring_prep_read(sqe, fd, e->buf, (unsigned)e->len, e->off);
+			io_uring_sqe_set_data64(sqe, (uint64_t)r->nsub);
+		}
+		int sub = r->nsub ? io_uring_submit(ring) : 0;
+		if (sub < r->nsub) {
+			/* Entries the kernel did not take stay queued: the ring
+			 * is not used again, and the end reads them itself and
+			 * waits only for those taken. */
+			fs->aring_state = -1;
+			r->nsub = sub > 0 ? sub : 0;
+		}
+		if (!r->nsub)
+			__atomic_store_n(&fs->aring_busy, 0, __ATOMIC_RELEASE);
+	}
+	flex_brlock_rdunlock(&fs->lock);
+	if (rc) {
+		reads_free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+int flexspace_read_many_end(struct flexspace_reads *r)
+{
+	if (!r)
+		return -EINVAL;
+	struct flexspace *fs = r->fs;
+	int rc = 0;
+	uint8_t *redo = r->nsub ? calloc((size_t)r->nsub, 1) : NULL;
+	for (int got = 0; got < r->nsub;) {
+		struct io_uring_cqe *cqe;
+		int w = io_uring_wait_cqe(fs->aring, &cqe);
+		if (w == -EINTR)
+			continue;
+		if (w < 0) {
+			/* The kernel may still write into the stage: it is
+			 * left to it, and the ring is not used again. */
+			fs->aring_state = -1;
+			free(r->st);
+			r->st = NULL;
+			reads_free(r);
+			free(redo);
+			return w;
+		}
+		uint64_t k = io_uring_cqe_get_data64(cqe);
+		if (k < (uint64_t)r->nsub && (cqe->res < 0 || (size_t)cqe->res != r->sp[k].len)) {
+			if (redo)
+				redo[k] = 1;
+			else
+				rc = cqe->res < 0 ? cqe->res : FLEX_ECORRUPT;
+		}
+		io_uring_cqe_seen(fs->aring, cqe);
+		got++;
+	}
+	if (r->nsub)
+		__atomic_store_n(&fs->aring_busy, 0, __ATOMIC_RELEASE);
+	/* A span the ring read short or refused, and those it never had. */
+	for (int k = 0; k < r->nsub && redo && !rc; k++)
+		if (redo[k])
+			rc = reads_sync(r, k, k + 1);
+	free(redo);
+	if (!rc)
+		rc = reads_sync(r, r->nsub, r->ns);
+	/* The places hold the bytes they held at the begin while no segment
+	 * they lie in was freed since. */
+	flex_brlock_rdlock(&fs->lock);
+	for (int k = 0; k < r->ns && !rc; k++) {
+		uint64_t s0 = r->sp[k].off / fs->seg_size;
+		uint64_t s1 = (r->sp[k].off + r->sp[k].len - 1) / fs->seg_size;
+		for (uint64_t s = s0; s <= s1 && !rc; s++)
+			if (s >= fs->nsegs || fs->freed_at[s] > r->stamp)
+				rc = -ESTALE;
+	}
+	flex_brlock_rdunlock(&fs->lock);
+	if (!rc)
+		reads_scatter(r);
+	reads_free(r);
 	return rc;
 }

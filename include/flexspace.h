@@ -251,10 +251,29 @@ FLEX_EXPORT int flexspace_resident(const struct flexspace *fs, uint64_t off, uin
  * page cache holds is copied from it, and the rest is read past it
  * (O_DIRECT, where the file system allows it), so the read neither pays
  * for filling the page cache nor evicts what others keep there.  Uses a
- * transient buffer of 2 MiB.  Returns 0, -EINVAL (a range past the end,
- * a NULL buf, n < 0), FLEX_ECORRUPT or -errno. */
+ * transient buffer as large as what it reads from the disk.  Returns 0,
+ * -EINVAL (a range past the end, a NULL buf, n < 0), FLEX_ECORRUPT or
+ * -errno. */
 FLEX_EXPORT int flexspace_read_many(const struct flexspace *fs, const struct flex_iovec *v,
 				    int n);
+
+/* flexspace_read_many in two halves, so that the caller works while the
+ * disk reads: _begin takes the places of the ranges' bytes, copies what
+ * needs no read, and starts the reads (through io_uring when the process
+ * may use it; otherwise _end does them); _end, from any thread, waits
+ * for them and fills the buffers.  Between the two the caller may change
+ * the space, but the buffers get the bytes the ranges held at the begin
+ * only while the space frees no segment they lie in (a free follows a
+ * change that removed or moved the bytes, once it is durable): _end then
+ * returns -ESTALE instead, and the buffers hold garbage.  Every begun
+ * read must be ended, before the space is closed; one space runs one at
+ * a time through io_uring (a second one is read at its end).  _begin
+ * returns 0 and *out, or an error as flexspace_read_many (*out NULL);
+ * _end returns 0, -ESTALE, FLEX_ECORRUPT or -errno, and frees r. */
+struct flexspace_reads;
+FLEX_EXPORT int flexspace_read_many_begin(const struct flexspace *fs, const struct flex_iovec *v,
+					  int n, struct flexspace_reads **out);
+FLEX_EXPORT int flexspace_read_many_end(struct flexspace_reads *r);
 
 /* Overwrites and/or extends: bytes [off, off+len) get buf.  Past the end,
  * [size, off) becomes a hole (reads as zeros).  Returns len, or -EINVAL,

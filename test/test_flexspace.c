@@ -1744,6 +1744,106 @@ Test(flexspace, read_many_matches_the_model_cold_and_warm)
 			     cached_after, cold);
 }
 
+/* flexspace_read_many_begin and _end around changes: the buffers get the
+ * bytes of the begin while no segment they lie in is freed, and -ESTALE
+ * once one is (here: the whole space rewritten, synced and collected). */
+Test(flexspace, read_many_begun_before_changes_ends_with_the_bytes_of_its_begin)
+{
+	uint64_t seed = test_seed("read_many_begun_before_changes_ends_with_the_bytes_of_its_begin");
+	uint64_t r = seed;
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "/var/tmp/flexspace_begun_XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	struct flexspace_options o = {.segment_size = 128u << 10};
+	struct flexspace *fs;
+	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
+	struct model m = {0};
+	uint8_t piece[1024];
+	for (uint64_t i = 0; i < 2000; i++) {
+		r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+		uint64_t len = 1 + (r >> 40) % 500;
+		op_data(seed + i, piece, len);
+		uint64_t at = m.size ? (r >> 20) % m.size : 0;
+		cr_assert_eq(flexspace_insert(fs, piece, at, len), (ssize_t)len);
+		model_insert(&m, piece, at, len);
+	}
+	cr_assert_eq(flexspace_sync(fs), 0);
+	char path[PATH_MAX + 8];
+	snprintf(path, sizeof(path), "%s/DATA", dir);
+	int fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	enum { N = 100, LEN = 1500 };
+	struct flex_iovec v[N], w[N];
+	uint8_t *buf = malloc(2 * N * LEN);
+	cr_assert_not_null(buf);
+	int stale = 0, whole = 0;
+	for (int round = 0; round < 8; round++) {
+		struct model at_begin = {0};
+		model_copy(&at_begin, &m);
+		for (int i = 0; i < N; i++) {
+			r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+			uint64_t off = (r >> 10) % (m.size - LEN);
+			v[i] = (struct flex_iovec){.buf = buf + (size_t)i * LEN, .len = LEN, .off = off};
+			w[i] = (struct flex_iovec){.buf = buf + (size_t)(N + i) * LEN, .len = LEN,
+						   .off = (off + 7919) % (m.size - LEN)};
+		}
+		/* Out of the page cache, so that the reads are left to the end. */
+		fdatasync(fd);
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		struct flexspace_reads *a, *b;
+		cr_assert_eq(flexspace_read_many_begin(fs, v, N, &a), 0);
+		/* A second one at once: read at its end, not through the ring. */
+		cr_assert_eq(flexspace_read_many_begin(fs, w, N, &b), 0);
+		/* Changes: a few (odd rounds), or everything rewritten, synced
+		 * and collected, which frees the segments the reads lie in. */
+		int heavy = round % 2 == 0;
+		uint64_t changes = heavy ? m.size / sizeof(piece) + 1 : 20;
+		for (uint64_t i = 0; i < changes; i++) {
+			r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+			uint64_t at = heavy ? i * sizeof(piece) : (r >> 20) % m.size;
+			uint64_t len = at + sizeof(piece) <= m.size ? sizeof(piece) : m.size - at;
+			op_data(r, piece, len);
+			cr_assert_eq(flexspace_write(fs, piece, at, len), (ssize_t)len);
+			model_write(&m, piece, at, len);
+		}
+		if (heavy) {
+			cr_assert_eq(flexspace_sync(fs), 0);
+			cr_assert_eq(flexspace_collect(fs), 0);
+			cr_assert_eq(flexspace_sync(fs), 0);
+		}
+		int ra = flexspace_read_many_end(a), rb = flexspace_read_many_end(b);
+		const int rcs[2] = {ra, rb};
+		const struct flex_iovec *sets[2] = {v, w};
+		for (int j = 0; j < 2; j++) {
+			cr_assert(rcs[j] == 0 || (heavy && rcs[j] == -ESTALE),
+				  "seed %" PRIu64 " round %d: %d", seed, round, rcs[j]);
+			if (rcs[j] == -ESTALE) {
+				stale++;
+				continue;
+			}
+			whole++;
+			for (int i = 0; i < N; i++)
+				cr_assert_eq(memcmp(sets[j][i].buf, at_begin.b + sets[j][i].off, LEN),
+					     0, "seed %" PRIu64 " round %d set %d range %d", seed,
+					     round, j, i);
+		}
+		model_free(&at_begin);
+	}
+	cr_assert_eq(flexspace_read_many_end(NULL), -EINVAL);
+	struct flexspace_reads *none = (struct flexspace_reads *)1;
+	cr_assert_eq(flexspace_read_many_begin(fs, NULL, -1, &none), -EINVAL);
+	cr_assert_null(none);
+	cr_assert_eq(flexspace_check(fs), 0);
+	close(fd);
+	free(buf);
+	model_free(&m);
+	cr_assert_eq(flexspace_close(fs), 0);
+	tmp_remove(dir);
+	fprintf(stderr, "  begun reads: %d whole, %d stale\n", whole, stale);
+	cr_assert_gt(stale, 0, "no read saw its segments freed");
+	cr_assert_geq(whole, 8);
+}
+
 /* ---- faults --------------------------------------------------------------- */
 
 #define FAULT_OPS 400
