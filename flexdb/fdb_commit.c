@@ -100,14 +100,33 @@ void fdb_memrefs_get(struct flexdb *db, struct fdb_memref **a, struct fdb_memref
 
 /* ---- the committer -------------------------------------------------------------- */
 
+/* The next chunk of the memtable's pairs at it, into ops: their number
+ * (0 at the end). */
+static int chunk_fill(struct fdb_mt_iter *it, struct fdb_batch_op *ops)
+{
+	int n = 0;
+	for (; n < FDB_COMMIT_CHUNK && fdb_mt_valid(it); fdb_mt_next(it)) {
+		const struct fdb_val *v = fdb_mt_val(it, UINT64_MAX);
+		if (v->tomb == 2)
+			continue; /* removed by a range delete above */
+		ops[n].key = fdb_mt_key(it, &ops[n].klen);
+		ops[n].op = v->tomb ? FDB_OP_DEL : FDB_OP_PUT;
+		ops[n].val = v->data;
+		ops[n].vlen = v->vlen;
+		n++;
+	}
+	return n;
+}
+
 static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 {
 	int rc = m->wal ? fdb_wal_sync(m->wal) : 0;
 	if (rc)
 		return rc;
 	struct fdb_batch_op *ops = malloc(FDB_COMMIT_CHUNK * sizeof(*ops));
+	struct fdb_batch_op *nops = malloc(FDB_COMMIT_CHUNK * sizeof(*nops));
 	struct fdb_cand *cv = malloc(FDB_COMMIT_CHUNK * sizeof(*cv));
-	if (!ops || !cv)
+	if (!ops || !nops || !cv)
 		rc = -ENOMEM;
 	/* Range deletes first, each in one hold of the exclusive lock (one
 	 * collapse, and index work for the intervals it drops), then the
@@ -129,27 +148,28 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 	}
 	struct fdb_mt_iter it;
 	fdb_mt_seek(&it, m->mt, NULL, 0);
-	while (fdb_mt_valid(&it) && !rc) {
-		/* A chunk of pairs (the memtable outlives the commit). */
-		int n = 0;
-		for (; n < FDB_COMMIT_CHUNK && fdb_mt_valid(&it); fdb_mt_next(&it)) {
-			const struct fdb_val *v = fdb_mt_val(&it, UINT64_MAX);
-			if (v->tomb == 2)
-				continue; /* removed by a range delete above */
-			ops[n].key = fdb_mt_key(&it, &ops[n].klen);
-			ops[n].op = v->tomb ? FDB_OP_DEL : FDB_OP_PUT;
-			ops[n].val = v->data;
-			ops[n].vlen = v->vlen;
-			n++;
-		}
+	/* The reads of the next chunk's intervals, begun before this chunk
+	 * is applied: the disk reads while the committer works. */
+	struct fdb_fetch ahead = {0};
+	int n = rc ? 0 : chunk_fill(&it, ops);
+	while (n && !rc) {
 		/* Read the intervals it changes while readers go on; only the
 		 * committer changes the store, so they are still current when
 		 * the exclusive lock is taken. */
 		struct fdb_cands cands;
+		fdb_fetch_wait(&ahead);
 		flex_brlock_rdlock(&db->lock);
 		fdb_cands_init(&db->store, &cands, cv, FDB_COMMIT_CHUNK);
-		rc = fdb_store_prefetch(&db->store, ops, n, &cands);
+		rc = fdb_store_prefetch(&db->store, ops, n, &cands, &ahead);
 		flex_brlock_rdunlock(&db->lock);
+		int nn = rc ? 0 : chunk_fill(&it, nops);
+		if (nn) {
+			flex_brlock_rdlock(&db->lock);
+			/* A failed begin leaves it to the prefetch to read. */
+			(void)fdb_fetch_begin(&db->store, nops, nn, ops[n - 1].key, ops[n - 1].klen,
+					      &ahead);
+			flex_brlock_rdunlock(&db->lock);
+		}
 		flex_brlock_wrlock(&db->lock);
 		fdb_store_admit(&db->store, &cands, 0);
 		/* One FlexSpace change per interval the chunk touches. */
@@ -173,8 +193,14 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 		fdb_cands_free(&cands); /* after a prefetch error */
 		if (!rc)
 			rc = flexspace_maintain(db->fs);
+		struct fdb_batch_op *t = ops;
+		ops = nops;
+		nops = t;
+		n = nn;
 	}
+	fdb_fetch_free(&ahead);
 	free(ops);
+	free(nops);
 	free(cv);
 	if (!rc)
 		rc = flexspace_sync(db->fs);

@@ -422,7 +422,10 @@ _Static_assert(FDB_CENT_HEAD % 8 == 0, "a thin entry's 64-bit arrays follow its 
  * a fresh map in place of one a get or a scan found stale;
  * FDB_ST_SEEK_JUMPS and FDB_ST_SEEK_JUMP_MISSES: forward seeks that
  * started at their key's pair through a thin entry, and those whose
- * fingerprint's pair held another key (fdb_store_scan). */
+ * fingerprint's pair held another key (fdb_store_scan);
+ * FDB_ST_FETCH_AHEAD and FDB_ST_FETCH_STALE: intervals the committer's
+ * prefetch took from the reads begun while the chunk before was applied,
+ * and begun reads it read again (fdb_store_prefetch). */
 enum {
 	FDB_ST_HITS,
 	FDB_ST_THIN_HITS,
@@ -434,6 +437,8 @@ enum {
 	FDB_ST_RENEWED,
 	FDB_ST_SEEK_JUMPS,
 	FDB_ST_SEEK_JUMP_MISSES,
+	FDB_ST_FETCH_AHEAD,
+	FDB_ST_FETCH_STALE,
 	FDB_ST_N
 };
 #define FDB_STAT_STRIPES 8
@@ -581,12 +586,35 @@ void fdb_store_warm(struct fdb_store *s);
 /* The committer, before it applies a run to the interval before nx (at
  * q): starts fetching the memory of the next intervals (fdb_read.c). */
 void fdb_run_prefetch(const struct fdb_ipath *q, const struct fdb_ival *nx);
+/* Reads ahead for the committer (fdb_read.c): the uncached intervals a
+ * chunk changes, with a buffer each, and the reads begun into them. */
+struct fdb_fetch {
+	struct fdb_ival **list;
+	uint64_t *offs;	 /* where each interval was */
+	uint32_t *sizes; /* and its size then */
+	uint32_t *room;	 /* bytes its buffer has beyond the size */
+	uint8_t **raws;
+	int nl;
+	struct flexspace_reads *reads; /* begun, not yet waited for */
+	uint64_t size;		       /* the space's size at the begin */
+	int rc;			       /* of the reads, once waited for */
+};
+/* Shared lock held: begins the reads of the uncached intervals ops[0..n)
+ * change, all after the one holding after_key (the last key of the chunk
+ * applied meanwhile) and the one after it, into *f.  On error (nothing
+ * begun) *f is empty. */
+int fdb_fetch_begin(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
+		    const void *after_key, uint32_t after_klen, struct fdb_fetch *f);
+/* Waits for f's reads (no lock needed). */
+void fdb_fetch_wait(struct fdb_fetch *f);
+/* Waits for f's reads, frees f and empties it. */
+void fdb_fetch_free(struct fdb_fetch *f);
 /* Shared lock held: reads the uncached intervals that ops[0..n) (in key
- * order) will change, neighbours together, and offers them in cands, so
- * that the committer applies them under the exclusive lock without
- * reading. */
+ * order) will change, taking those `ahead` (waited for, or NULL) read
+ * and still current, and offers them in cands, so that the committer
+ * applies them under the exclusive lock without reading.  Frees ahead. */
 int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
-		       struct fdb_cands *cands);
+		       struct fdb_cands *cands, struct fdb_fetch *ahead);
 /* A cache miss admits its interval whole into a full cache once in this
  * many (thin otherwise). */
 #define FDB_ADMIT_EVERY 16

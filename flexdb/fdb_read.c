@@ -231,21 +231,43 @@ static int store_get(struct fdb_store *s, const struct fdb_ipath *pp, struct fdb
  * about whole by each commit, and filling the page cache with it cost more
  * than the reads) and offers each as a whole entry, with room for the
  * records its ops bring (up to FDB_PREFETCH_ROOM): the run then grows it
- * in place instead of copying it to a larger buffer. */
+ * in place instead of copying it to a larger buffer.  The reads of a
+ * chunk are begun while the chunk before it is applied (fdb_fetch_begin):
+ * its prefetch then takes what they brought. */
 #define FDB_PREFETCH_ROOM FDB_SPLIT_BYTES
-int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
-		       struct fdb_cands *cands)
+
+void fdb_fetch_free(struct fdb_fetch *f)
 {
-	if (s->failed)
-		return FLEX_EFAILED;
+	if (f->reads)
+		(void)flexspace_read_many_end(f->reads);
+	for (int k = 0; f->raws && k < f->nl; k++)
+		free(f->raws[k]);
+	free(f->list);
+	free(f->offs);
+	free(f->room);
+	free(f->sizes);
+	free(f->raws);
+	memset(f, 0, sizeof(*f));
+}
+
+/* The uncached intervals ops[0..n) change, at most maxl, after `after`
+ * (when not NULL), with a buffer each. */
+static int fetch_plan(struct fdb_store *s, const struct fdb_batch_op *ops, int n, int maxl,
+		      const struct fdb_ival *after, struct fdb_fetch *f)
+{
+	size_t cap = (size_t)(n ? n : 1);
+	f->list = malloc(cap * sizeof(*f->list));
+	f->offs = malloc(cap * sizeof(*f->offs));
+	f->room = malloc(cap * sizeof(*f->room));
+	f->sizes = malloc(cap * sizeof(*f->sizes));
+	f->raws = calloc(cap, sizeof(*f->raws));
 	/* Without memory nothing is prefetched: the apply reads what it needs. */
-	struct fdb_ival **list = malloc((size_t)(n ? n : 1) * sizeof(*list));
-	uint64_t *offs = malloc((size_t)(n ? n : 1) * sizeof(*offs));
-	uint32_t *room = malloc((size_t)(n ? n : 1) * sizeof(*room));
-	int nl = 0, rc = 0;
+	if (!f->list || !f->offs || !f->room || !f->sizes || !f->raws)
+		return 0;
+	int nl = 0;
 	size_t bytes = 0;
 	const struct fdb_ival *prev = NULL, *next = NULL;
-	for (int i = 0; list && offs && room && i < n && nl < cands->cap - cands->n; i++) {
+	for (int i = 0; i < n && nl < maxl; i++) {
 		uint32_t rs = ops[i].op == FDB_OP_PUT
 				  ? (uint32_t)fdb_rec_size(ops[i].klen, ops[i].vlen)
 				  : 0;
@@ -253,10 +275,10 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		 * falls into the interval of the op before. */
 		if (prev &&
 		    (!next || fdb_keycmp(ops[i].key, ops[i].klen, next->key, next->klen) < 0)) {
-			if (nl && list[nl - 1] == prev)
-				room[nl - 1] = room[nl - 1] + rs < FDB_PREFETCH_ROOM
-						   ? room[nl - 1] + rs
-						   : FDB_PREFETCH_ROOM;
+			if (nl && f->list[nl - 1] == prev)
+				f->room[nl - 1] = f->room[nl - 1] + rs < FDB_PREFETCH_ROOM
+						      ? f->room[nl - 1] + rs
+						      : FDB_PREFETCH_ROOM;
 			continue;
 		}
 		struct fdb_ipath p;
@@ -266,6 +288,8 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		prev = iv;
 		struct fdb_ipath q = p;
 		next = fdb_index_next(&q);
+		if (after && fdb_keycmp(iv->key, iv->klen, after->key, after->klen) <= 0)
+			continue;
 		const struct fdb_cent *c = fdb_ival_cent(iv);
 		if ((c && c->raw) || !iv->size || !fdb_ival_keepable(s, iv->size))
 			continue;
@@ -273,41 +297,127 @@ int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int 
 		if (bytes + iv->size > FDB_KEEP_MAX(s))
 			break;
 		bytes += iv->size;
-		list[nl] = iv;
-		room[nl] = rs < FDB_PREFETCH_ROOM ? rs : FDB_PREFETCH_ROOM;
-		offs[nl++] = fdb_index_offset(&p);
+		f->list[nl] = iv;
+		f->sizes[nl] = iv->size;
+		f->room[nl] = rs < FDB_PREFETCH_ROOM ? rs : FDB_PREFETCH_ROOM;
+		f->offs[nl++] = fdb_index_offset(&p);
 	}
+	f->nl = nl;
 	/* The room counts too. */
 	size_t left = bytes < FDB_KEEP_MAX(s) ? FDB_KEEP_MAX(s) - bytes : 0;
 	for (int k = 0; k < nl; k++) {
-		room[k] = room[k] < left ? room[k] : (uint32_t)left;
-		left -= room[k];
+		f->room[k] = f->room[k] < left ? f->room[k] : (uint32_t)left;
+		left -= f->room[k];
 	}
-	uint8_t **raws = nl ? calloc((size_t)nl, sizeof(*raws)) : NULL;
-	struct flex_iovec *v = nl ? malloc((size_t)nl * sizeof(*v)) : NULL;
-	if (nl && (!raws || !v))
+	return 0;
+}
+
+/* Buffers for f's intervals [0, nl) that have none, and the ranges to
+ * read into them in v (their number in *nv). */
+static int fetch_bufs(struct fdb_fetch *f, struct flex_iovec *v, int *nv)
+{
+	*nv = 0;
+	for (int k = 0; k < f->nl; k++) {
+		if (f->raws[k])
+			continue;
+		if (!(f->raws[k] = malloc((size_t)f->sizes[k] + f->room[k])))
+			return -ENOMEM;
+		v[(*nv)++] = (struct flex_iovec){
+		    .buf = f->raws[k], .len = f->sizes[k], .off = f->offs[k]};
+	}
+	return 0;
+}
+
+int fdb_fetch_begin(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
+		    const void *after_key, uint32_t after_klen, struct fdb_fetch *f)
+{
+	memset(f, 0, sizeof(*f));
+	/* The chunk before may change the interval of its last key and
+	 * merge the next one into it: neither is read ahead. */
+	struct fdb_ipath p;
+	const struct fdb_ival *after = fdb_index_find(s->index, after_key, after_klen, &p);
+	const struct fdb_ival *nx = after ? fdb_index_next(&p) : NULL;
+	if (nx)
+		after = nx;
+	int rc = s->failed ? FLEX_EFAILED : fetch_plan(s, ops, n, n, after, f);
+	struct flex_iovec *v = malloc((size_t)(f->nl ? f->nl : 1) * sizeof(*v));
+	int nv = 0;
+	if (!rc && !v)
 		rc = -ENOMEM;
-	for (int k = 0; k < nl && !rc; k++) {
-		if (!(raws[k] = malloc((size_t)list[k]->size + room[k])))
-			rc = -ENOMEM;
-		v[k] = (struct flex_iovec){.buf = raws[k], .len = list[k]->size, .off = offs[k]};
-	}
-	if (!rc && nl)
-		rc = flexspace_read_many(s->fs, v, nl);
-	for (int k = 0; k < nl && !rc; k++) {
-		struct fdb_cent *c;
-		uint32_t size = list[k]->size;
-		if ((rc = fdb_cent_for_change(list[k], raws[k], size, size + room[k], &c)) == 0)
-			fdb_cand_push(cands, list[k], c, ADMIT_WHOLE);
-		raws[k] = NULL;
-	}
-	for (int k = 0; raws && k < nl; k++)
-		free(raws[k]);
-	free(raws);
+	if (!rc)
+		rc = fetch_bufs(f, v, &nv);
+	f->size = flexspace_size(s->fs);
+	if (!rc && nv)
+		rc = flexspace_read_many_begin(s->fs, v, nv, &f->reads);
 	free(v);
-	free(list);
-	free(offs);
-	free(room);
+	if (rc)
+		fdb_fetch_free(f);
+	return rc;
+}
+
+void fdb_fetch_wait(struct fdb_fetch *f)
+{
+	if (f->reads) {
+		f->rc = flexspace_read_many_end(f->reads);
+		f->reads = NULL;
+	}
+}
+
+/* Takes from `ahead` (ended, or none) the buffers of f's intervals it read:
+ * the same interval, of the same size, at the place the changes since
+ * moved it to (all of them before it: size changed by delta). */
+static void fetch_take(struct fdb_store *s, struct fdb_fetch *f, struct fdb_fetch *ahead)
+{
+	if (!ahead || !ahead->nl || ahead->reads)
+		return;
+	if (ahead->rc) {
+		fdb_stat_add(s, FDB_ST_FETCH_STALE);
+		return;
+	}
+	uint64_t delta = flexspace_size(s->fs) - ahead->size;
+	for (int k = 0, j = 0; k < f->nl; k++) {
+		while (j < ahead->nl && ahead->offs[j] + delta < f->offs[k])
+			j++;
+		if (j == ahead->nl)
+			break;
+		if (ahead->offs[j] + delta != f->offs[k] || ahead->list[j] != f->list[k] ||
+		    ahead->sizes[j] != f->sizes[k] || !ahead->raws[j])
+			continue;
+		f->raws[k] = ahead->raws[j];
+		ahead->raws[j] = NULL;
+		fdb_stat_add(s, FDB_ST_FETCH_AHEAD);
+		if (ahead->room[j] < f->room[k])
+			f->room[k] = ahead->room[j];
+	}
+}
+
+int fdb_store_prefetch(struct fdb_store *s, const struct fdb_batch_op *ops, int n,
+		       struct fdb_cands *cands, struct fdb_fetch *ahead)
+{
+	struct fdb_fetch f = {0};
+	int rc = s->failed ? FLEX_EFAILED : fetch_plan(s, ops, n, cands->cap - cands->n, NULL, &f);
+	if (!rc)
+		fetch_take(s, &f, ahead);
+	if (ahead)
+		fdb_fetch_free(ahead);
+	struct flex_iovec *v = rc ? NULL : malloc((size_t)(f.nl ? f.nl : 1) * sizeof(*v));
+	int nv = 0;
+	if (!rc && !v)
+		rc = -ENOMEM;
+	if (!rc)
+		rc = fetch_bufs(&f, v, &nv);
+	if (!rc && nv)
+		rc = flexspace_read_many(s->fs, v, nv);
+	free(v);
+	for (int k = 0; k < f.nl && !rc; k++) {
+		struct fdb_cent *c;
+		uint32_t size = f.sizes[k];
+		rc = fdb_cent_for_change(f.list[k], f.raws[k], size, size + f.room[k], &c);
+		f.raws[k] = NULL;
+		if (!rc)
+			fdb_cand_push(cands, f.list[k], c, ADMIT_WHOLE);
+	}
+	fdb_fetch_free(&f);
 	return rc;
 }
 

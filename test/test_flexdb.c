@@ -34,6 +34,7 @@
 #include <criterion/criterion.h>
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -3470,6 +3471,78 @@ Test(flexdb, scattered_load_keeps_a_thin_entry_for_every_interval)
 	cr_assert_eq(b.cache_misses - a.cache_misses, 0, "gets read intervals whole");
 	cr_assert_eq(flexdb_check(t.db), 0);
 	tdb_done(&t);
+	fm_free(&m);
+}
+
+struct dropper {
+	int fd;
+	atomic_int stop;
+};
+
+static void *drop_run(void *arg)
+{
+	struct dropper *d = arg;
+	while (!atomic_load(&d->stop)) {
+		posix_fadvise(d->fd, 0, 0, POSIX_FADV_DONTNEED);
+		usleep(300);
+	}
+	return NULL;
+}
+
+/* With the page cache of its data file emptied all the time, every commit
+ * reads the intervals it changes from the disk, the next chunk's begun
+ * while a chunk is applied (past the page cache where the file system
+ * allows it); small segments make collections free segments under reads
+ * in flight.  Puts, overwrites and deletes then leave exactly the model,
+ * and some chunks took what was read ahead. */
+Test(flexdb, commits_that_read_ahead_past_the_page_cache_keep_every_pair, .timeout = 120)
+{
+	uint64_t seed = test_seed("readahead"), r = seed;
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "/var/tmp/flexdb_ahead_XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	fdb_tmp_track(dir);
+	struct flexdb_options o = small_cache_opts();
+	o.space.segment_size = 256u << 10;
+	struct flexdb *db;
+	cr_assert_eq(flexdb_open(dir, &o, &db), 0);
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof(path), "%s/space/DATA", dir);
+	struct dropper d = {.fd = open(path, O_RDONLY)};
+	cr_assert_geq(d.fd, 0);
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, drop_run, &d), 0);
+	struct fmodel m = {0};
+	for (uint32_t i = 0; i < 90000; i++) {
+		char key[24];
+		uint64_t k = rnd(&r) % 30000;
+		int kn = snprintf(key, sizeof(key), "%016" PRIx64, k * UINT64_C(0x9e3779b97f4a7c15));
+		if (rnd(&r) % 10 == 0) {
+			cr_assert_eq(flexdb_delete(db, key, (uint32_t)kn), 0);
+			fm_del(&m, key, (uint32_t)kn);
+		} else {
+			put_both(db, &m, key, kn, &r);
+		}
+	}
+	cr_assert_eq(flexdb_sync(db), 0);
+	atomic_store(&d.stop, 1);
+	pthread_join(th, NULL);
+	close(d.fd);
+	uint64_t cc[FDB_ST_N];
+	fdb_store_cache_counts(&db->store, cc);
+	struct flexdb_stats st;
+	cr_assert_eq(flexdb_stats(db, &st), 0);
+	fprintf(stderr,
+		"  read ahead: seed %" PRIu64 ", %" PRIu64 " intervals taken from reads begun "
+		"ahead, %" PRIu64 " begun reads read again, %" PRIu64 " GC runs\n",
+		seed, cc[FDB_ST_FETCH_AHEAD], cc[FDB_ST_FETCH_STALE], st.space.gc_runs);
+	tidy_verify(db, &m, "after reading ahead");
+	cr_assert_gt(cc[FDB_ST_FETCH_AHEAD], 0, "no chunk took what was read ahead");
+	cr_assert_eq(flexdb_close(db), 0);
+	cr_assert_eq(flexdb_open(dir, &o, &db), 0);
+	tidy_verify(db, &m, "after a reopen");
+	cr_assert_eq(flexdb_close(db), 0);
+	tmp_remove(dir);
 	fm_free(&m);
 }
 
