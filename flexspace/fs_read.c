@@ -186,6 +186,26 @@ static int fs_read_pieces(struct flexspace *fs, const struct flex_iovec *v, int 
 	return rc;
 }
 
+/* A piece not yet all in DATA, in the open segment: copies to dst the
+ * bytes the segment buffer holds and returns how many of its first bytes
+ * are in DATA already (the buffer's bytes before `flushed` may never have
+ * been copied into it, so a piece is split there).  UINT64_MAX for a
+ * piece all in DATA, UINT64_MAX - 1 for one past the buffer's fill. */
+static uint64_t fs_unflushed(const struct flexspace *fs, const struct flextree_mapping *m,
+			     uint8_t *dst)
+{
+	uint64_t open_base = (uint64_t)fs->open_seg * fs->seg_size;
+	if (fs->open_seg == UINT32_MAX || m->poff < open_base ||
+	    m->poff >= open_base + fs->seg_size || m->poff + m->len <= open_base + fs->flushed)
+		return UINT64_MAX;
+	uint64_t at = m->poff - open_base;
+	if (at + m->len > fs->fill)
+		return UINT64_MAX - 1;
+	uint64_t head = at < fs->flushed ? fs->flushed - at : 0;
+	memcpy(dst + head, fs->buf + at + head, m->len - head);
+	return head;
+}
+
 /* Reads the pieces m[0..n) (a mapping of consecutive logical bytes) into
  * buf: holes as zeros, the open segment from its buffer, everything else
  * in one batch (fs_read_pieces). */
@@ -194,25 +214,16 @@ static int fs_read_mappings(struct flexspace *fs, uint8_t *buf, const struct fle
 {
 	struct flex_iovec v[FS_READ_BATCH];
 	int nv = 0;
-	uint64_t done = 0;
-	uint64_t open_base = (uint64_t)fs->open_seg * fs->seg_size;
+	uint64_t done = 0, head;
 	for (size_t i = 0; i < n; i++) {
 		uint8_t *dst = buf + done;
 		if (m[i].poff == FLEXTREE_HOLE) {
 			memset(dst, 0, m[i].len);
-		} else if (fs->open_seg != UINT32_MAX && m[i].poff >= open_base &&
-			   m[i].poff < open_base + fs->seg_size &&
-			   m[i].poff + m[i].len > open_base + fs->flushed) {
-			/* Not yet in DATA: from the segment buffer (whose bytes
-			 * before `flushed` may never have been copied into it, so
-			 * a piece is split there). */
-			uint64_t at = m[i].poff - open_base;
-			if (at + m[i].len > fs->fill)
+		} else if ((head = fs_unflushed(fs, &m[i], dst)) != UINT64_MAX) {
+			if (head == UINT64_MAX - 1)
 				return FLEX_ECORRUPT;
-			uint64_t head = at < fs->flushed ? fs->flushed - at : 0;
 			if (head)
 				v[nv++] = (struct flex_iovec){.buf = dst, .len = head, .off = m[i].poff};
-			memcpy(dst + head, fs->buf + at + head, m[i].len - head);
 		} else {
 			v[nv++] = (struct flex_iovec){.buf = dst, .len = m[i].len, .off = m[i].poff};
 		}
@@ -343,7 +354,7 @@ static int many_collect(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64
 			struct fs_pieces *ps)
 {
 	struct flextree_mapping m[FS_READ_BATCH];
-	uint64_t open_base = (uint64_t)fs->open_seg * fs->seg_size;
+	uint64_t head;
 	while (len) {
 		ssize_t n = flextree_query(fs->tree, off, len, m, FS_READ_BATCH);
 		if (n < 0)
@@ -356,17 +367,11 @@ static int many_collect(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64
 			int rc = 0;
 			if (m[i].poff == FLEXTREE_HOLE) {
 				memset(buf, 0, m[i].len);
-			} else if (fs->open_seg != UINT32_MAX && m[i].poff >= open_base &&
-				   m[i].poff < open_base + fs->seg_size &&
-				   m[i].poff + m[i].len > open_base + fs->flushed) {
-				/* As fs_read_mappings. */
-				uint64_t at = m[i].poff - open_base;
-				if (at + m[i].len > fs->fill)
+			} else if ((head = fs_unflushed(fs, &m[i], buf)) != UINT64_MAX) {
+				if (head == UINT64_MAX - 1)
 					return FLEX_ECORRUPT;
-				uint64_t head = at < fs->flushed ? fs->flushed - at : 0;
 				if (head)
 					rc = pieces_push(ps, m[i].poff, head, buf);
-				memcpy(buf + head, fs->buf + at + head, m[i].len - head);
 			} else {
 				rc = pieces_push(ps, m[i].poff, m[i].len, buf);
 			}

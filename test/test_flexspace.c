@@ -1639,6 +1639,30 @@ static int direct_ok(const char *dir)
 	return fd >= 0;
 }
 
+/* n pieces of 1..maxlen random bytes, each inserted at a random place of
+ * the space and the model, or (one in every_write, when it fits) written
+ * over bytes there: logical neighbours lie far apart in DATA. */
+static void scatter_build(struct flexspace *fs, struct model *m, uint64_t *r, int n,
+			  uint64_t maxlen, int every_write)
+{
+	uint8_t *piece = malloc(maxlen);
+	cr_assert_not_null(piece);
+	for (int i = 0; i < n; i++) {
+		*r = *r * 6364136223846793005ULL + 1442695040888963407ULL;
+		uint64_t len = 1 + (*r >> 40) % maxlen;
+		op_data(*r, piece, len);
+		uint64_t at = m->size ? (*r >> 20) % m->size : 0;
+		if (every_write && i % every_write == every_write - 1 && at + len <= m->size) {
+			cr_assert_eq(flexspace_write(fs, piece, at, len), (ssize_t)len);
+			model_write(m, piece, at, len);
+		} else {
+			cr_assert_eq(flexspace_insert(fs, piece, at, len), (ssize_t)len);
+			model_insert(m, piece, at, len);
+		}
+	}
+	free(piece);
+}
+
 /* flexspace_read_many against the model: random sets of ranges over a
  * space built by random inserts and writes (pieces all over DATA, a hole,
  * bytes still in the open segment's buffer), with the page cache dropped
@@ -1657,19 +1681,7 @@ Test(flexspace, read_many_matches_the_model_cold_and_warm)
 	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
 	struct model m = {0};
 	uint8_t piece[4096];
-	for (uint64_t i = 0; i < 3000; i++) {
-		r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-		uint64_t len = 1 + (r >> 40) % 700;
-		op_data(seed + i, piece, len);
-		uint64_t at = m.size ? (r >> 20) % m.size : 0;
-		if (i % 5 == 4 && at + len <= m.size) {
-			cr_assert_eq(flexspace_write(fs, piece, at, len), (ssize_t)len);
-			model_write(&m, piece, at, len);
-		} else {
-			cr_assert_eq(flexspace_insert(fs, piece, at, len), (ssize_t)len);
-			model_insert(&m, piece, at, len);
-		}
-	}
+	scatter_build(fs, &m, &r, 3000, 700, 5);
 	/* A hole: a write past the end. */
 	op_data(seed, piece, 100);
 	cr_assert_eq(flexspace_write(fs, piece, m.size + 5000, 100), 100);
@@ -1759,14 +1771,7 @@ Test(flexspace, read_many_begun_before_changes_ends_with_the_bytes_of_its_begin)
 	cr_assert_eq(flexspace_open(dir, &o, &fs), 0);
 	struct model m = {0};
 	uint8_t piece[1024];
-	for (uint64_t i = 0; i < 2000; i++) {
-		r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-		uint64_t len = 1 + (r >> 40) % 500;
-		op_data(seed + i, piece, len);
-		uint64_t at = m.size ? (r >> 20) % m.size : 0;
-		cr_assert_eq(flexspace_insert(fs, piece, at, len), (ssize_t)len);
-		model_insert(&m, piece, at, len);
-	}
+	scatter_build(fs, &m, &r, 2000, 500, 0);
 	cr_assert_eq(flexspace_sync(fs), 0);
 	char path[PATH_MAX + 8];
 	snprintf(path, sizeof(path), "%s/DATA", dir);
