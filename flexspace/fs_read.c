@@ -3,7 +3,9 @@
  * extent tree, then its pieces are copied from the read-only mapping of
  * DATA when it is in memory, from the open segment's buffer when they are
  * not yet in DATA, and otherwise read in one batch, neighbouring pieces
- * coalesced into spans.
+ * coalesced into spans.  flexspace_read_many reads many ranges at once in
+ * DATA's order, past the page cache (O_DIRECT), and can be begun and
+ * ended apart (its own io_uring ring).
  */
 #include <errno.h>
 #include <liburing.h>
