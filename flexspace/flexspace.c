@@ -209,8 +209,9 @@ static int fs_open(struct flexspace *fs, const char *dir, int create)
 		return rc;
 	/* DATA once more, past the page cache, for flexspace_read_many (-1
 	 * where the file system refuses O_DIRECT). */
-	if (fs->resident)
-		fs->direct_fd = fs->io->open(fs->io, path, O_RDONLY | O_DIRECT | O_CLOEXEC, 0);
+	if (fs->map && (fs->direct_fd = fs->io->open(fs->io, path, O_RDONLY | O_DIRECT | O_CLOEXEC,
+						     0)) < 0)
+		fs->direct_fd = -1;
 	if (fresh) {
 		FLEX_KILLPOINT("fs.dir.sync.before");
 		if ((rc = fs->io->fsync(fs->io, fs->dir_fd)) != 0)

@@ -109,10 +109,11 @@ struct flexspace {
 	int dir_fd;
 	int lock_fd;
 	int data_fd;
-	/* DATA opened O_DIRECT (fs_read.c, flexspace_read_many), or -1
-	 * where the file system refuses it or the table is not the POSIX
-	 * one; direct_refused (a relaxed atomic) is set once a read through
-	 * it was refused, and the reads go through data_fd from then on. */
+	/* DATA opened O_DIRECT (fs_read.c, flexspace_read_many) when it is
+	 * mapped for reads (so the POSIX table), or -1 (also where the file
+	 * system refuses O_DIRECT); direct_refused (a relaxed atomic) is set
+	 * once a read through it was refused, and the reads go through
+	 * data_fd from then on. */
 	int direct_fd;
 	int direct_refused;
 	/* flexspace_read_many_begin's ring (fs_read.c): a struct io_uring

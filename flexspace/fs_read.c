@@ -401,20 +401,22 @@ struct flexspace_reads {
 	int direct; /* spans aligned, read through direct_fd */
 	uint8_t *stage;
 	uint64_t stamp; /* fs->free_seq when the places were taken */
-	int rc;		/* an error met while planning */
 };
 
 /* A stage: page-aligned for O_DIRECT, and mapped, not allocated, so that
  * megabytes each commit do not leave the allocator's heaps fragmented.
- * The space keeps the last one dropped (stage_keep), its pages given to
- * the kernel to take back when memory runs short (MADV_FREE): the next
- * read of about the same size reuses them without faulting them in. */
+ * The space keeps the last one dropped (stage_keep) if at most
+ * FS_STAGE_KEEP, its pages given to the kernel to take back when memory
+ * runs short (MADV_FREE): the next read of about the same size reuses
+ * them without faulting them in. */
 struct fs_stage {
 	uint8_t *buf;
 	size_t len;
 };
 
 #define FS_STAGE_UNIT (1u << 20)
+/* A larger stage is not kept. */
+#define FS_STAGE_KEEP (8u << 20)
 
 static void stage_unmap(struct fs_stage *st)
 {
@@ -439,6 +441,8 @@ static struct fs_stage *stage_get(struct flexspace *fs, size_t len)
 		return NULL;
 	}
 	st->buf = m;
+	/* A child forked meanwhile does not share pages reads go into. */
+	(void)madvise(m, st->len, MADV_DONTFORK);
 	return st;
 }
 
@@ -446,6 +450,10 @@ static void stage_put(struct flexspace *fs, struct fs_stage *st)
 {
 	if (!st)
 		return;
+	if (st->len > FS_STAGE_KEEP) {
+		stage_unmap(st);
+		return;
+	}
 	(void)madvise(st->buf, st->len, MADV_FREE);
 	stage_unmap(__atomic_exchange_n(&fs->stage_keep, st, __ATOMIC_RELEASE));
 }
@@ -542,7 +550,10 @@ static int many_plan(struct flexspace *fs, const struct flex_iovec *v, int n,
 	*out = r;
 	r->fs = fs;
 	r->stamp = fs->free_seq;
-	r->direct = fs->direct_fd >= 0 && !__atomic_load_n(&fs->direct_refused, __ATOMIC_RELAXED);
+	/* Without the mapping (no_mmap) what the page cache holds would be
+	 * read from the disk: through the page cache then. */
+	r->direct = fs->map && fs->direct_fd >= 0 &&
+		    !__atomic_load_n(&fs->direct_refused, __ATOMIC_RELAXED);
 	struct fs_pieces ps = {0};
 	uint64_t size = flextree_size(fs->tree);
 	int rc = 0;
@@ -641,25 +652,25 @@ int flexspace_read_many(const struct flexspace *cfs, const struct flex_iovec *v,
 
 static int aring_take(struct flexspace *fs)
 {
-	if (fs->io != flex_io_posix() || fs->aring_state < 0)
+	if (fs->io != flex_io_posix() || __atomic_load_n(&fs->aring_state, __ATOMIC_RELAXED) < 0)
 		return 0;
 	int idle = 0;
 	if (!__atomic_compare_exchange_n(&fs->aring_busy, &idle, 1, 0, __ATOMIC_ACQUIRE,
 					 __ATOMIC_RELAXED))
 		return 0;
-	if (fs->aring_state == 0) {
+	if (__atomic_load_n(&fs->aring_state, __ATOMIC_RELAXED) == 0) {
 		struct io_uring *ring = malloc(sizeof(*ring));
 		if (ring && flex_io_uring_active() &&
 		    io_uring_queue_init(FS_ARING_DEPTH, ring, 0) == 0) {
 			fs->aring = ring;
 			fs->aring_pid = getpid();
-			fs->aring_state = 1;
+			__atomic_store_n(&fs->aring_state, 1, __ATOMIC_RELAXED);
 		} else {
 			free(ring);
-			fs->aring_state = -1;
+			__atomic_store_n(&fs->aring_state, -1, __ATOMIC_RELAXED);
 		}
 	}
-	if (fs->aring_state < 0 || fs->aring_pid != getpid()) {
+	if (__atomic_load_n(&fs->aring_state, __ATOMIC_RELAXED) < 0 || fs->aring_pid != getpid()) {
 		__atomic_store_n(&fs->aring_busy, 0, __ATOMIC_RELEASE);
 		return 0;
 	}
@@ -702,7 +713,7 @@ int flexspace_read_many_begin(const struct flexspace *cfs, const struct flex_iov
 			/* Entries the kernel did not take stay queued: the ring
 			 * is not used again, and the end reads them itself and
 			 * waits only for those taken. */
-			fs->aring_state = -1;
+			__atomic_store_n(&fs->aring_state, -1, __ATOMIC_RELAXED);
 			r->nsub = sub > 0 ? sub : 0;
 		}
 		if (!r->nsub)
@@ -724,6 +735,8 @@ int flexspace_read_many_end(struct flexspace_reads *r)
 	struct flexspace *fs = r->fs;
 	int rc = 0;
 	uint8_t *redo = r->nsub ? calloc((size_t)r->nsub, 1) : NULL;
+	if (r->nsub && !redo)
+		rc = -ENOMEM;
 	for (int got = 0; got < r->nsub;) {
 		struct io_uring_cqe *cqe;
 		int w = io_uring_wait_cqe(fs->aring, &cqe);
@@ -732,7 +745,7 @@ int flexspace_read_many_end(struct flexspace_reads *r)
 		if (w < 0) {
 			/* The kernel may still write into the stage: it is
 			 * left to it, and the ring is not used again. */
-			fs->aring_state = -1;
+			__atomic_store_n(&fs->aring_state, -1, __ATOMIC_RELAXED);
 			free(r->st);
 			r->st = NULL;
 			reads_free(r);
@@ -740,12 +753,9 @@ int flexspace_read_many_end(struct flexspace_reads *r)
 			return w;
 		}
 		uint64_t k = io_uring_cqe_get_data64(cqe);
-		if (k < (uint64_t)r->nsub && (cqe->res < 0 || (size_t)cqe->res != r->sp[k].len)) {
-			if (redo)
-				redo[k] = 1;
-			else
-				rc = cqe->res < 0 ? cqe->res : FLEX_ECORRUPT;
-		}
+		if (redo && k < (uint64_t)r->nsub &&
+		    (cqe->res < 0 || (size_t)cqe->res != r->sp[k].len))
+			redo[k] = 1;
 		io_uring_cqe_seen(fs->aring, cqe);
 		got++;
 	}
@@ -758,17 +768,20 @@ int flexspace_read_many_end(struct flexspace_reads *r)
 	free(redo);
 	if (!rc)
 		rc = reads_sync(r, r->nsub, r->ns);
-	/* The places hold the bytes they held at the begin while no segment
-	 * they lie in was freed since. */
+	/* The places held the bytes they held at the begin while no segment
+	 * they lie in was freed since; one that was may also have been cut
+	 * off the file, and its read failed: -ESTALE either way. */
+	int stale = 0;
 	flex_brlock_rdlock(&fs->lock);
-	for (int k = 0; k < r->ns && !rc; k++) {
+	for (int k = 0; k < r->ns && !stale; k++) {
 		uint64_t s0 = r->sp[k].off / fs->seg_size;
 		uint64_t s1 = (r->sp[k].off + r->sp[k].len - 1) / fs->seg_size;
-		for (uint64_t s = s0; s <= s1 && !rc; s++)
-			if (s >= fs->nsegs || fs->freed_at[s] > r->stamp)
-				rc = -ESTALE;
+		for (uint64_t s = s0; s <= s1 && !stale; s++)
+			stale = s >= fs->nsegs || fs->freed_at[s] > r->stamp;
 	}
 	flex_brlock_rdunlock(&fs->lock);
+	if (stale && rc != -ENOMEM)
+		rc = -ESTALE;
 	if (!rc)
 		reads_scatter(r);
 	reads_free(r);

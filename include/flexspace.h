@@ -249,23 +249,29 @@ FLEX_EXPORT int flexspace_resident(const struct flexspace *fs, uint64_t off, uin
  * that may not fit in memory: the pieces of the data file the ranges lie
  * in are read in the file's order, neighbours as one request; what the
  * page cache holds is copied from it, and the rest is read past it
- * (O_DIRECT, where the file system allows it), so the read neither pays
- * for filling the page cache nor evicts what others keep there.  Uses a
- * transient buffer as large as what it reads from the disk.  Returns 0,
- * -EINVAL (a range past the end, a NULL buf, n < 0), FLEX_ECORRUPT or
- * -errno. */
+ * (O_DIRECT, where the data file is mapped for reads and its file
+ * system allows it; otherwise through the page cache), so the read
+ * neither pays for filling the page cache nor evicts what others keep
+ * there.  Reads go into a staging buffer about as large as what is read
+ * from the disk; the space keeps the last one of at most 8 MiB for the
+ * next read, its pages left to the kernel to reclaim (MADV_FREE).
+ * Returns 0, -EINVAL (a range past the end, a NULL buf, n < 0),
+ * FLEX_ECORRUPT or -errno. */
 FLEX_EXPORT int flexspace_read_many(const struct flexspace *fs, const struct flex_iovec *v,
 				    int n);
 
 /* flexspace_read_many in two halves, so that the caller works while the
  * disk reads: _begin takes the places of the ranges' bytes, copies what
- * needs no read, and starts the reads (through io_uring when the process
- * may use it; otherwise _end does them); _end, from any thread, waits
- * for them and fills the buffers.  Between the two the caller may change
- * the space, but the buffers get the bytes the ranges held at the begin
- * only while the space frees no segment they lie in (a free follows a
- * change that removed or moved the bytes, once it is durable): _end then
- * returns -ESTALE instead, and the buffers hold garbage.  Every begun
+ * needs no read from the disk, reads the file's last page and pieces
+ * longer than 512 KiB at once, and starts the other reads (through
+ * io_uring when the process may use it; otherwise _end does them); _end,
+ * from any thread, waits for them and fills the buffers.  Between the
+ * two the caller may change the space, but the buffers get the bytes the
+ * ranges held at the begin only while the space frees no segment they
+ * lie in (a free follows a change that removed or moved the bytes, once
+ * it is durable): _end then returns -ESTALE instead (also when such a
+ * segment was cut off the file and its read failed), and the buffers
+ * hold garbage.  Every begun
  * read must be ended, before the space is closed; one space runs one at
  * a time through io_uring (a second one is read at its end).  _begin
  * returns 0 and *out, or an error as flexspace_read_many (*out NULL);

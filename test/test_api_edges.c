@@ -649,6 +649,12 @@ Test(api_edges, flexspace_null_handles)
 	cr_assert_eq(nl, 0);
 	cr_assert_eq(flexspace_locate(NULL, 0, 1, loc, &nl, &u), -EINVAL);
 	cr_assert_eq(flexspace_read_located(NULL, buf, loc, 1, 0), -EINVAL);
+	struct flex_iovec v1 = {.buf = buf, .len = 1, .off = 0};
+	struct flexspace_reads *rd = (struct flexspace_reads *)buf;
+	cr_assert_eq(flexspace_read_many(NULL, &v1, 1), -EINVAL);
+	cr_assert_eq(flexspace_read_many_begin(NULL, &v1, 1, &rd), -EINVAL);
+	cr_assert_null(rd);
+	cr_assert_eq(flexspace_read_many_end(NULL), -EINVAL);
 	cr_assert_eq(flexspace_defrag(NULL, 0, 1), -EINVAL);
 	cr_assert_eq(flexspace_check(NULL), -EINVAL);
 	cr_assert_eq(flexspace_stats(NULL, &st), -EINVAL);
@@ -719,6 +725,25 @@ Test(api_edges, flexspace_bad_ranges)
 	cr_assert_eq(flexspace_read_locate(fs, buf, 0, 1000, loc, &nl, &stamp), 1000);
 	cr_assert_eq(nl, 1);
 	cr_assert_eq(flexspace_read_located(fs, buf, loc, nl, stamp), 0);
+	/* Reads of many ranges: each range inside the space, a buffer for
+	 * each that has bytes; nothing to read is fine. */
+	struct flex_iovec vv[2] = {{.buf = buf, .len = 10, .off = 0},
+				   {.buf = buf + 10, .len = 10, .off = 995}};
+	struct flexspace_reads *rd = NULL;
+	cr_assert_eq(flexspace_read_many(fs, vv, 2), -EINVAL);
+	cr_assert_eq(flexspace_read_many_begin(fs, vv, 2, &rd), -EINVAL);
+	cr_assert_null(rd);
+	cr_assert_eq(flexspace_read_many_begin(fs, vv, 1, NULL), -EINVAL);
+	cr_assert_eq(flexspace_read_many(fs, vv, -1), -EINVAL);
+	cr_assert_eq(flexspace_read_many(fs, NULL, 1), -EINVAL);
+	cr_assert_eq(flexspace_read_many(fs, NULL, 0), 0);
+	vv[1] = (struct flex_iovec){.buf = NULL, .len = 10, .off = 0};
+	cr_assert_eq(flexspace_read_many(fs, vv, 2), -EINVAL);
+	vv[1] = (struct flex_iovec){.buf = NULL, .len = 0, .off = 1000};
+	cr_assert_eq(flexspace_read_many(fs, vv, 2), 0);
+	cr_assert_eq(flexspace_read_many_begin(fs, vv, 2, &rd), 0);
+	cr_assert_not_null(rd);
+	cr_assert_eq(flexspace_read_many_end(rd), 0);
 	/* Just written and read: in memory; past the end there is nothing
 	 * to miss.  Without the mapping for reads (no_mmap) the space still
 	 * asks the kernel; with an I/O table of the caller's it cannot tell
@@ -1846,6 +1871,8 @@ static const char *const exported_covered[] = {
     "flexspace_read_extent", "flexspace_tag_set", "flexspace_apply",
     "flexspace_read_locate", "flexspace_locate",
     "flexspace_read_located", "flexspace_resident",
+    "flexspace_read_many",   "flexspace_read_many_begin",
+    "flexspace_read_many_end",
     "flexspace_tag_get",     "flexspace_scan",
     "flexspace_defrag",	     "flexspace_check",
     "flexspace_stats",	     "flexspace_durable",

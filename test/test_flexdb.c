@@ -3492,9 +3492,10 @@ static void *drop_run(void *arg)
 /* With the page cache of its data file emptied all the time, every commit
  * reads the intervals it changes from the disk, the next chunk's begun
  * while a chunk is applied (past the page cache where the file system
- * allows it); small segments make collections free segments under reads
- * in flight.  Puts, overwrites and deletes then leave exactly the model,
- * and some chunks took what was read ahead. */
+ * allows it); small segments make collections free segments, now and
+ * then under reads in flight (counted, not asserted).  Puts, overwrites
+ * and deletes then leave exactly the model, and some chunks took what
+ * was read ahead. */
 Test(flexdb, commits_that_read_ahead_past_the_page_cache_keep_every_pair, .timeout = 120)
 {
 	uint64_t seed = test_seed("readahead"), r = seed;
