@@ -43,7 +43,8 @@
 struct fdb_tidy_item {
 	uint64_t off;
 	uint32_t size, klen;
-	size_t at; /* its key, then its bytes, in buf */
+	size_t at;  /* its key, then its bytes, in buf */
+	int cached; /* its bytes came from its cache entry */
 };
 
 struct fdb_tidy {
@@ -108,6 +109,27 @@ static int tidy_cursor(struct fdb_tidy *t, const struct fdb_ival *iv)
 	return 0;
 }
 
+/* Reads the bytes of the step's intervals the cache did not hold, at
+ * once (flexspace_read_many: in the data file's order, past the page
+ * cache, which a tidying pass over a store larger than memory would
+ * otherwise fill with all of it). */
+static int tidy_fetch(struct fdb_store *s, struct fdb_tidy *t)
+{
+	struct flex_iovec *v = t->n ? malloc(t->n * sizeof(*v)) : NULL;
+	if (t->n && !v)
+		return -ENOMEM;
+	int nv = 0;
+	for (uint32_t k = 0; k < t->n; k++) {
+		const struct fdb_tidy_item *it = &t->it[k];
+		if (!it->cached)
+			v[nv++] = (struct flex_iovec){
+			    .buf = t->buf + it->at + it->klen, .len = it->size, .off = it->off};
+	}
+	int rc = nv ? flexspace_read_many(s->fs, v, nv) : 0;
+	free(v);
+	return rc;
+}
+
 int fdb_store_tidy_read(struct fdb_store *s, uint32_t *nread)
 {
 	struct fdb_tidy *t = s->tidy;
@@ -152,15 +174,9 @@ int fdb_store_tidy_read(struct fdb_store *s, uint32_t *nread)
 		if (iv->klen)
 			memcpy(t->buf + t->used, iv->key, iv->klen);
 		const struct fdb_cent *c = fdb_ival_cent(iv);
-		if (c && c->raw && c->size == iv->size) {
+		it->cached = c && c->raw && c->size == iv->size;
+		if (it->cached)
 			memcpy(dst, c->raw, iv->size);
-		} else {
-			ssize_t got = flexspace_read(s->fs, dst, off, iv->size);
-			if (got != (ssize_t)iv->size) {
-				rc = got < 0 ? (int)got : FLEX_ECORRUPT;
-				break;
-			}
-		}
 		t->used += (size_t)iv->klen + iv->size;
 		want += iv->size;
 		t->n++;
@@ -168,6 +184,8 @@ int fdb_store_tidy_read(struct fdb_store *s, uint32_t *nread)
 	}
 	if (!rc)
 		rc = tidy_cursor(t, iv);
+	if (!rc)
+		rc = tidy_fetch(s, t);
 	if (rc) {
 		t->n = 0;
 		return rc;
