@@ -627,18 +627,50 @@ static int many_plan(struct flexspace *fs, const struct flex_iovec *v, int n,
 	return rc;
 }
 
+/* Lock held: whether a segment r's spans lie in was freed since its plan
+ * (the bytes read there may not be the ones the plan found). */
+static int reads_stale(const struct flexspace_reads *r)
+{
+	const struct flexspace *fs = r->fs;
+	for (int k = 0; k < r->ns; k++) {
+		uint64_t s0 = r->sp[k].off / fs->seg_size;
+		uint64_t s1 = (r->sp[k].off + r->sp[k].len - 1) / fs->seg_size;
+		for (uint64_t s = s0; s <= s1; s++)
+			if (s >= fs->nsegs || fs->freed_at[s] > r->stamp)
+				return 1;
+	}
+	return 0;
+}
+
+/* The lock is held to plan and to check, not while the disk reads (a
+ * writer waiting for it would hold up every reader meanwhile); a read
+ * that a freed segment made stale is planned again, and the last try
+ * keeps the lock throughout. */
+#define FS_MANY_TRIES 3
 int flexspace_read_many(const struct flexspace *cfs, const struct flex_iovec *v, int n)
 {
 	struct flexspace *fs = (struct flexspace *)cfs;
 	if (!fs || n < 0 || (n && !v))
 		return -EINVAL;
-	struct flexspace_reads *r = NULL;
-	flex_brlock_rdlock(&fs->lock);
-	int rc = many_plan(fs, v, n, &r);
-	if (!rc && (rc = reads_sync(r, 0, r->ns)) == 0)
-		reads_scatter(r);
-	flex_brlock_rdunlock(&fs->lock);
-	reads_free(r);
+	int rc = -ESTALE;
+	for (int try = 1; rc == -ESTALE; try++) {
+		struct flexspace_reads *r = NULL;
+		int last = try == FS_MANY_TRIES;
+		flex_brlock_rdlock(&fs->lock);
+		rc = many_plan(fs, v, n, &r);
+		if (!last)
+			flex_brlock_rdunlock(&fs->lock);
+		if (!rc)
+			rc = reads_sync(r, 0, r->ns);
+		if (!last)
+			flex_brlock_rdlock(&fs->lock);
+		if (r && !last && rc != -ENOMEM && reads_stale(r))
+			rc = -ESTALE;
+		flex_brlock_rdunlock(&fs->lock);
+		if (!rc)
+			reads_scatter(r);
+		reads_free(r);
+	}
 	return rc;
 }
 
@@ -771,14 +803,8 @@ int flexspace_read_many_end(struct flexspace_reads *r)
 	/* The places held the bytes they held at the begin while no segment
 	 * they lie in was freed since; one that was may also have been cut
 	 * off the file, and its read failed: -ESTALE either way. */
-	int stale = 0;
 	flex_brlock_rdlock(&fs->lock);
-	for (int k = 0; k < r->ns && !stale; k++) {
-		uint64_t s0 = r->sp[k].off / fs->seg_size;
-		uint64_t s1 = (r->sp[k].off + r->sp[k].len - 1) / fs->seg_size;
-		for (uint64_t s = s0; s <= s1 && !stale; s++)
-			stale = s >= fs->nsegs || fs->freed_at[s] > r->stamp;
-	}
+	int stale = reads_stale(r);
 	flex_brlock_rdunlock(&fs->lock);
 	if (stale && rc != -ENOMEM)
 		rc = -ESTALE;

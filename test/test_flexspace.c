@@ -2285,8 +2285,24 @@ static void *conc_reader(void *arg)
 			continue;
 		uint64_t off = rnd_below(&r, size);
 		uint64_t len = 1 + rnd_below(&r, 64u << 10);
-		ssize_t n = flexspace_read(cc->fs, b, off, len);
 		uint64_t exp = len < size - off ? len : size - off;
+		ssize_t n;
+		if (rnd_below(&r, 2)) {
+			n = flexspace_read(cc->fs, b, off, len);
+		} else {
+			/* The same bytes as up to four ranges at once, the
+			 * last first (appends only grow the space). */
+			struct flex_iovec v[4];
+			int nv = 1 + (int)rnd_below(&r, 4);
+			uint64_t at = 0;
+			for (int i = 0; i < nv; i++) {
+				uint64_t l = i == nv - 1 ? exp - at : rnd_below(&r, exp - at + 1);
+				v[nv - 1 - i] = (struct flex_iovec){.buf = b + at, .len = l, .off = off + at};
+				at += l;
+			}
+			int rc = flexspace_read_many(cc->fs, v, nv);
+			n = rc ? rc : (ssize_t)exp;
+		}
 		if (n < (ssize_t)exp) {
 			if (!atomic_exchange(&cc->bad, 1))
 				snprintf(cc->msg, sizeof(cc->msg),
