@@ -251,7 +251,8 @@ void fdb_fetch_free(struct fdb_fetch *f)
 }
 
 /* The uncached intervals ops[0..n) change, at most maxl, after `after`
- * (when not NULL), with a buffer each. */
+ * (when not NULL), with their places, sizes and room (their buffers:
+ * fetch_bufs). */
 static int fetch_plan(struct fdb_store *s, const struct fdb_batch_op *ops, int n, int maxl,
 		      const struct fdb_ival *after, struct fdb_fetch *f)
 {
