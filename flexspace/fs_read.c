@@ -235,6 +235,17 @@ static int fs_read_mappings(struct flexspace *fs, uint8_t *buf, const struct fle
 	return rc == -ENODATA ? FLEX_ECORRUPT : rc;
 }
 
+/* The first FS_READ_BATCH pieces of [off, off+len) (inside the space),
+ * into m: their number, FLEX_ECORRUPT for none, or an error. */
+static ssize_t fs_query(const struct flexspace *fs, uint64_t off, uint64_t len,
+			struct flextree_mapping *m)
+{
+	ssize_t n = flextree_query(fs->tree, off, len, m, FS_READ_BATCH);
+	if (n == 0)
+		return FLEX_ECORRUPT;
+	return n > FS_READ_BATCH ? FS_READ_BATCH : n;
+}
+
 /* Reads [off, off+len) (inside the space) into buf, in batches of
  * FS_READ_BATCH pieces.  With `loc`, the first batch's pieces are also
  * copied there (at most FS_READ_BATCH) and *nloc says how many: 0 when
@@ -246,13 +257,9 @@ int fs_read_mapped(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64_t le
 	if (nloc)
 		*nloc = 0;
 	for (int first = 1; len; first = 0) {
-		ssize_t n = flextree_query(fs->tree, off, len, m, FS_READ_BATCH);
+		ssize_t n = fs_query(fs, off, len, m);
 		if (n < 0)
 			return (int)n;
-		if (n == 0)
-			return FLEX_ECORRUPT;
-		if (n > FS_READ_BATCH)
-			n = FS_READ_BATCH;
 		uint64_t done = 0;
 		for (ssize_t i = 0; i < n; i++)
 			done += m[i].len;
@@ -358,13 +365,9 @@ static int many_collect(struct flexspace *fs, uint8_t *buf, uint64_t off, uint64
 	struct flextree_mapping m[FS_READ_BATCH];
 	uint64_t head;
 	while (len) {
-		ssize_t n = flextree_query(fs->tree, off, len, m, FS_READ_BATCH);
+		ssize_t n = fs_query(fs, off, len, m);
 		if (n < 0)
 			return (int)n;
-		if (n == 0)
-			return FLEX_ECORRUPT;
-		if (n > FS_READ_BATCH)
-			n = FS_READ_BATCH;
 		for (ssize_t i = 0; i < n; i++) {
 			int rc = 0;
 			if (m[i].poff == FLEXTREE_HOLE) {
