@@ -533,6 +533,26 @@ int fdb_cache_attach(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *
 	return 0;
 }
 
+/* Puts c in the place of `old`, iv's entry, once the cache has room for
+ * the difference (never taken from `old`): a reader under the shared lock
+ * finds the one or the other, never neither, which would read the whole
+ * interval.  Nonzero: c is freed and `old` stays. */
+static int cache_replace(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *old,
+			 struct fdb_cent *c, int shared)
+{
+	if (fdb_cache_evict(s, c->bytes > old->bytes ? c->bytes - old->bytes : 0, old, shared) ||
+	    (shared && grave_reserve(s, old->bytes)) || ring_add(s, c)) {
+		fdb_cent_free(c);
+		return -ENOSPC;
+	}
+	ring_remove(s, old);
+	c->iv = iv;
+	atomic_store(&c->ref, 1);
+	ival_set_cent(iv, c);
+	cent_retire(s, old, shared);
+	return 0;
+}
+
 /* Exclusive lock: drops iv's entry. */
 void fdb_cache_drop(struct fdb_store *s, struct fdb_ival *iv)
 {
@@ -845,21 +865,13 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 			 * the same address is the same entry.  Room first, so
 			 * that the interval never loses its entry. */
 			struct fdb_cent *was = iv->cache;
-			if (was != cands->v[i].old ||
-			    fdb_cache_evict(s, c->bytes > was->bytes ? c->bytes - was->bytes : 0,
-					    was, shared) ||
-			    (shared && grave_reserve(s, was->bytes))) {
+			if (was != cands->v[i].old) {
 				fdb_cent_free(c);
 				continue;
 			}
-			ring_remove(s, was);
-			ival_set_cent(iv, NULL);
 			uint8_t ref = atomic_load_explicit(&was->ref, memory_order_relaxed);
-			cent_retire(s, was, shared);
-			if (fdb_cache_attach(s, iv, c, shared)) {
-				fdb_cent_free(c);
+			if (cache_replace(s, iv, was, c, shared))
 				continue;
-			}
 			atomic_store_explicit(&c->ref, ref, memory_order_relaxed);
 			fdb_stat_add(s, FDB_ST_RENEWED);
 			continue;
@@ -885,18 +897,10 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 			fdb_cent_free(c); /* another reader was first */
 			continue;
 		}
-		if (old) {
-			/* A thin entry, replaced by the whole one. */
-			if (shared && grave_reserve(s, old->bytes)) {
+		if (old ? cache_replace(s, iv, old, c, shared) /* a thin entry, made whole */
+			: fdb_cache_attach(s, iv, c, shared)) {
+			if (!old)
 				fdb_cent_free(c);
-				continue;
-			}
-			ring_remove(s, old);
-			ival_set_cent(iv, NULL);
-			cent_retire(s, old, shared);
-		}
-		if (fdb_cache_attach(s, iv, c, shared)) {
-			fdb_cent_free(c);
 			continue;
 		}
 		ival_counted(s, iv, c->n);
