@@ -49,6 +49,7 @@
 #include <xxhash.h>
 
 #include "../common/flex_ident.h"
+#include "../flexdb/fdb_cache.h"
 #include "../flexdb/fdb_db.h"
 #include "../flexdb/fdb_int.h"
 #include "flexdb.h"
@@ -3470,6 +3471,116 @@ Test(flexdb, scattered_load_keeps_a_thin_entry_for_every_interval)
 		b.cache_thin_hits - a.cache_thin_hits, b.cache_misses - a.cache_misses);
 	cr_assert_eq(b.cache_misses - a.cache_misses, 0, "gets read intervals whole");
 	cr_assert_eq(flexdb_check(t.db), 0);
+	tdb_done(&t);
+	fm_free(&m);
+}
+
+/* A watcher that loads, over and over, the entry of the interval the
+ * test is replacing entries of, and counts the loads that found none. */
+struct entry_watch {
+	_Atomic(struct fdb_ival *) iv;
+	atomic_int stop;
+	atomic_long loads, empty;
+};
+
+static void *entry_watcher(void *arg)
+{
+	struct entry_watch *w = arg;
+	while (!atomic_load(&w->stop)) {
+		struct fdb_ival *iv = atomic_load(&w->iv);
+		if (!iv)
+			continue;
+		if (!fdb_ival_cent(iv))
+			atomic_fetch_add(&w->empty, 1);
+		atomic_fetch_add(&w->loads, 1);
+	}
+	return NULL;
+}
+
+/* Readers under the shared lock load an interval's entry without a lock:
+ * when another reader renews a thin entry's map, or warming makes a thin
+ * entry whole, the new entry must take the old one's place in one store.
+ * A reader that found neither read the interval whole (a miss after an
+ * open from INDEX, where every interval had an entry).  Every interval is
+ * made thin under the exclusive lock; then, under the shared lock, each is
+ * renewed 50 times and made whole while a thread watches it. */
+Test(flexdb, an_entry_replaced_under_the_shared_lock_is_never_missing)
+{
+	uint64_t seed = test_seed("swapentry"), r = seed;
+	struct flexdb_options o = fdb_default_opts();
+	struct tdb t;
+	tdb_open(&t, "swapentry", &o);
+	struct fmodel m = {0};
+	for (int i = 0; i < 4000; i++) {
+		char key[24];
+		int kn = snprintf(key, sizeof(key), "k%08" PRIx64, rnd(&r) % 100000);
+		put_both(t.db, &m, key, kn, &r);
+	}
+	cr_assert_eq(flexdb_compact(t.db, 1), 0);
+	struct fdb_store *s = &t.db->store;
+	/* Every interval thin. */
+	flex_brlock_wrlock(&t.db->lock);
+	struct fdb_ipath p;
+	int n = 0;
+	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv; iv = fdb_index_next(&p)) {
+		if (!iv->size)
+			continue;
+		uint8_t *raw;
+		struct fdb_cent *c, *thin;
+		cr_assert_eq(fdb_ival_read_raw(s, iv, fdb_index_offset(&p), &raw, NULL), 0);
+		cr_assert_eq(fdb_cent_from_raw(iv, raw, iv->size, NULL, &c), 0);
+		cr_assert_not_null(thin = fdb_thin_copy(c, NULL));
+		fdb_cent_free(c);
+		fdb_cache_drop(s, iv);
+		cr_assert_eq(fdb_cache_attach(s, iv, thin, 0), 0);
+		n++;
+	}
+	flex_brlock_wrunlock(&t.db->lock);
+	cr_assert_gt(n, 50, "%d intervals", n);
+	struct entry_watch w = {0};
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, entry_watcher, &w), 0);
+	long renewed = 0, whole = 0;
+	flex_brlock_rdlock(&t.db->lock);
+	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv; iv = fdb_index_next(&p)) {
+		if (!iv->size)
+			continue;
+		atomic_store(&w.iv, iv);
+		for (int k = 0; k < 50; k++) {
+			struct fdb_cands cands;
+			fdb_cands_init(s, &cands, NULL, 0);
+			fdb_cand_renew(s, &cands, iv, fdb_ival_cent(iv), NULL);
+			fdb_store_admit(s, &cands, 1);
+			renewed += fdb_ival_cent(iv)->thin;
+			/* Nothing but this thread holds what the graveyard
+			 * keeps: the watcher never follows an entry. */
+			pthread_mutex_lock(&s->cache_mu);
+			fdb_store_reap(s);
+			pthread_mutex_unlock(&s->cache_mu);
+		}
+		uint8_t *raw;
+		struct fdb_cent *c;
+		cr_assert_eq(fdb_ival_read_raw(s, iv, fdb_index_offset(&p), &raw, NULL), 0);
+		cr_assert_eq(fdb_cent_from_raw(iv, raw, iv->size, NULL, &c), 0);
+		struct fdb_cands cands;
+		fdb_cands_init(s, &cands, NULL, 0);
+		fdb_cand_push(&cands, iv, c, ADMIT_WHOLE);
+		fdb_store_admit(s, &cands, 1);
+		whole += fdb_ival_cent(iv)->raw != NULL;
+		pthread_mutex_lock(&s->cache_mu);
+		fdb_store_reap(s);
+		pthread_mutex_unlock(&s->cache_mu);
+	}
+	flex_brlock_rdunlock(&t.db->lock);
+	atomic_store(&w.stop, 1);
+	pthread_join(th, NULL);
+	fprintf(stderr, "  %d intervals: %ld renewals, %ld made whole; the watcher loaded %ld entries\n",
+		n, renewed, whole, atomic_load(&w.loads));
+	cr_assert_eq(atomic_load(&w.empty), 0, "the watcher found an interval without its entry %ld times",
+		     atomic_load(&w.empty));
+	cr_assert_eq(renewed, 50L * n);
+	cr_assert_eq(whole, n);
+	tidy_verify(t.db, &m, "after the swaps");
 	tdb_done(&t);
 	fm_free(&m);
 }
