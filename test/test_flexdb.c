@@ -3574,9 +3574,11 @@ Test(flexdb, an_entry_replaced_under_the_shared_lock_is_never_missing)
 	flex_brlock_rdunlock(&t.db->lock);
 	atomic_store(&w.stop, 1);
 	pthread_join(th, NULL);
-	fprintf(stderr, "  %d intervals: %ld renewals, %ld made whole; the watcher loaded %ld entries\n",
-		n, renewed, whole, atomic_load(&w.loads));
-	cr_assert_eq(atomic_load(&w.empty), 0, "the watcher found an interval without its entry %ld times",
+	fprintf(stderr,
+		"  %d intervals: %ld renewals, %ld made whole; the watcher loaded %ld entries\n", n,
+		renewed, whole, atomic_load(&w.loads));
+	cr_assert_eq(atomic_load(&w.empty), 0,
+		     "the watcher found an interval without its entry %ld times",
 		     atomic_load(&w.empty));
 	cr_assert_eq(renewed, 50L * n);
 	cr_assert_eq(whole, n);
