@@ -536,18 +536,24 @@ int fdb_cache_attach(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *
 /* Puts c in the place of `old`, iv's entry, once the cache has room for
  * the difference (never taken from `old`): a reader under the shared lock
  * finds the one or the other, never neither, which would read the whole
- * interval.  Nonzero: c is freed and `old` stays. */
+ * interval.  c gets old's CLOCK bit with keep_ref, else a set one.
+ * Nonzero: c is freed and `old` stays.  The graveyard's room for `old` is
+ * looked at before and after making room (the entries that go make it
+ * smaller): no entry goes for a replacement that cannot be made. */
 static int cache_replace(struct fdb_store *s, struct fdb_ival *iv, struct fdb_cent *old,
-			 struct fdb_cent *c, int shared)
+			 struct fdb_cent *c, int shared, int keep_ref)
 {
-	if (fdb_cache_evict(s, c->bytes > old->bytes ? c->bytes - old->bytes : 0, old, shared) ||
+	if ((shared && grave_reserve(s, old->bytes)) ||
+	    fdb_cache_evict(s, c->bytes > old->bytes ? c->bytes - old->bytes : 0, old, shared) ||
 	    (shared && grave_reserve(s, old->bytes)) || ring_add(s, c)) {
 		fdb_cent_free(c);
 		return -ENOSPC;
 	}
 	ring_remove(s, old);
 	c->iv = iv;
-	atomic_store(&c->ref, 1);
+	atomic_store_explicit(&c->ref,
+			      keep_ref ? atomic_load_explicit(&old->ref, memory_order_relaxed) : 1,
+			      memory_order_relaxed);
 	ival_set_cent(iv, c);
 	cent_retire(s, old, shared);
 	return 0;
@@ -869,10 +875,8 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 				fdb_cent_free(c);
 				continue;
 			}
-			uint8_t ref = atomic_load_explicit(&was->ref, memory_order_relaxed);
-			if (cache_replace(s, iv, was, c, shared))
+			if (cache_replace(s, iv, was, c, shared, 1))
 				continue;
-			atomic_store_explicit(&c->ref, ref, memory_order_relaxed);
 			fdb_stat_add(s, FDB_ST_RENEWED);
 			continue;
 		}
@@ -897,7 +901,7 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 			fdb_cent_free(c); /* another reader was first */
 			continue;
 		}
-		if (old ? cache_replace(s, iv, old, c, shared) /* a thin entry, made whole */
+		if (old ? cache_replace(s, iv, old, c, shared, 0) /* a thin entry, made whole */
 			: fdb_cache_attach(s, iv, c, shared)) {
 			if (!old)
 				fdb_cent_free(c);

@@ -37,6 +37,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -3517,6 +3518,16 @@ Test(flexdb, an_entry_replaced_under_the_shared_lock_is_never_missing)
 		put_both(t.db, &m, key, kn, &r);
 	}
 	cr_assert_eq(flexdb_compact(t.db, 1), 0);
+	/* No other reader while the test swaps entries and reaps the
+	 * graveyard: warming (a reader of the committer's) is over first. */
+	struct flexdb_stats st;
+	for (int i = 0;; i++) {
+		cr_assert_eq(flexdb_stats(t.db, &st), 0);
+		if (!st.warming)
+			break;
+		cr_assert_lt(i, 30000, "warming did not end");
+		usleep(1000);
+	}
 	struct fdb_store *s = &t.db->store;
 	/* Every interval thin. */
 	flex_brlock_wrlock(&t.db->lock);
@@ -3545,13 +3556,19 @@ Test(flexdb, an_entry_replaced_under_the_shared_lock_is_never_missing)
 	for (struct fdb_ival *iv = fdb_index_first(s->index, &p); iv; iv = fdb_index_next(&p)) {
 		if (!iv->size)
 			continue;
+		/* The watcher looks at this interval before its swaps. */
+		long seen = atomic_load(&w.loads);
 		atomic_store(&w.iv, iv);
+		while (atomic_load(&w.loads) < seen + 2)
+			sched_yield();
 		for (int k = 0; k < 50; k++) {
 			struct fdb_cands cands;
+			struct fdb_cent *before = fdb_ival_cent(iv);
 			fdb_cands_init(s, &cands, NULL, 0);
-			fdb_cand_renew(s, &cands, iv, fdb_ival_cent(iv), NULL);
+			fdb_cand_renew(s, &cands, iv, before, NULL);
 			fdb_store_admit(s, &cands, 1);
-			renewed += fdb_ival_cent(iv)->thin;
+			const struct fdb_cent *after = fdb_ival_cent(iv);
+			renewed += after != before && after->thin;
 			/* Nothing but this thread holds what the graveyard
 			 * keeps: the watcher never follows an entry. */
 			pthread_mutex_lock(&s->cache_mu);
@@ -3571,9 +3588,9 @@ Test(flexdb, an_entry_replaced_under_the_shared_lock_is_never_missing)
 		fdb_store_reap(s);
 		pthread_mutex_unlock(&s->cache_mu);
 	}
-	flex_brlock_rdunlock(&t.db->lock);
 	atomic_store(&w.stop, 1);
 	pthread_join(th, NULL);
+	flex_brlock_rdunlock(&t.db->lock);
 	fprintf(stderr,
 		"  %d intervals: %ld renewals, %ld made whole; the watcher loaded %ld entries\n", n,
 		renewed, whole, atomic_load(&w.loads));
