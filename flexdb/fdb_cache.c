@@ -901,10 +901,12 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 			fdb_cent_free(c); /* another reader was first */
 			continue;
 		}
-		if (old ? cache_replace(s, iv, old, c, shared, 0) /* a thin entry, made whole */
-			: fdb_cache_attach(s, iv, c, shared)) {
-			if (!old)
-				fdb_cent_free(c);
+		if (old) {
+			/* A thin entry, made whole. */
+			if (cache_replace(s, iv, old, c, shared, 0))
+				continue;
+		} else if (fdb_cache_attach(s, iv, c, shared)) {
+			fdb_cent_free(c);
 			continue;
 		}
 		ival_counted(s, iv, c->n);
