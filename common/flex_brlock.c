@@ -2,7 +2,13 @@
  * flex_brlock.c - the striped reader-writer lock (flex_brlock.h).
  */
 #include <errno.h>
+#include <sched.h>
+#include <linux/futex.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "flex_brlock.h"
 
@@ -17,6 +23,18 @@ int flex_brlock_init(struct flex_brlock *b)
 	for (; i < FLEX_BRLOCK_STRIPES && !rc; i++)
 		rc = pthread_rwlock_init(&b->s[i].l, &a);
 	pthread_rwlockattr_destroy(&a);
+	atomic_init(&b->spinning, 0);
+	atomic_init(&b->want, 0);
+	atomic_init(&b->watchers, 0);
+	atomic_init(&b->waiting, 0);
+	atomic_init(&b->passing, 0);
+	b->spin = 0;
+#ifndef FLEX_HELGRIND
+	cpu_set_t set;
+	long ncpu = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+								 : sysconf(_SC_NPROCESSORS_ONLN);
+	b->spin = ncpu > 1 ? (unsigned)ncpu - 1 : 0;
+#endif
 	if (rc) {
 		for (i -= 2; i >= 0; i--)
 			pthread_rwlock_destroy(&b->s[i].l);
@@ -40,9 +58,80 @@ unsigned flex_thread_slot(void)
 	return mine - 1;
 }
 
+static long futex(atomic_uint *w, int op, unsigned val, const struct timespec *ts)
+{
+	return syscall(SYS_futex, (unsigned *)w, op | FUTEX_PRIVATE_FLAG, val, ts, NULL, 0);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#else
+	atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+/* Whether the caller may watch for the lock instead of sleeping: at most
+ * b->spin threads (one fewer than the CPUs) watch at once, readers and
+ * writers together, so that the thread holding the lock always has a CPU
+ * to finish on.  If so, the caller calls unwatch when done. */
+static int watch(struct flex_brlock *b)
+{
+	if (!b->spin)
+		return 0;
+	if (atomic_fetch_add(&b->watchers, 1) < b->spin)
+		return 1;
+	atomic_fetch_sub(&b->watchers, 1);
+	return 0;
+}
+
+static void unwatch(struct flex_brlock *b)
+{
+	atomic_fetch_sub(&b->watchers, 1);
+}
+
 void flex_brlock_rdlock(struct flex_brlock *b)
 {
-	pthread_rwlock_rdlock(&b->s[flex_thread_slot() % FLEX_BRLOCK_STRIPES].l);
+	pthread_rwlock_t *l = &b->s[flex_thread_slot() % FLEX_BRLOCK_STRIPES].l;
+	if (!atomic_load_explicit(&b->want, memory_order_relaxed) && pthread_rwlock_tryrdlock(l) == 0)
+		return;
+	/* A writer holds it or waits for it.  Its hold is a burst of
+	 * microseconds; a reader that slept through it would wait for a CPU
+	 * once woken, on a busy machine far longer than the hold.  So it
+	 * watches for up to FLEX_BRLOCK_SPIN_NS first, letting a waiting
+	 * writer in before it, counted so that a writer passing the lock on
+	 * (flex_brlock_wrpass) lets it in; then it sleeps, counted too, and
+	 * tells a passing writer when the last sleeper is in. */
+	if (watch(b)) {
+		atomic_fetch_add(&b->spinning, 1);
+		uint64_t until = now_ns() + FLEX_BRLOCK_SPIN_NS;
+		int in = 0;
+		for (unsigned i = 1; !in; i++) {
+			cpu_relax();
+			if (i % 8 == 0 && !atomic_load_explicit(&b->want, memory_order_relaxed))
+				in = pthread_rwlock_tryrdlock(l) == 0;
+			if (i % 64 == 0 && now_ns() >= until)
+				break;
+		}
+		atomic_fetch_sub(&b->spinning, 1);
+		unwatch(b);
+		if (in)
+			return;
+	}
+	atomic_fetch_add(&b->waiting, 1);
+	pthread_rwlock_rdlock(l);
+	if (atomic_fetch_sub(&b->waiting, 1) == 1 && atomic_load(&b->passing))
+		futex(&b->waiting, FUTEX_WAKE, 1, NULL);
 }
 
 void flex_brlock_rdunlock(struct flex_brlock *b)
@@ -52,8 +141,69 @@ void flex_brlock_rdunlock(struct flex_brlock *b)
 
 void flex_brlock_wrlock(struct flex_brlock *b)
 {
-	for (int i = 0; i < FLEX_BRLOCK_STRIPES; i++)
-		pthread_rwlock_wrlock(&b->s[i].l);
+	/* Readers arriving now watch instead of entering (rdlock), and the
+	 * writer watches for those inside to leave, for as long as a reader
+	 * would: asleep in pthread_rwlock_wrlock it would hold every reader
+	 * up until it is woken and has run. */
+	int want = watch(b), watching = want;
+	if (want)
+		atomic_fetch_add(&b->want, 1);
+	uint64_t until = 0;
+	for (int i = 0; i < FLEX_BRLOCK_STRIPES; i++) {
+		pthread_rwlock_t *l = &b->s[i].l;
+		for (unsigned k = 1; watching && pthread_rwlock_trywrlock(l) != 0; k++) {
+			cpu_relax();
+			if (k % 64 == 0) {
+				uint64_t t = now_ns();
+				if (!until) {
+					until = t + FLEX_BRLOCK_SPIN_NS;
+				} else if (t >= until) {
+					watching = 0;
+					unwatch(b);
+				}
+			}
+		}
+		if (!watching)
+			pthread_rwlock_wrlock(l);
+	}
+	if (watching)
+		unwatch(b);
+	if (want)
+		atomic_fetch_sub(&b->want, 1);
+}
+
+void flex_brlock_wrpass(struct flex_brlock *b, unsigned max_ns)
+{
+	flex_brlock_wrunlock(b);
+	uint64_t end = 0;
+	for (unsigned i = 1;; i++) {
+		unsigned sp = atomic_load(&b->spinning), w = atomic_load(&b->waiting);
+		if (!sp && !w)
+			break;
+		uint64_t t = now_ns();
+		if (!end)
+			end = t + max_ns;
+		else if (t >= end)
+			break;
+		if (sp) {
+			/* A reader watching takes it within a microsecond
+			 * while it runs; one that does not may be waiting for
+			 * this CPU. */
+			if (i % 16 == 0)
+				sched_yield();
+			else
+				for (int k = 0; k < 32; k++)
+					cpu_relax();
+			continue;
+		}
+		/* Asleep until the sleepers are in, not spinning: a woken
+		 * reader may need this CPU. */
+		atomic_store(&b->passing, 1);
+		struct timespec ts = {0, (long)(end - t)};
+		futex(&b->waiting, FUTEX_WAIT, w, &ts);
+		atomic_store(&b->passing, 0);
+	}
+	flex_brlock_wrlock(b);
 }
 
 int flex_brlock_trywrlock(struct flex_brlock *b)

@@ -16,6 +16,7 @@
 #define FLEX_BRLOCK_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "flex_common.h"
 
@@ -26,6 +27,15 @@ struct flex_brlock {
 		pthread_rwlock_t l;
 		char pad[128 - sizeof(pthread_rwlock_t) % 128];
 	} s[FLEX_BRLOCK_STRIPES];
+	/* Readers behind a writer in rdlock, watching for it to end and
+	 * asleep (a futex word): flex_brlock_wrpass waits for both.  On a
+	 * line of their own. */
+	_Alignas(128) atomic_uint spinning;
+	atomic_uint waiting;
+	atomic_uint want;    /* writers waiting for the lock, watching */
+	atomic_uint watchers; /* readers and writers watching (at most spin) */
+	atomic_uint passing; /* a writer waits in flex_brlock_wrpass */
+	unsigned spin;	     /* readers that may watch at once (flex_brlock_init) */
 };
 
 /* The calling thread's slot: 0 for the first thread to ask, 1 for the
@@ -33,7 +43,11 @@ struct flex_brlock {
  * libraries' striped counters). */
 FLEX_EXPORT unsigned flex_thread_slot(void);
 
-/* 0 or -errno (then nothing needs destroying). */
+/* 0 or -errno (then nothing needs destroying).  Readers behind a writer
+ * watch for FLEX_BRLOCK_SPIN_NS before they sleep when the process may
+ * run on more than one CPU (not under Helgrind, which runs one thread at
+ * a time). */
+#define FLEX_BRLOCK_SPIN_NS 50000
 FLEX_EXPORT int flex_brlock_init(struct flex_brlock *b);
 FLEX_EXPORT void flex_brlock_destroy(struct flex_brlock *b);
 /* A thread unlocks the stripe it locked: its own. */
@@ -43,5 +57,12 @@ FLEX_EXPORT void flex_brlock_wrlock(struct flex_brlock *b);
 /* 0 with every stripe taken, or EBUSY (then none) without waiting. */
 FLEX_EXPORT int flex_brlock_trywrlock(struct flex_brlock *b);
 FLEX_EXPORT void flex_brlock_wrunlock(struct flex_brlock *b);
+/* Held exclusively: lets the readers that queued meanwhile in, then takes
+ * the lock again.  A writer that works in bursts calls it between them:
+ * unlocking and locking again at once would leave the queued readers
+ * asleep through the next burst, and the next (the lock prefers writers),
+ * while they wake.  It waits for them to take the lock for up to
+ * max_ns; they take it in the order the kernel wakes them. */
+FLEX_EXPORT void flex_brlock_wrpass(struct flex_brlock *b, unsigned max_ns);
 
 #endif /* FLEX_BRLOCK_H */

@@ -34,10 +34,37 @@
 #include "fdb_db.h"
 
 #define FDB_COMMIT_CHUNK 1000
-/* Pairs applied per hold of the exclusive lock: a pair costs a few
- * microseconds, so a reader arriving mid-chunk waits tens of microseconds
- * instead of the whole chunk's milliseconds (the read latency's p99.9). */
+/* A hold of the exclusive lock applies pairs for up to FDB_BURST_NS, and
+ * up to FDB_APPLY_BURST of them: a pair costs a few microseconds, so a
+ * reader arriving mid-chunk waits microseconds instead of the whole
+ * chunk's milliseconds (the read latency's p99.9).  The time bound keeps
+ * a burst shorter than a reader watches for the lock before it sleeps
+ * (FLEX_BRLOCK_SPIN_NS): woken, it would wait for a CPU, on a busy
+ * machine hundreds of microseconds. */
 #define FDB_APPLY_BURST 16
+#define FDB_BURST_NS 20000
+/* How long the committer waits between bursts for the readers that
+ * queued behind one to take the lock (flex_brlock_wrpass). */
+#define FDB_PASS_NS 100000
+
+static uint64_t spin_now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* The exclusive lock held since *held, *burst pairs (or intervals
+ * rewritten) into the hold: ends the burst when it is due, letting the
+ * readers that queued behind it in. */
+static void burst_pass(struct flexdb *db, uint64_t *held, uint32_t *burst)
+{
+	if (*burst >= FDB_APPLY_BURST || spin_now_ns() - *held >= FDB_BURST_NS) {
+		flex_brlock_wrpass(&db->lock, FDB_PASS_NS);
+		*held = spin_now_ns();
+		*burst = 0;
+	}
+}
 
 /* ---- memtable references ------------------------------------------------------ */
 
@@ -171,20 +198,17 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 			flex_brlock_rdunlock(&db->lock);
 		}
 		flex_brlock_wrlock(&db->lock);
+		uint64_t held = spin_now_ns();
+		uint32_t burst = 0;
 		fdb_store_admit(&db->store, &cands, 0);
 		/* One FlexSpace change per interval the chunk touches. */
-		for (int i = 0, burst = 0; i < n && !rc;) {
-			if (burst >= FDB_APPLY_BURST) {
-				/* Let the readers that queued behind this burst in. */
-				flex_brlock_wrunlock(&db->lock);
-				flex_brlock_wrlock(&db->lock);
-				burst = 0;
-			}
+		for (int i = 0; i < n && !rc;) {
+			burst_pass(db, &held, &burst);
 			int done;
 			rc = fdb_store_apply_run(&db->store, ops + i, n - i, &done);
 			atomic_fetch_add(&db->committed_pairs, (uint64_t)done);
 			i += done;
-			burst += done;
+			burst += (uint32_t)done;
 			/* Mid-commit: some pairs are in the FlexSpace, unsynced. */
 			if (!rc)
 				FLEX_KILLPOINT("fdb.commit.pair_applied");
@@ -254,9 +278,13 @@ static int tidy_step(struct flexdb *db, int asked)
 	flex_brlock_rdlock(&db->lock);
 	int rc = fdb_store_tidy_read(&db->store, &n);
 	flex_brlock_rdunlock(&db->lock);
-	for (uint32_t i = 0; i < n && !rc;) {
+	if (n) {
 		flex_brlock_wrlock(&db->lock);
-		rc = fdb_store_tidy_write(&db->store, &i, FDB_APPLY_BURST);
+		uint64_t held = spin_now_ns();
+		for (uint32_t i = 0, burst = 0; i < n && !rc; burst++) {
+			burst_pass(db, &held, &burst);
+			rc = fdb_store_tidy_write(&db->store, &i, 1);
+		}
 		flex_brlock_wrunlock(&db->lock);
 	}
 	if (rc)
@@ -639,13 +667,6 @@ static inline void fdb_cpu_relax(void)
 #else
 	__asm__ __volatile__("" ::: "memory");
 #endif
-}
-
-static uint64_t spin_now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 /* wmu held on entry and on return. */

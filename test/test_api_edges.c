@@ -360,6 +360,52 @@ Test(api_edges, brlock_slots_readers_and_writers)
 	flex_brlock_destroy(&edge_brl);
 }
 
+/* A writer passing the lock on between two holds lets a reader that
+ * queued behind the first in before the second, whether the reader
+ * watched or slept; with nobody queued it keeps the lock. */
+static volatile int edge_pass_got;
+
+static void *edge_pass_reader(void *arg)
+{
+	(void)arg;
+	flex_brlock_rdlock(&edge_brl);
+	edge_pass_got = 1;
+	flex_brlock_rdunlock(&edge_brl);
+	return NULL;
+}
+
+Test(api_edges, brlock_pass_lets_a_queued_reader_in)
+{
+	cr_assert_eq(flex_brlock_init(&edge_brl), 0);
+	for (int sleeper = 0; sleeper < 2; sleeper++) {
+		edge_pass_got = 0;
+		flex_brlock_wrlock(&edge_brl);
+		pthread_t th;
+		cr_assert_eq(pthread_create(&th, NULL, edge_pass_reader, NULL), 0);
+		/* Queued: watching, then (past FLEX_BRLOCK_SPIN_NS) asleep. */
+		while (!atomic_load(&edge_brl.spinning) && !atomic_load(&edge_brl.waiting))
+			usleep(100);
+		while (sleeper && !atomic_load(&edge_brl.waiting))
+			usleep(100);
+		flex_brlock_wrpass(&edge_brl, 2000000000u);
+		cr_assert_eq(edge_pass_got, 1, "the queued reader was not let in (%s)",
+			     sleeper ? "asleep" : "watching");
+		flex_brlock_wrunlock(&edge_brl);
+		pthread_join(th, NULL);
+	}
+	flex_brlock_wrlock(&edge_brl);
+	flex_brlock_wrpass(&edge_brl, 1000000);
+	edge_pass_got = 0;
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, edge_pass_reader, NULL), 0);
+	usleep(20000);
+	cr_assert_eq(edge_pass_got, 0, "a reader passed a writer's second hold");
+	flex_brlock_wrunlock(&edge_brl);
+	pthread_join(th, NULL);
+	cr_assert_eq(edge_pass_got, 1);
+	flex_brlock_destroy(&edge_brl);
+}
+
 Test(api_edges, io_table_bad_descriptors_and_lengths)
 {
 	const struct flex_io *io = flex_io_posix();
@@ -1904,6 +1950,7 @@ static const char *const exported_covered[] = {
     "flex_brlock_destroy",   "flex_brlock_rdlock",
     "flex_brlock_rdunlock",  "flex_brlock_wrlock",
     "flex_brlock_trywrlock", "flex_brlock_wrunlock",
+    "flex_brlock_wrpass",
 };
 
 static int covered(const char *name)
