@@ -832,7 +832,7 @@ void fdb_cand_renew(struct fdb_store *s, struct fdb_cands *cands, struct fdb_iva
 
 void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands, struct fdb_cand *v, int cap)
 {
-	cands->n = 0;
+	cands->n = cands->done = 0;
 	cands->v = v ? v : cands->inline_v;
 	cands->cap = v ? cap : FDB_CANDS_INLINE;
 	cands->gen = atomic_load_explicit(&s->gen, memory_order_relaxed);
@@ -840,27 +840,15 @@ void fdb_cands_init(struct fdb_store *s, struct fdb_cands *cands, struct fdb_can
 
 void fdb_cands_free(struct fdb_cands *cands)
 {
-	for (int i = 0; i < cands->n; i++)
+	for (int i = cands->done; i < cands->n; i++)
 		fdb_cent_free(cands->v[i].c);
-	cands->n = 0;
+	cands->n = cands->done = 0;
 }
 
-void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
+/* Attaches (or frees) candidates [from, to). */
+static void admit_range(struct fdb_store *s, struct fdb_cands *cands, int from, int to, int shared)
 {
-	if (!cands->n)
-		return;
-	/* Built under the shared lock: valid only if nothing changed since. */
-	if (s->failed || cands->gen != atomic_load_explicit(&s->gen, memory_order_relaxed)) {
-		fdb_cands_free(cands);
-		return;
-	}
-	if (shared)
-		pthread_mutex_lock(&s->cache_mu);
-	else if (s->ngrave)
-		fdb_store_reap(s);
-	if (s->pol_tick++ % FDB_POLICY_EVERY == 0)
-		fdb_maps_policy(s);
-	for (int i = 0; i < cands->n; i++) {
+	for (int i = from; i < to; i++) {
 		struct fdb_ival *iv = cands->v[i].iv;
 		struct fdb_cent *c = cands->v[i].c;
 		cands->v[i].c = NULL;
@@ -911,7 +899,44 @@ void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
 		}
 		ival_counted(s, iv, c->n);
 	}
-	cands->n = 0;
+}
+
+/* The checks and the housekeeping before the first candidate: 0 to go on. */
+static int admit_begin(struct fdb_store *s, struct fdb_cands *cands, int shared)
+{
+	/* Built under the shared lock: valid only if nothing changed since. */
+	if (s->failed || cands->gen != atomic_load_explicit(&s->gen, memory_order_relaxed)) {
+		fdb_cands_free(cands);
+		return -1;
+	}
+	if (shared)
+		pthread_mutex_lock(&s->cache_mu);
+	else if (s->ngrave)
+		fdb_store_reap(s);
+	if (s->pol_tick++ % FDB_POLICY_EVERY == 0)
+		fdb_maps_policy(s);
+	return 0;
+}
+
+void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared)
+{
+	if (cands->n <= cands->done || admit_begin(s, cands, shared))
+		return;
+	admit_range(s, cands, cands->done, cands->n, shared);
+	cands->n = cands->done = 0;
 	if (shared)
 		pthread_mutex_unlock(&s->cache_mu);
+}
+
+int fdb_store_admit_part(struct fdb_store *s, struct fdb_cands *cands, int max)
+{
+	if (cands->n <= cands->done || (!cands->done && admit_begin(s, cands, 0)))
+		return 0;
+	int to = cands->n - cands->done > max ? cands->done + max : cands->n;
+	admit_range(s, cands, cands->done, to, 0);
+	cands->done = to;
+	if (to < cands->n)
+		return 1;
+	cands->n = cands->done = 0;
+	return 0;
 }

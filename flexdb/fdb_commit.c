@@ -43,6 +43,8 @@
  * machine hundreds of microseconds. */
 #define FDB_APPLY_BURST 16
 #define FDB_BURST_NS 20000
+/* Cache entries admitted between two looks at the time. */
+#define FDB_ADMIT_PART 8
 /* How long the committer waits between bursts for the readers that
  * queued behind one to take the lock (flex_brlock_wrpass). */
 #define FDB_PASS_NS 100000
@@ -200,7 +202,12 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 		flex_brlock_wrlock(&db->lock);
 		uint64_t held = spin_now_ns();
 		uint32_t burst = 0;
-		fdb_store_admit(&db->store, &cands, 0);
+		/* The intervals read enter the cache in parts: a thousand of
+		 * them take milliseconds. */
+		for (int more = 1; more;) {
+			more = fdb_store_admit_part(&db->store, &cands, FDB_ADMIT_PART);
+			burst_pass(db, &held, &burst);
+		}
 		/* One FlexSpace change per interval the chunk touches. */
 		for (int i = 0; i < n && !rc;) {
 			burst_pass(db, &held, &burst);

@@ -552,6 +552,7 @@ struct fdb_cand {
 struct fdb_cands {
 	uint64_t gen;
 	int n, cap;
+	int done;	    /* admitted so far (fdb_store_admit_part) */
 	struct fdb_cand *v; /* inline_v, or the caller's array of cap */
 	struct fdb_cand inline_v[FDB_CANDS_INLINE];
 };
@@ -563,6 +564,10 @@ void fdb_cands_free(struct fdb_cands *cands);
 /* Attaches (or frees) the entries; `shared`: the caller holds the shared
  * lock it held at fdb_cands_init, otherwise the exclusive lock. */
 void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared);
+/* Exclusive lock held: fdb_store_admit in parts of at most max entries,
+ * so that the caller may let readers in between (nothing but the caller
+ * may change the store meanwhile): 1 while entries are left. */
+int fdb_store_admit_part(struct fdb_store *s, struct fdb_cands *cands, int max);
 /* Any lock: whether the graveyard is worth a fdb_store_reap. */
 int fdb_store_reap_due(struct fdb_store *s);
 /* Exclusive lock held: frees the entries readers retired. */
