@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "flex_brlock.h"
+#include "flex_hg.h"
 
 int flex_brlock_init(struct flex_brlock *b)
 {
@@ -28,6 +29,7 @@ int flex_brlock_init(struct flex_brlock *b)
 	atomic_init(&b->watchers, 0);
 	atomic_init(&b->waiting, 0);
 	atomic_init(&b->passing, 0);
+	FLEX_ATOMIC_OBJ(&b->spinning, 5 * sizeof(atomic_uint));
 	b->spin = 0;
 #ifndef FLEX_HELGRIND
 	cpu_set_t set;
@@ -82,9 +84,9 @@ static inline void cpu_relax(void)
 }
 
 /* Whether the caller may watch for the lock instead of sleeping: at most
- * b->spin threads (one fewer than the CPUs) watch at once, readers and
- * writers together, so that the thread holding the lock always has a CPU
- * to finish on.  If so, the caller calls unwatch when done. */
+ * b->spin threads (one fewer than the CPUs) watch this lock at once,
+ * readers and writers together, so that a thread holding it has a CPU to
+ * finish on.  If so, the caller calls unwatch when done. */
 static int watch(struct flex_brlock *b)
 {
 	if (!b->spin)
@@ -123,12 +125,15 @@ void flex_brlock_rdlock(struct flex_brlock *b)
 			if (i % 64 == 0 && now_ns() >= until)
 				break;
 		}
+		if (!in)
+			atomic_fetch_add(&b->waiting, 1); /* counted throughout */
 		atomic_fetch_sub(&b->spinning, 1);
 		unwatch(b);
 		if (in)
 			return;
+	} else {
+		atomic_fetch_add(&b->waiting, 1);
 	}
-	atomic_fetch_add(&b->waiting, 1);
 	pthread_rwlock_rdlock(l);
 	if (atomic_fetch_sub(&b->waiting, 1) == 1 && atomic_load(&b->passing))
 		futex(&b->waiting, FUTEX_WAKE, 1, NULL);
@@ -145,8 +150,8 @@ void flex_brlock_wrlock(struct flex_brlock *b)
 	 * writer watches for those inside to leave, for as long as a reader
 	 * would: asleep in pthread_rwlock_wrlock it would hold every reader
 	 * up until it is woken and has run. */
-	int want = watch(b), watching = want;
-	if (want)
+	int watching = watch(b);
+	if (watching)
 		atomic_fetch_add(&b->want, 1);
 	uint64_t until = 0;
 	for (int i = 0; i < FLEX_BRLOCK_STRIPES; i++) {
@@ -158,7 +163,10 @@ void flex_brlock_wrlock(struct flex_brlock *b)
 				if (!until) {
 					until = t + FLEX_BRLOCK_SPIN_NS;
 				} else if (t >= until) {
+					/* Asleep from here: readers may
+					 * enter the stripes not taken yet. */
 					watching = 0;
+					atomic_fetch_sub(&b->want, 1);
 					unwatch(b);
 				}
 			}
@@ -166,10 +174,10 @@ void flex_brlock_wrlock(struct flex_brlock *b)
 		if (!watching)
 			pthread_rwlock_wrlock(l);
 	}
-	if (watching)
-		unwatch(b);
-	if (want)
+	if (watching) {
 		atomic_fetch_sub(&b->want, 1);
+		unwatch(b);
+	}
 }
 
 void flex_brlock_wrpass(struct flex_brlock *b, unsigned max_ns)
@@ -199,7 +207,8 @@ void flex_brlock_wrpass(struct flex_brlock *b, unsigned max_ns)
 		/* Asleep until the sleepers are in, not spinning: a woken
 		 * reader may need this CPU. */
 		atomic_store(&b->passing, 1);
-		struct timespec ts = {0, (long)(end - t)};
+		struct timespec ts = {(time_t)((end - t) / 1000000000u),
+				      (long)((end - t) % 1000000000u)};
 		futex(&b->waiting, FUTEX_WAIT, w, &ts);
 		atomic_store(&b->passing, 0);
 	}

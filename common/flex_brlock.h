@@ -27,15 +27,17 @@ struct flex_brlock {
 		pthread_rwlock_t l;
 		char pad[128 - sizeof(pthread_rwlock_t) % 128];
 	} s[FLEX_BRLOCK_STRIPES];
-	/* Readers behind a writer in rdlock, watching for it to end and
-	 * asleep (a futex word): flex_brlock_wrpass waits for both.  On a
-	 * line of their own. */
-	_Alignas(128) atomic_uint spinning;
+	/* Threads behind a writer, after the stripes' padding: readers
+	 * watching for it to end (spinning) and asleep (waiting, a futex
+	 * word), which flex_brlock_wrpass waits for; writers watching for
+	 * the readers inside to leave (want); readers and writers watching,
+	 * at most spin of them (flex_brlock_init). */
+	atomic_uint spinning;
 	atomic_uint waiting;
-	atomic_uint want;    /* writers waiting for the lock, watching */
-	atomic_uint watchers; /* readers and writers watching (at most spin) */
+	atomic_uint want;
+	atomic_uint watchers;
 	atomic_uint passing; /* a writer waits in flex_brlock_wrpass */
-	unsigned spin;	     /* readers that may watch at once (flex_brlock_init) */
+	unsigned spin;
 };
 
 /* The calling thread's slot: 0 for the first thread to ask, 1 for the
@@ -43,10 +45,11 @@ struct flex_brlock {
  * libraries' striped counters). */
 FLEX_EXPORT unsigned flex_thread_slot(void);
 
-/* 0 or -errno (then nothing needs destroying).  Readers behind a writer
- * watch for FLEX_BRLOCK_SPIN_NS before they sleep when the process may
- * run on more than one CPU (not under Helgrind, which runs one thread at
- * a time). */
+/* 0 or -errno (then nothing needs destroying).  Readers behind a writer,
+ * and a writer behind readers, watch for FLEX_BRLOCK_SPIN_NS before they
+ * sleep when the process may run on more than one CPU, one fewer thread
+ * than the CPUs at a time per lock (not under Helgrind, which runs one
+ * thread at a time). */
 #define FLEX_BRLOCK_SPIN_NS 50000
 FLEX_EXPORT int flex_brlock_init(struct flex_brlock *b);
 FLEX_EXPORT void flex_brlock_destroy(struct flex_brlock *b);

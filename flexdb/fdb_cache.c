@@ -932,7 +932,7 @@ int fdb_store_admit_part(struct fdb_store *s, struct fdb_cands *cands, int max)
 {
 	if (cands->n <= cands->done || (!cands->done && admit_begin(s, cands, 0)))
 		return 0;
-	int to = cands->n - cands->done > max ? cands->done + max : cands->n;
+	int to = max > 0 && cands->n - cands->done > max ? cands->done + max : cands->n;
 	admit_range(s, cands, cands->done, to, 0);
 	cands->done = to;
 	if (to < cands->n)

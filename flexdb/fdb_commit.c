@@ -34,13 +34,14 @@
 #include "fdb_db.h"
 
 #define FDB_COMMIT_CHUNK 1000
-/* A hold of the exclusive lock applies pairs for up to FDB_BURST_NS, and
- * up to FDB_APPLY_BURST of them: a pair costs a few microseconds, so a
- * reader arriving mid-chunk waits microseconds instead of the whole
- * chunk's milliseconds (the read latency's p99.9).  The time bound keeps
- * a burst shorter than a reader watches for the lock before it sleeps
- * (FLEX_BRLOCK_SPIN_NS): woken, it would wait for a CPU, on a busy
- * machine hundreds of microseconds. */
+/* A hold of the exclusive lock ends at the first run of pairs (one
+ * interval's) that ends past FDB_BURST_NS, or FDB_APPLY_BURST pairs: a
+ * pair costs a few microseconds, so a reader arriving mid-chunk waits
+ * microseconds instead of the whole chunk's milliseconds (the read
+ * latency's p99.9).  The time bound keeps most bursts shorter than a
+ * reader watches for the lock before it sleeps (FLEX_BRLOCK_SPIN_NS):
+ * woken, it would wait for a CPU, on a busy machine hundreds of
+ * microseconds. */
 #define FDB_APPLY_BURST 16
 #define FDB_BURST_NS 20000
 /* Cache entries admitted between two looks at the time. */

@@ -564,9 +564,10 @@ void fdb_cands_free(struct fdb_cands *cands);
 /* Attaches (or frees) the entries; `shared`: the caller holds the shared
  * lock it held at fdb_cands_init, otherwise the exclusive lock. */
 void fdb_store_admit(struct fdb_store *s, struct fdb_cands *cands, int shared);
-/* Exclusive lock held: fdb_store_admit in parts of at most max entries,
- * so that the caller may let readers in between (nothing but the caller
- * may change the store meanwhile): 1 while entries are left. */
+/* Exclusive lock held: fdb_store_admit in parts of at most max entries
+ * (all of them when max <= 0), so that the caller may let readers in
+ * between, the store unchanged meanwhile (readers only cache, and reap
+ * what they retired): 1 while entries are left. */
 int fdb_store_admit_part(struct fdb_store *s, struct fdb_cands *cands, int max);
 /* Any lock: whether the graveyard is worth a fdb_store_reap. */
 int fdb_store_reap_due(struct fdb_store *s);
