@@ -65,24 +65,6 @@ static long futex(atomic_uint *w, int op, unsigned val, const struct timespec *t
 	return syscall(SYS_futex, (unsigned *)w, op | FUTEX_PRIVATE_FLAG, val, ts, NULL, 0);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#else
-	atomic_signal_fence(memory_order_seq_cst);
-#endif
-}
-
 /* Whether the caller may watch for the lock instead of sleeping: at most
  * b->spin threads (one fewer than the CPUs) watch this lock at once,
  * readers and writers together, so that a thread holding it has a CPU to
@@ -116,13 +98,13 @@ void flex_brlock_rdlock(struct flex_brlock *b)
 	 * tells a passing writer when the last sleeper is in. */
 	if (watch(b)) {
 		atomic_fetch_add(&b->spinning, 1);
-		uint64_t until = now_ns() + FLEX_BRLOCK_SPIN_NS;
+		uint64_t until = flex_now_ns() + FLEX_BRLOCK_SPIN_NS;
 		int in = 0;
 		for (unsigned i = 1; !in; i++) {
-			cpu_relax();
+			flex_cpu_relax();
 			if (i % 8 == 0 && !atomic_load_explicit(&b->want, memory_order_relaxed))
 				in = pthread_rwlock_tryrdlock(l) == 0;
-			if (i % 64 == 0 && now_ns() >= until)
+			if (i % 64 == 0 && flex_now_ns() >= until)
 				break;
 		}
 		if (!in)
@@ -157,9 +139,9 @@ void flex_brlock_wrlock(struct flex_brlock *b)
 	for (int i = 0; i < FLEX_BRLOCK_STRIPES; i++) {
 		pthread_rwlock_t *l = &b->s[i].l;
 		for (unsigned k = 1; watching && pthread_rwlock_trywrlock(l) != 0; k++) {
-			cpu_relax();
+			flex_cpu_relax();
 			if (k % 64 == 0) {
-				uint64_t t = now_ns();
+				uint64_t t = flex_now_ns();
 				if (!until) {
 					until = t + FLEX_BRLOCK_SPIN_NS;
 				} else if (t >= until) {
@@ -188,7 +170,7 @@ void flex_brlock_wrpass(struct flex_brlock *b, unsigned max_ns)
 		unsigned sp = atomic_load(&b->spinning), w = atomic_load(&b->waiting);
 		if (!sp && !w)
 			break;
-		uint64_t t = now_ns();
+		uint64_t t = flex_now_ns();
 		if (!end)
 			end = t + max_ns;
 		else if (t >= end)
@@ -201,7 +183,7 @@ void flex_brlock_wrpass(struct flex_brlock *b, unsigned max_ns)
 				sched_yield();
 			else
 				for (int k = 0; k < 32; k++)
-					cpu_relax();
+					flex_cpu_relax();
 			continue;
 		}
 		/* Asleep until the sleepers are in, not spinning: a woken

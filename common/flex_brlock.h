@@ -17,6 +17,8 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
 
 #include "flex_common.h"
 
@@ -39,6 +41,27 @@ struct flex_brlock {
 	atomic_uint passing; /* a writer waits in flex_brlock_wrpass */
 	unsigned spin;
 };
+
+/* For threads that watch for something instead of sleeping (here, and
+ * FlexDB's writers): the monotonic clock in nanoseconds, and a pause
+ * between two looks. */
+static inline uint64_t flex_now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static inline void flex_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#else
+	atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
 
 /* The calling thread's slot: 0 for the first thread to ask, 1 for the
  * next, and so on; what spreads threads over stripes (here and for the

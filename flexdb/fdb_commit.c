@@ -50,21 +50,14 @@
  * queued behind one to take the lock (flex_brlock_wrpass). */
 #define FDB_PASS_NS 100000
 
-static uint64_t spin_now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* The exclusive lock held since *held, *burst pairs (or intervals
  * rewritten) into the hold: ends the burst when it is due, letting the
  * readers that queued behind it in. */
 static void burst_pass(struct flexdb *db, uint64_t *held, uint32_t *burst)
 {
-	if (*burst >= FDB_APPLY_BURST || spin_now_ns() - *held >= FDB_BURST_NS) {
+	if (*burst >= FDB_APPLY_BURST || flex_now_ns() - *held >= FDB_BURST_NS) {
 		flex_brlock_wrpass(&db->lock, FDB_PASS_NS);
-		*held = spin_now_ns();
+		*held = flex_now_ns();
 		*burst = 0;
 	}
 }
@@ -201,7 +194,7 @@ static int commit_memtable(struct flexdb *db, struct fdb_memref *m)
 			flex_brlock_rdunlock(&db->lock);
 		}
 		flex_brlock_wrlock(&db->lock);
-		uint64_t held = spin_now_ns();
+		uint64_t held = flex_now_ns();
 		uint32_t burst = 0;
 		/* The intervals read enter the cache in parts: a thousand of
 		 * them take milliseconds. */
@@ -288,7 +281,7 @@ static int tidy_step(struct flexdb *db, int asked)
 	flex_brlock_rdunlock(&db->lock);
 	if (n) {
 		flex_brlock_wrlock(&db->lock);
-		uint64_t held = spin_now_ns();
+		uint64_t held = flex_now_ns();
 		for (uint32_t i = 0, burst = 0; i < n && !rc; burst++) {
 			burst_pass(db, &held, &burst);
 			rc = fdb_store_tidy_write(&db->store, &i, 1);
@@ -665,31 +658,19 @@ static int write_group(struct flexdb *db, struct fdb_writer *const *grp, size_t 
  * read again under wmu before it sleeps, so a signal sent meanwhile is
  * not lost.  Only db->spin_max writers watch at once (one fewer than the
  * CPUs the process may use: none on one), so that watching never takes
- * the CPU the group's leader needs. */
-static inline void fdb_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#else
-	__asm__ __volatile__("" ::: "memory");
-#endif
-}
-
-/* wmu held on entry and on return. */
+ * the CPU the group's leader needs.  wmu held on entry and on return. */
 static void writer_spin(struct flexdb *db, const struct fdb_writer *w)
 {
 	if (db->spinners < db->spin_max) {
 		db->spinners++;
 		pthread_mutex_unlock(&db->wmu);
-		uint64_t until = spin_now_ns() + FDB_WRITER_SPIN_NS;
+		uint64_t until = flex_now_ns() + FDB_WRITER_SPIN_NS;
 		for (unsigned i = 1;; i++) {
 			if (__atomic_load_n(&w->done, __ATOMIC_RELAXED) ||
 			    __atomic_load_n(&db->wq_head, __ATOMIC_RELAXED) == w)
 				break;
-			fdb_cpu_relax();
-			if (i % 32 == 0 && spin_now_ns() >= until)
+			flex_cpu_relax();
+			if (i % 32 == 0 && flex_now_ns() >= until)
 				break;
 		}
 		pthread_mutex_lock(&db->wmu);
